@@ -1,0 +1,334 @@
+//! Configuration: defaults < config file < environment < command line, checked once at
+//! start-up into one [`Config`]. A bad file or mount stops the server with a message that
+//! names the culprit.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use serde::{Deserialize, Serialize};
+
+/// Command line of the `zarrgate` binary.
+#[derive(Debug, Parser)]
+#[command(name = "zarrgate", version, about = "An HTTP array server for Zarr")]
+pub struct Cli {
+    /// What to do (default: serve).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the configured mounts over HTTP.
+    Serve(ServeArgs),
+}
+
+/// Options of `zarrgate serve`.
+#[derive(Debug, Default, Clone, Args)]
+pub struct ServeArgs {
+    /// Config file (default: ./config.toml when it exists; env ZARRGATE_CONFIG).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, e.g. 127.0.0.1:8080 (env ZARRGATE_BIND).
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<String>,
+    /// Add or replace a mount; repeatable. Relative paths are relative to the working directory.
+    #[arg(long = "mount", value_name = "NAME=URL")]
+    pub mounts: Vec<String>,
+}
+
+/// Errors that stop the server from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// `[server]`
+    pub server: ServerConfig,
+    /// `[limits]`
+    pub limits: LimitsConfig,
+    /// `[cache]`
+    pub cache: CacheConfig,
+    /// `[mounts.NAME]`, by name.
+    pub mounts: BTreeMap<String, MountConfig>,
+}
+
+/// `[server]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub bind: String,
+    /// Allowed CORS origins; `"*"` allows any.
+    pub cors_origins: Vec<String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:8080".into(),
+            cors_origins: vec!["*".into()],
+        }
+    }
+}
+
+/// `[limits]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Decoded bytes one slice response may hold.
+    pub max_slice_bytes: u64,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            max_slice_bytes: 256 << 20,
+        }
+    }
+}
+
+/// `[cache]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Capacity of the decoded-chunk cache in bytes.
+    pub chunk_bytes: u64,
+    /// Capacity of the shard-index cache in bytes.
+    pub shard_index_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            chunk_bytes: 512 << 20,
+            shard_index_bytes: 64 << 20,
+        }
+    }
+}
+
+/// `[mounts.NAME]`
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MountConfig {
+    /// Where the hierarchy lives: a directory path, `file:///abs`, later buckets and origins.
+    pub url: String,
+    /// Synthesize consolidated metadata where the store has none.
+    #[serde(default = "yes")]
+    pub consolidated: bool,
+    /// Directory that a relative `url` is relative to (the config file's, or the working
+    /// directory for `--mount`).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Where a mount's data lives, resolved from its URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountSource {
+    /// A local directory (absolute path).
+    Local(PathBuf),
+}
+
+impl MountConfig {
+    /// Resolves the URL to a source, checking what can be checked before start.
+    pub fn source(&self, name: &str) -> Result<MountSource, ConfigError> {
+        let invalid = |msg: String| ConfigError::Invalid(format!("mount '{name}': {msg}"));
+        let url = self.url.trim();
+        let path = if let Some(rest) = url.strip_prefix("file://") {
+            if !rest.starts_with('/') {
+                return Err(invalid(format!("file URL must be absolute: {url}")));
+            }
+            PathBuf::from(rest)
+        } else if let Some((scheme, _)) = url.split_once("://") {
+            return Err(invalid(format!("unsupported URL scheme '{scheme}' in {url}")));
+        } else {
+            self.base_dir.join(url)
+        };
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => Ok(MountSource::Local(path)),
+            Ok(_) => Err(invalid(format!("{} is not a directory", path.display()))),
+            Err(e) => Err(invalid(format!("{}: {e}", path.display()))),
+        }
+    }
+}
+
+fn valid_mount_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+impl Config {
+    /// Parses a config file's text. Relative mount paths are taken relative to `base_dir`.
+    pub fn from_toml(text: &str, path: &Path, base_dir: &Path) -> Result<Self, ConfigError> {
+        let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        for mount in config.mounts.values_mut() {
+            mount.base_dir = base_dir.to_owned();
+        }
+        Ok(config)
+    }
+
+    /// Builds the configuration from the command line, the environment and the config file.
+    pub fn load(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let cwd = std::env::current_dir().map_err(|e| ConfigError::Invalid(format!("no working directory: {e}")))?;
+        let file = args
+            .config
+            .clone()
+            .or_else(|| env("ZARRGATE_CONFIG").map(PathBuf::from))
+            .or_else(|| Some(PathBuf::from("config.toml")).filter(|p| p.is_file()));
+        let mut config = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                let base = cwd
+                    .join(&path)
+                    .parent()
+                    .map(Path::to_owned)
+                    .unwrap_or_else(|| cwd.clone());
+                Config::from_toml(&text, &path, &base)?
+            }
+            None => Config::default(),
+        };
+        if let Some(bind) = env("ZARRGATE_BIND") {
+            config.server.bind = bind;
+        }
+        if let Some(bind) = &args.bind {
+            config.server.bind.clone_from(bind);
+        }
+        for spec in &args.mounts {
+            let (name, url) = spec
+                .split_once('=')
+                .ok_or_else(|| ConfigError::Invalid(format!("--mount expects NAME=URL, got '{spec}'")))?;
+            config.mounts.insert(
+                name.to_owned(),
+                MountConfig {
+                    url: url.to_owned(),
+                    consolidated: true,
+                    base_dir: cwd.clone(),
+                },
+            );
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks everything that can be checked without starting: the bind address, limits,
+    /// mount names and their sources.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.bind_addr()?;
+        if self.limits.max_slice_bytes == 0 {
+            return Err(ConfigError::Invalid("limits.max_slice_bytes must be > 0".into()));
+        }
+        for (name, mount) in &self.mounts {
+            if !valid_mount_name(name) {
+                return Err(ConfigError::Invalid(format!(
+                    "mount name '{name}' may only hold letters, digits, '-', '_' and '.'"
+                )));
+            }
+            mount.source(name)?;
+        }
+        Ok(())
+    }
+
+    /// The listen address.
+    pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
+        self.server.bind.parse().map_err(|_| {
+            ConfigError::Invalid(format!(
+                "server.bind: '{}' is not an address like 127.0.0.1:8080",
+                self.server.bind
+            ))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml(text, Path::new("test.toml"), Path::new("/"))
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = parse("").unwrap();
+        assert_eq!(c.server.bind, "127.0.0.1:8080");
+        assert_eq!(c.server.cors_origins, vec!["*"]);
+        assert_eq!(c.limits.max_slice_bytes, 268_435_456);
+        assert_eq!(c.cache.chunk_bytes, 536_870_912);
+        assert_eq!(c.cache.shard_index_bytes, 67_108_864);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = parse("[server]\nbnd = \"x\"\n").unwrap_err().to_string();
+        assert!(err.contains("bnd"), "{err}");
+        let err = parse("[mounts.a]\nurl = \"/\"\nconsolidatd = true\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("consolidatd"), "{err}");
+        let err = parse("[sever]\n").unwrap_err().to_string();
+        assert!(err.contains("sever"), "{err}");
+    }
+
+    #[test]
+    fn mount_errors_name_the_mount() {
+        let c = parse("[mounts.gone]\nurl = \"/definitely/not/here\"\n").unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("mount 'gone'"), "{err}");
+        let c = parse("[mounts.weird]\nurl = \"ftp://x/y\"\n").unwrap();
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains("mount 'weird'") && err.contains("ftp"), "{err}");
+        let c = parse("[mounts.\"a/b\"]\nurl = \"/\"\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("a/b"));
+    }
+
+    #[test]
+    fn precedence_file_env_cli() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::create_dir(dir.path().join("data")).unwrap();
+        std::fs::write(&file, "[server]\nbind = \"127.0.0.1:1\"\n[mounts.d]\nurl = \"data\"\n").unwrap();
+        let args = ServeArgs {
+            config: Some(file.clone()),
+            ..Default::default()
+        };
+        let c = Config::load(&args, |_| None).unwrap();
+        assert_eq!(c.server.bind, "127.0.0.1:1");
+        // Relative to the config file, not the working directory.
+        assert_eq!(
+            c.mounts["d"].source("d").unwrap(),
+            MountSource::Local(dir.path().join("data"))
+        );
+        let env = |k: &str| (k == "ZARRGATE_BIND").then(|| "127.0.0.1:2".to_string());
+        assert_eq!(Config::load(&args, env).unwrap().server.bind, "127.0.0.1:2");
+        let args = ServeArgs {
+            bind: Some("127.0.0.1:3".into()),
+            ..args
+        };
+        assert_eq!(Config::load(&args, env).unwrap().server.bind, "127.0.0.1:3");
+    }
+}

@@ -1,0 +1,152 @@
+//! Errors as the HTTP client sees them.
+//!
+//! Every layer has its own error enum; they meet here in [`ApiError`], whose `IntoResponse`
+//! maps each variant to a status and a JSON body `{"error": {"code", "message"}}` with a full
+//! match. Messages of 5xx errors never carry internals: those are logged instead.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::store::{KeyError, StoreError};
+
+/// An error answered to an HTTP client.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The request is malformed (bad selection, unknown format, bad parameter).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The path cannot name anything inside a mount.
+    #[error("invalid path: {0}")]
+    InvalidPath(#[from] KeyError),
+    /// No mount of that name.
+    #[error("no mount named '{0}'")]
+    UnknownMount(String),
+    /// No key, node or array at that path.
+    #[error("{0}")]
+    NotFound(String),
+    /// The method is not allowed on this route.
+    #[error("method {method} is not allowed here")]
+    MethodNotAllowed { method: String, allow: &'static str },
+    /// `If-Match` did not match.
+    #[error("precondition failed")]
+    PreconditionFailed,
+    /// The byte range cannot be served from an object of this size.
+    #[error("range not satisfiable for an object of {size} bytes")]
+    RangeNotSatisfiable { size: u64 },
+    /// The response would exceed a configured limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The data uses a codec or data type this server cannot decode.
+    #[error("{0}")]
+    Unsupported(String),
+    /// The upstream store refused our credentials.
+    #[error("the upstream store denied access")]
+    UpstreamDenied,
+    /// The upstream store failed.
+    #[error("the upstream store failed")]
+    Upstream,
+    /// The upstream store did not answer in time.
+    #[error("the upstream store timed out")]
+    UpstreamTimeout,
+    /// Stored bytes do not decode. The key is safe to show: the client asked for it.
+    #[error("stored data at '{key}' could not be decoded")]
+    CorruptData { key: String },
+    /// A bug or an unexpected condition; details go to the log only.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    /// The HTTP status of this error.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) | ApiError::InvalidPath(_) => StatusCode::BAD_REQUEST,
+            ApiError::UnknownMount(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unsupported(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::UpstreamDenied | ApiError::Upstream => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::CorruptData { .. } | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable, machine-readable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::InvalidPath(_) => "invalid_path",
+            ApiError::UnknownMount(_) => "unknown_mount",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::PreconditionFailed => "precondition_failed",
+            ApiError::RangeNotSatisfiable { .. } => "range_not_satisfiable",
+            ApiError::TooLarge(_) => "too_large",
+            ApiError::Unsupported(_) => "unsupported",
+            ApiError::UpstreamDenied => "upstream_denied",
+            ApiError::Upstream => "upstream_error",
+            ApiError::UpstreamTimeout => "upstream_timeout",
+            ApiError::CorruptData { .. } => "corrupt_data",
+            ApiError::Internal => "internal",
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        // The details (bucket names, OS errors) stay in the log.
+        tracing::warn!(error = %e, "store error");
+        match e {
+            StoreError::Denied(_) => ApiError::UpstreamDenied,
+            StoreError::Timeout(_) => ApiError::UpstreamTimeout,
+            StoreError::Io(_) | StoreError::Range { .. } => ApiError::Upstream,
+            StoreError::NotSupported(m) => ApiError::Unsupported(m),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        let mut response = (status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        match &self {
+            ApiError::RangeNotSatisfiable { size } => {
+                if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                    headers.insert(header::CONTENT_RANGE, v);
+                }
+            }
+            ApiError::MethodNotAllowed { allow, .. } => {
+                headers.insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn body_is_json_with_code_and_message() {
+        let resp = ApiError::UnknownMount("nope".into()).into_response();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND);
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["error"]["code"], "unknown_mount");
+        assert_eq!(v["error"]["message"], "no mount named 'nope'");
+    }
+
+    #[test]
+    fn internals_do_not_leak() {
+        let e: ApiError = StoreError::Io("/secret/path: permission denied".into()).into();
+        assert_eq!(e.status(), StatusCode::BAD_GATEWAY);
+        assert!(!e.to_string().contains("secret"));
+    }
+}

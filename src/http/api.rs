@@ -1,0 +1,46 @@
+//! Small JSON routes: mounts, health, the web page.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{Method, header};
+use axum::response::{Html, IntoResponse};
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// `GET /api/v1/mounts`
+pub async fn mounts(State(state): State<AppState>) -> Json<Value> {
+    let list: Vec<Value> = state
+        .mounts
+        .values()
+        .map(|m| json!({"name": m.name, "kind": m.kind, "url": m.url, "consolidated": m.consolidated}))
+        .collect();
+    Json(json!({ "mounts": list }))
+}
+
+/// `GET /healthz`
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /`: the web page, embedded in the binary.
+pub async fn index() -> impl IntoResponse {
+    (
+        [(header::CACHE_CONTROL, "no-cache")],
+        Html(include_str!("../../static/index.html")),
+    )
+}
+
+/// Unknown routes.
+pub async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+/// Known routes, wrong method.
+pub async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: method.to_string(),
+        allow: "GET, HEAD, OPTIONS",
+    }
+}

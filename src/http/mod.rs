@@ -1,0 +1,4 @@
+//! Route handlers, one file per route family.
+
+pub mod api;
+pub mod raw;

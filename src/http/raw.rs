@@ -1,0 +1,230 @@
+//! `GET HEAD OPTIONS /zarr/{mount}/{key...}`: store keys byte for byte, behaving like a
+//! well-run bucket because Zarr clients depend on it (see DESIGN.md "Raw keys").
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::Response;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::store::{ByteRange, ObjectMeta, StoreKey};
+
+const ALLOW: &str = "GET, HEAD, OPTIONS";
+
+/// The handler for every method on `/zarr/...`. OPTIONS never reaches it: the CORS layer
+/// answers every OPTIONS request.
+pub async fn raw_key(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    match method {
+        Method::GET | Method::HEAD => serve(&state, &method, uri.path(), &headers).await,
+        other => Err(ApiError::MethodNotAllowed {
+            method: other.to_string(),
+            allow: ALLOW,
+        }),
+    }
+}
+
+/// Splits `/zarr/{mount}/{rest}` into the mount name and the raw (still encoded) rest.
+fn split_path(path: &str) -> (&str, &str) {
+    let tail = path.strip_prefix("/zarr/").unwrap_or("");
+    tail.split_once('/').unwrap_or((tail, ""))
+}
+
+/// The strong ETag of an object: its backend version when it has one, else size and mtime.
+pub fn etag_of(meta: &ObjectMeta) -> String {
+    match &meta.version {
+        Some(v) => format!("\"{}\"", v.trim_matches('"')),
+        None => {
+            let mtime = meta
+                .last_modified
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            format!("\"{:x}-{:x}\"", meta.size, mtime.as_nanos())
+        }
+    }
+}
+
+/// Whether a list of entity tags (`If-Match` / `If-None-Match`) matches `etag`.
+/// `weak` comparison ignores `W/` prefixes; strong comparison never matches a weak tag.
+fn etag_matches(list: &str, etag: &str, weak: bool) -> bool {
+    list.split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag == etag || (weak && tag.strip_prefix("W/").is_some_and(|t| t == etag)))
+}
+
+/// Truncates to whole seconds, the resolution of HTTP dates.
+fn whole_seconds(t: SystemTime) -> SystemTime {
+    let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+/// Parses a single `bytes=` range. Anything else (other units, several ranges, bad syntax) is
+/// `None`, and the whole object is served, as RFC 9110 allows.
+pub fn parse_range(value: &str) -> Option<ByteRange> {
+    let spec = value.trim().strip_prefix("bytes=")?.trim();
+    if spec.contains(',') {
+        return None;
+    }
+    let (first, last) = spec.split_once('-')?;
+    let (first, last) = (first.trim(), last.trim());
+    let num = |s: &str| -> Option<u64> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            None
+        } else {
+            s.parse().ok()
+        }
+    };
+    match (first.is_empty(), last.is_empty()) {
+        (true, false) => Some(ByteRange::Suffix(num(last)?)),
+        (false, true) => Some(ByteRange::From(num(first)?)),
+        (false, false) => {
+            let (a, b) = (num(first)?, num(last)?);
+            (b >= a).then(|| ByteRange::Bounded(a, b.saturating_add(1)))
+        }
+        (true, true) => None,
+    }
+}
+
+fn content_type(key: &StoreKey) -> &'static str {
+    match key.name() {
+        ".zarray" | ".zgroup" | ".zattrs" | ".zmetadata" | "zarr.json" => "application/json",
+        _ => "application/octet-stream",
+    }
+}
+
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMap) -> Result<Response, ApiError> {
+    let (mount_name, rest) = split_path(path);
+    let mount = state.mount(mount_name)?;
+    let (key, names_directory) = StoreKey::from_url_path(rest)?;
+    let missing = || ApiError::NotFound(format!("no key '{key}' in mount '{mount_name}'"));
+    if names_directory || key.is_root() {
+        return Err(missing());
+    }
+    let meta = mount.store.head(&key).await?.ok_or_else(missing)?;
+    let etag = etag_of(&meta);
+    let last_modified = meta.last_modified.map(whole_seconds);
+
+    let mut response = Response::builder()
+        .header(header::ETAG, &etag)
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_TYPE, content_type(&key));
+    if let Some(t) = last_modified {
+        response = response.header(header::LAST_MODIFIED, httpdate::fmt_http_date(t));
+    }
+
+    // Preconditions, in the order RFC 9110 section 13.2.2 evaluates them.
+    if let Some(list) = header_str(headers, header::IF_MATCH) {
+        if !etag_matches(list, &etag, false) {
+            return Err(ApiError::PreconditionFailed);
+        }
+    }
+    let not_modified = match header_str(headers, header::IF_NONE_MATCH) {
+        Some(list) => etag_matches(list, &etag, true),
+        None => match (
+            header_str(headers, header::IF_MODIFIED_SINCE).and_then(|v| httpdate::parse_http_date(v).ok()),
+            last_modified,
+        ) {
+            (Some(since), Some(modified)) => modified <= since,
+            _ => false,
+        },
+    };
+    if not_modified {
+        return response
+            .status(StatusCode::NOT_MODIFIED)
+            .body(Body::empty())
+            .map_err(|_| ApiError::Internal);
+    }
+
+    // If-Range: a range only applies to the representation the client already has.
+    let if_range_ok = match header_str(headers, header::IF_RANGE) {
+        None => true,
+        Some(v) if v.starts_with('"') || v.starts_with("W/") => v == etag,
+        Some(v) => httpdate::parse_http_date(v)
+            .ok()
+            .is_some_and(|d| Some(d) == last_modified),
+    };
+    let requested = header_str(headers, header::RANGE)
+        .filter(|_| if_range_ok)
+        .and_then(parse_range);
+    let (status, range) = match requested {
+        None => (StatusCode::OK, 0..meta.size),
+        Some(r) => {
+            let range = r
+                .resolve(meta.size)
+                .ok_or(ApiError::RangeNotSatisfiable { size: meta.size })?;
+            response = response.header(
+                header::CONTENT_RANGE,
+                format!("bytes {}-{}/{}", range.start, range.end - 1, meta.size),
+            );
+            (StatusCode::PARTIAL_CONTENT, range)
+        }
+    };
+    let response = response
+        .status(status)
+        .header(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start));
+
+    let body = if *method == Method::HEAD || range.is_empty() {
+        Body::empty()
+    } else {
+        // The object may have vanished since the HEAD: that is a 404 like any other.
+        let object = mount
+            .store
+            .get(&key, Some(ByteRange::Bounded(range.start, range.end)))
+            .await?
+            .ok_or_else(missing)?;
+        Body::from_stream(object.body)
+    };
+    response.body(body).map_err(|_| ApiError::Internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_parse() {
+        assert_eq!(parse_range("bytes=0-9"), Some(ByteRange::Bounded(0, 10)));
+        assert_eq!(parse_range("bytes=5-"), Some(ByteRange::From(5)));
+        assert_eq!(parse_range("bytes=-5"), Some(ByteRange::Suffix(5)));
+        assert_eq!(parse_range("bytes= 1 - 2 "), Some(ByteRange::Bounded(1, 3)));
+        for ignored in [
+            "bytes=5-2",
+            "bytes=0-1,4-5",
+            "items=0-1",
+            "bytes=-",
+            "bytes=a-b",
+            "bytes=+1-2",
+            "",
+        ] {
+            assert_eq!(parse_range(ignored), None, "{ignored}");
+        }
+    }
+
+    #[test]
+    fn etags_compare() {
+        assert!(etag_matches("\"a\"", "\"a\"", false));
+        assert!(etag_matches("\"x\", \"a\"", "\"a\"", false));
+        assert!(etag_matches("*", "\"a\"", false));
+        assert!(!etag_matches("W/\"a\"", "\"a\"", false));
+        assert!(etag_matches("W/\"a\"", "\"a\"", true));
+        assert!(!etag_matches("\"b\"", "\"a\"", true));
+    }
+
+    #[test]
+    fn paths_split() {
+        assert_eq!(split_path("/zarr/demo/a/b"), ("demo", "a/b"));
+        assert_eq!(split_path("/zarr/demo"), ("demo", ""));
+        assert_eq!(split_path("/zarr/demo/"), ("demo", ""));
+    }
+}

@@ -1,0 +1,236 @@
+//! Store keys: the one place where untrusted paths become keys.
+//!
+//! A URL path is percent-decoded exactly once, then checked segment by segment. Nothing that
+//! could step outside a mount (`.`/`..` segments, absolute paths, backslashes, NUL) survives,
+//! so every backend can join a key under its root without further checks.
+
+use std::fmt;
+
+use percent_encoding::percent_decode_str;
+
+/// Why a path was refused as a store key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("the path is not valid UTF-8 once percent-decoded")]
+    NotUtf8,
+    #[error("the path contains a NUL byte")]
+    Nul,
+    #[error("the path contains a backslash")]
+    Backslash,
+    #[error("the path contains a '.' or '..' segment")]
+    DotSegment,
+    #[error("the path is absolute or contains an empty segment")]
+    EmptySegment,
+    #[error("the path contains a control character")]
+    Control,
+}
+
+/// A validated, relative key inside a store: `/`-separated, non-empty segments, none of them
+/// `.` or `..`. The empty key is the store root.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct StoreKey(String);
+
+impl StoreKey {
+    /// The root of a store.
+    pub fn root() -> Self {
+        Self(String::new())
+    }
+
+    /// Checks an already-decoded key.
+    pub fn new(key: &str) -> Result<Self, KeyError> {
+        if key.is_empty() {
+            return Ok(Self::root());
+        }
+        if key.contains('\0') {
+            return Err(KeyError::Nul);
+        }
+        if key.contains('\\') {
+            return Err(KeyError::Backslash);
+        }
+        for segment in key.split('/') {
+            match segment {
+                "" => return Err(KeyError::EmptySegment),
+                "." | ".." => return Err(KeyError::DotSegment),
+                s if s.chars().any(char::is_control) => return Err(KeyError::Control),
+                _ => {}
+            }
+        }
+        Ok(Self(key.to_owned()))
+    }
+
+    /// Decodes a raw URL path (the part after the mount name) once and checks it.
+    ///
+    /// Returns the key and whether the path ended with `/` (it then names a directory, which is
+    /// never an object).
+    pub fn from_url_path(raw: &str) -> Result<(Self, bool), KeyError> {
+        let decoded = percent_decode_str(raw).decode_utf8().map_err(|_| KeyError::NotUtf8)?;
+        let (body, trailing_slash) = match decoded.strip_suffix('/') {
+            Some(body) => (body, true),
+            None => (&*decoded, false),
+        };
+        Ok((Self::new(body)?, trailing_slash))
+    }
+
+    /// The key as a `/`-separated string (empty for the root).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether this is the store root.
+    pub fn is_root(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The key's segments.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/').filter(|s| !s.is_empty())
+    }
+
+    /// The last segment (empty for the root).
+    pub fn name(&self) -> &str {
+        self.0.rsplit('/').next().unwrap_or("")
+    }
+
+    /// The parent key (the root is its own parent).
+    pub fn parent(&self) -> Self {
+        match self.0.rfind('/') {
+            Some(i) => Self(self.0[..i].to_owned()),
+            None => Self::root(),
+        }
+    }
+
+    /// A child key; `name` may itself hold several `/`-separated segments.
+    pub fn join(&self, name: &str) -> Result<Self, KeyError> {
+        if self.is_root() {
+            Self::new(name)
+        } else if name.is_empty() {
+            Ok(self.clone())
+        } else {
+            Self::new(&format!("{}/{}", self.0, name))
+        }
+    }
+
+    /// Whether `self` equals `prefix` or lies below it.
+    pub fn starts_with(&self, prefix: &StoreKey) -> bool {
+        prefix.is_root()
+            || self.0 == prefix.0
+            || (self.0.starts_with(&prefix.0) && self.0.as_bytes().get(prefix.0.len()) == Some(&b'/'))
+    }
+
+    /// The part of `self` below `prefix`, if it lies below it.
+    pub fn strip_prefix(&self, prefix: &StoreKey) -> Option<&str> {
+        if prefix.is_root() {
+            Some(&self.0)
+        } else if self.0 == prefix.0 {
+            Some("")
+        } else {
+            self.0.strip_prefix(&prefix.0).and_then(|rest| rest.strip_prefix('/'))
+        }
+    }
+}
+
+impl fmt::Display for StoreKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for StoreKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StoreKey({:?})", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::path::{Component, Path};
+
+    #[test]
+    fn accepts_ordinary_keys() {
+        let (k, dir) = StoreKey::from_url_path("a/b%20c/.zarray").unwrap();
+        assert_eq!(k.as_str(), "a/b c/.zarray");
+        assert!(!dir);
+        let (k, dir) = StoreKey::from_url_path("group/").unwrap();
+        assert_eq!(k.as_str(), "group");
+        assert!(dir);
+        assert_eq!(StoreKey::new("a/b/c").unwrap().parent().as_str(), "a/b");
+        assert_eq!(StoreKey::new("a/b/c").unwrap().name(), "c");
+        assert_eq!(StoreKey::new("a").unwrap().parent(), StoreKey::root());
+    }
+
+    #[test]
+    fn rejects_escapes() {
+        for bad in [
+            "..",
+            "../x",
+            "a/../b",
+            ".",
+            "./a",
+            "a/.",
+            "%2e%2e/x",
+            "%2E%2E",
+            "a%2f..%2fb",
+            "/etc/passwd",
+            "%2fetc",
+            "a//b",
+            "a\\b",
+            "a%5cb",
+            "a%00b",
+            "%ff",
+        ] {
+            assert!(StoreKey::from_url_path(bad).is_err(), "{bad} must be rejected");
+        }
+    }
+
+    #[test]
+    fn decodes_once() {
+        // %252e is "%2e" after one decode: a literal name, not a dot segment.
+        let (k, _) = StoreKey::from_url_path("%252e%252e").unwrap();
+        assert_eq!(k.as_str(), "%2e%2e");
+    }
+
+    #[test]
+    fn prefixes() {
+        let a = StoreKey::new("a/b").unwrap();
+        assert!(StoreKey::new("a/b/c").unwrap().starts_with(&a));
+        assert!(!StoreKey::new("a/bc").unwrap().starts_with(&a));
+        assert_eq!(StoreKey::new("a/b/c/d").unwrap().strip_prefix(&a), Some("c/d"));
+        assert_eq!(StoreKey::new("a/bc").unwrap().strip_prefix(&a), None);
+    }
+
+    fn segment() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("..".to_string()),
+            Just(".".to_string()),
+            Just("%2e%2e".to_string()),
+            Just("%2E.".to_string()),
+            Just("%2f".to_string()),
+            Just("%5c".to_string()),
+            Just("%00".to_string()),
+            Just("\\".to_string()),
+            Just("".to_string()),
+            Just("%252e%252e".to_string()),
+            "[a-z.%/]{0,6}",
+            "\\PC{0,4}",
+        ]
+    }
+
+    proptest! {
+        /// Whatever the URL path, an accepted key joined under a root stays under it lexically:
+        /// no component of the joined path is `..`, a root or a prefix.
+        #[test]
+        fn no_key_escapes_the_root(parts in prop::collection::vec(segment(), 0..8), lead in any::<bool>()) {
+            let raw = format!("{}{}", if lead { "/" } else { "" }, parts.join("/"));
+            if let Ok((key, _)) = StoreKey::from_url_path(&raw) {
+                let root = Path::new("/srv/root");
+                let joined = root.join(key.as_str());
+                prop_assert!(joined.starts_with(root));
+                for c in Path::new(key.as_str()).components() {
+                    prop_assert!(matches!(c, Component::Normal(_)), "component {:?} in {:?}", c, key);
+                }
+            }
+        }
+    }
+}

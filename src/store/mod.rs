@@ -1,0 +1,213 @@
+//! The storage seam. Every mount is a [`Store`]: a shared handle to one [`Backend`].
+//!
+//! Backends are small adapters (object_store for directories and buckets, a zip reader, test
+//! wrappers that count reads). The contract every backend keeps:
+//! - a missing key is `Ok(None)`, never an error; a directory is not an object;
+//! - ranges are resolved by the caller against the object size, so a backend only serves
+//!   satisfiable ranges;
+//! - bodies are streams, so a large object never has to sit in memory.
+
+mod key;
+mod object;
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+
+pub use key::{KeyError, StoreKey};
+pub use object::{ObjectStoreBackend, open_local};
+
+/// Errors of the storage layer. A missing key is not one of them.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The upstream refused our credentials (401/403).
+    #[error("upstream denied access: {0}")]
+    Denied(String),
+    /// The upstream did not answer in time.
+    #[error("upstream timed out: {0}")]
+    Timeout(String),
+    /// Any other upstream or I/O failure.
+    #[error("storage error: {0}")]
+    Io(String),
+    /// A requested byte range does not fit the object (the object changed under us).
+    #[error("range {start}..{end} is not satisfiable for an object of {size} bytes")]
+    Range { start: u64, end: u64, size: u64 },
+    /// The backend cannot do this (e.g. listing an HTTP origin).
+    #[error("not supported by this store: {0}")]
+    NotSupported(String),
+}
+
+/// What is known about a stored object without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification time, where the backend knows it.
+    pub last_modified: Option<SystemTime>,
+    /// The backend's version tag (unquoted), where it has one.
+    pub version: Option<String>,
+}
+
+/// A byte range as HTTP and object stores know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteRange {
+    /// `start..end`, end exclusive.
+    Bounded(u64, u64),
+    /// From `start` to the end.
+    From(u64),
+    /// The last `n` bytes.
+    Suffix(u64),
+}
+
+impl ByteRange {
+    /// Resolves against an object size; `None` when unsatisfiable. An end past the object is
+    /// clamped, as HTTP requires.
+    pub fn resolve(self, size: u64) -> Option<Range<u64>> {
+        match self {
+            ByteRange::Bounded(start, end) if start < size && start < end => Some(start..end.min(size)),
+            ByteRange::From(start) if start < size => Some(start..size),
+            ByteRange::Suffix(n) if n > 0 && size > 0 => Some(size - n.min(size)..size),
+            _ => None,
+        }
+    }
+}
+
+/// An object being read: its metadata, the range being delivered, and the body.
+pub struct GetObject {
+    /// Metadata of the whole object.
+    pub meta: ObjectMeta,
+    /// The byte range of the object that `body` yields.
+    pub range: Range<u64>,
+    /// The bytes, in order.
+    pub body: BoxStream<'static, Result<Bytes, StoreError>>,
+}
+
+impl GetObject {
+    /// Collects the body into one buffer.
+    pub async fn bytes(self) -> Result<Bytes, StoreError> {
+        let len = usize::try_from(self.range.end - self.range.start).unwrap_or(0);
+        let mut body = self.body;
+        let first = match body.try_next().await? {
+            Some(b) => b,
+            None => return Ok(Bytes::new()),
+        };
+        if first.len() == len {
+            return Ok(first);
+        }
+        let mut buf = BytesMut::with_capacity(len.max(first.len()));
+        buf.extend_from_slice(&first);
+        while let Some(b) = body.try_next().await? {
+            buf.extend_from_slice(&b);
+        }
+        Ok(buf.freeze())
+    }
+}
+
+impl fmt::Debug for GetObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GetObject")
+            .field("meta", &self.meta)
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The children of a prefix: sub-prefixes ("directories") and objects, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Names of child prefixes, sorted.
+    pub prefixes: Vec<String>,
+    /// Names of child objects, sorted.
+    pub objects: Vec<String>,
+}
+
+/// One storage backend. See the module docs for the contract.
+#[async_trait]
+pub trait Backend: Send + Sync + fmt::Debug + 'static {
+    /// Metadata of an object, `None` when it does not exist (or names a directory).
+    async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError>;
+
+    /// Reads an object or a satisfiable range of it; `None` when it does not exist.
+    async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError>;
+
+    /// Lists the direct children of a prefix (the empty key lists the root).
+    async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError>;
+}
+
+/// A cheap, clonable handle to a backend.
+#[derive(Clone, Debug)]
+pub struct Store(Arc<dyn Backend>);
+
+impl Store {
+    /// Wraps a backend.
+    pub fn new(backend: impl Backend) -> Self {
+        Self(Arc::new(backend))
+    }
+
+    /// See [`Backend::head`].
+    pub async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
+        self.0.head(key).await
+    }
+
+    /// See [`Backend::get`].
+    pub async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
+        self.0.get(key, range).await
+    }
+
+    /// See [`Backend::list`].
+    pub async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
+        self.0.list(prefix).await
+    }
+
+    /// Reads a whole object into memory (metadata documents, chunks).
+    pub async fn get_bytes(&self, key: &StoreKey) -> Result<Option<Bytes>, StoreError> {
+        match self.get(key, None).await? {
+            Some(obj) => Ok(Some(obj.bytes().await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads a range of an object into memory, with the object's total size.
+    pub async fn get_range_bytes(&self, key: &StoreKey, range: ByteRange) -> Result<Option<(Bytes, u64)>, StoreError> {
+        match self.get(key, Some(range)).await? {
+            Some(obj) => {
+                let size = obj.meta.size;
+                Ok(Some((obj.bytes().await?, size)))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+/// Turns a stream of `Bytes` from any source into the store's body type.
+pub(crate) fn body_stream<S, E>(s: S) -> BoxStream<'static, Result<Bytes, StoreError>>
+where
+    S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Into<StoreError>,
+{
+    s.map(|r| r.map_err(Into::into)).boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ByteRange;
+
+    #[test]
+    fn ranges_resolve_like_http() {
+        assert_eq!(ByteRange::Bounded(0, 10).resolve(100), Some(0..10));
+        assert_eq!(ByteRange::Bounded(90, 200).resolve(100), Some(90..100));
+        assert_eq!(ByteRange::Bounded(100, 200).resolve(100), None);
+        assert_eq!(ByteRange::From(99).resolve(100), Some(99..100));
+        assert_eq!(ByteRange::From(100).resolve(100), None);
+        assert_eq!(ByteRange::Suffix(10).resolve(100), Some(90..100));
+        assert_eq!(ByteRange::Suffix(1000).resolve(100), Some(0..100));
+        assert_eq!(ByteRange::Suffix(0).resolve(100), None);
+        assert_eq!(ByteRange::Suffix(5).resolve(0), None);
+    }
+}

@@ -1,0 +1,363 @@
+//! Every raw-key rule of DESIGN.md, asserted on status, headers and bytes against the files on
+//! disk, through `app(state)` without sockets.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+
+const CHUNK: &str = "/zarr/fx/v2/compressor_zstd_i4/0.0";
+
+fn chunk_bytes() -> Vec<u8> {
+    std::fs::read(fixtures().join("v2/compressor_zstd_i4/0.0")).unwrap()
+}
+
+#[tokio::test]
+async fn get_serves_the_file_byte_for_byte() {
+    let app = fixture_app();
+    let expected = chunk_bytes();
+    let r = get(&app, CHUNK, &[("accept-encoding", "gzip, br, zstd")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], &expected[..]);
+    assert_eq!(r.header("content-length"), Some(expected.len().to_string().as_str()));
+    assert_eq!(r.header("accept-ranges"), Some("bytes"));
+    assert_eq!(r.header("content-encoding"), None, "chunks are never re-encoded");
+    assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+    let etag = r.header("etag").unwrap();
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"') && etag.len() > 2,
+        "strong etag: {etag}"
+    );
+    let modified = httpdate::parse_http_date(r.header("last-modified").unwrap()).unwrap();
+    let on_disk = std::fs::metadata(fixtures().join("v2/compressor_zstd_i4/0.0"))
+        .unwrap()
+        .modified()
+        .unwrap();
+    assert!(on_disk.duration_since(modified).unwrap().as_secs() < 1);
+}
+
+#[tokio::test]
+async fn metadata_keys_are_json() {
+    let app = fixture_app();
+    let r = get(&app, "/zarr/fx/v2/compressor_zstd_i4/.zarray", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.json()["zarr_format"], 2);
+}
+
+#[tokio::test]
+async fn head_gives_exact_length_and_no_body() {
+    let app = fixture_app();
+    let expected = chunk_bytes();
+    let r = request(&app, "HEAD", CHUNK, &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("content-length"), Some(expected.len().to_string().as_str()));
+    assert!(r.header("etag").is_some());
+}
+
+#[tokio::test]
+async fn missing_keys_and_directories_are_404_on_get_and_head() {
+    let app = fixture_app();
+    for uri in [
+        "/zarr/fx/v2/compressor_zstd_i4/.zgroup",
+        "/zarr/fx/v2/compressor_zstd_i4/zarr.json",
+        "/zarr/fx/v2/compressor_zstd_i4/9.9",
+        "/zarr/fx/v2/compressor_zstd_i4",
+        "/zarr/fx/v2/compressor_zstd_i4/",
+        "/zarr/fx/v2",
+        "/zarr/fx/",
+        "/zarr/fx",
+    ] {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(r.status, 404, "GET {uri}");
+        assert_eq!(r.error_code(), "not_found", "GET {uri}");
+        let r = request(&app, "HEAD", uri, &[]).await;
+        assert_eq!(r.status, 404, "HEAD {uri}");
+    }
+    let r = get(&app, "/zarr/nope/x", &[]).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error_code(), "unknown_mount");
+}
+
+#[tokio::test]
+async fn single_ranges() {
+    let app = fixture_app();
+    let full = chunk_bytes();
+    let n = full.len();
+    assert!(n > 20, "fixture chunk is big enough for the range cases");
+    let last = format!("bytes={}-{}", n - 1, n - 1);
+    let cases: [(&str, std::ops::Range<usize>); 6] = [
+        ("bytes=0-9", 0..10),
+        ("bytes=5-", 5..n),
+        ("bytes=-7", n - 7..n),
+        ("bytes=3-100000", 3..n),
+        ("bytes=-100000", 0..n),
+        (&last, n - 1..n),
+    ];
+    for (range, want) in cases {
+        let r = get(&app, CHUNK, &[("range", range)]).await;
+        assert_eq!(r.status, 206, "{range}");
+        assert_eq!(&r.body[..], &full[want.clone()], "{range}");
+        assert_eq!(
+            r.header("content-range"),
+            Some(format!("bytes {}-{}/{}", want.start, want.end - 1, n).as_str()),
+            "{range}"
+        );
+        assert_eq!(r.header("content-length"), Some(want.len().to_string().as_str()));
+    }
+}
+
+#[tokio::test]
+async fn unsatisfiable_and_ignored_ranges() {
+    let app = fixture_app();
+    let full = chunk_bytes();
+    let n = full.len();
+    for range in [
+        format!("bytes={n}-"),
+        format!("bytes={}-{}", n + 5, n + 9),
+        "bytes=-0".to_string(),
+    ] {
+        let r = get(&app, CHUNK, &[("range", &range)]).await;
+        assert_eq!(r.status, 416, "{range}");
+        assert_eq!(r.header("content-range"), Some(format!("bytes */{n}").as_str()));
+        assert_eq!(r.error_code(), "range_not_satisfiable");
+    }
+    // Multi-range, other units and bad syntax: the whole object with 200.
+    for range in ["bytes=0-1,4-5", "items=0-3", "bytes=9-2", "bytes=x-y"] {
+        let r = get(&app, CHUNK, &[("range", range)]).await;
+        assert_eq!(r.status, 200, "{range}");
+        assert_eq!(&r.body[..], &full[..]);
+    }
+}
+
+#[tokio::test]
+async fn conditional_requests() {
+    let app = fixture_app();
+    let first = get(&app, CHUNK, &[]).await;
+    let etag = first.header("etag").unwrap().to_owned();
+    let last_modified = first.header("last-modified").unwrap().to_owned();
+
+    let r = get(&app, CHUNK, &[("if-none-match", &etag)]).await;
+    assert_eq!(r.status, 304);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+    let r = get(&app, CHUNK, &[("if-none-match", &format!("\"other\", W/{etag}"))]).await;
+    assert_eq!(r.status, 304, "weak comparison for If-None-Match");
+    let r = get(&app, CHUNK, &[("if-none-match", "\"other\"")]).await;
+    assert_eq!(r.status, 200);
+    let r = request(&app, "HEAD", CHUNK, &[("if-none-match", "*")]).await;
+    assert_eq!(r.status, 304);
+
+    let r = get(&app, CHUNK, &[("if-match", "\"other\"")]).await;
+    assert_eq!(r.status, 412);
+    assert_eq!(r.error_code(), "precondition_failed");
+    let r = get(&app, CHUNK, &[("if-match", &etag)]).await;
+    assert_eq!(r.status, 200);
+
+    let r = get(&app, CHUNK, &[("if-modified-since", &last_modified)]).await;
+    assert_eq!(r.status, 304);
+    let r = get(&app, CHUNK, &[("if-modified-since", "Thu, 01 Jan 1970 00:00:00 GMT")]).await;
+    assert_eq!(r.status, 200);
+
+    // If-Range: the range only applies to the representation the client has.
+    let r = get(&app, CHUNK, &[("range", "bytes=0-3"), ("if-range", &etag)]).await;
+    assert_eq!(r.status, 206);
+    let r = get(&app, CHUNK, &[("range", "bytes=0-3"), ("if-range", "\"stale\"")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), chunk_bytes().len());
+}
+
+#[tokio::test]
+async fn cors_on_every_response_and_preflight() {
+    let app = fixture_app();
+    let origin = ("origin", "http://viewer.example");
+    for uri in [CHUNK, "/zarr/fx/missing", "/zarr/nope/x", "/api/v1/mounts", "/no/route"] {
+        let r = get(&app, uri, &[origin]).await;
+        assert_eq!(r.header("access-control-allow-origin"), Some("*"), "{uri}");
+        let exposed = r
+            .header("access-control-expose-headers")
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        for h in ["content-range", "content-length", "etag"] {
+            assert!(exposed.contains(h), "{uri} exposes {h}: {exposed}");
+        }
+    }
+    let r = request(
+        &app,
+        "OPTIONS",
+        CHUNK,
+        &[
+            origin,
+            ("access-control-request-method", "GET"),
+            ("access-control-request-headers", "range"),
+        ],
+    )
+    .await;
+    assert!(r.status.is_success(), "{}", r.status);
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    let methods = r.header("access-control-allow-methods").unwrap().to_ascii_uppercase();
+    assert!(methods.contains("GET") && methods.contains("HEAD"), "{methods}");
+    let allowed = r.header("access-control-allow-headers").unwrap().to_ascii_lowercase();
+    assert!(allowed.contains("range"), "{allowed}");
+    // OPTIONS without an Origin is answered the same way (by the CORS layer).
+    let r = request(&app, "OPTIONS", CHUNK, &[]).await;
+    assert!(r.status.is_success(), "{}", r.status);
+    assert!(r.header("access-control-allow-methods").unwrap().contains("GET"));
+}
+
+#[tokio::test]
+async fn writes_are_405() {
+    let app = fixture_app();
+    for method in ["PUT", "POST", "DELETE", "PATCH"] {
+        let r = request(&app, method, CHUNK, &[]).await;
+        assert_eq!(r.status, 405, "{method}");
+        assert_eq!(r.error_code(), "method_not_allowed");
+        assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"));
+    }
+    assert_eq!(
+        chunk_bytes().len() as u64,
+        std::fs::metadata(fixtures().join("v2/compressor_zstd_i4/0.0"))
+            .unwrap()
+            .len()
+    );
+}
+
+#[tokio::test]
+async fn unsafe_paths_are_400() {
+    let app = fixture_app();
+    for uri in [
+        "/zarr/fx/..%2f..%2fCargo.toml",
+        "/zarr/fx/v2/%2e%2e/%2e%2e/Cargo.toml",
+        "/zarr/fx/../../Cargo.toml",
+        "/zarr/fx/v2/./compressor_zstd_i4/0.0",
+        "/zarr/fx/v2%5c..%5cx",
+        "/zarr/fx/a%00b",
+        "/zarr/fx//etc/passwd",
+        "/zarr/fx/%2fetc%2fpasswd",
+        "/zarr/fx/%ff",
+    ] {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(r.status, 400, "{uri}");
+        assert_eq!(r.error_code(), "invalid_path", "{uri}");
+    }
+    // Percent-encoding inside names is decoded once and served.
+    let r = get(&app, "/zarr/fx/v2/compressor%5Fzstd%5Fi4/0.0", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], &chunk_bytes()[..]);
+}
+
+/// A root with a secret next to it, and symlinks pointing in and out.
+fn symlink_tree() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(dir.path().join("secret.txt"), b"TOP SECRET").unwrap();
+    std::fs::write(root.join("sub/inside.txt"), b"inside").unwrap();
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("escape")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), root.join("up")).unwrap();
+        std::os::unix::fs::symlink(root.join("sub/inside.txt"), root.join("alias")).unwrap();
+    }
+    dir
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn symlinks_leaving_the_root_are_not_followed() {
+    let dir = symlink_tree();
+    let app = app_for(&[("m", &dir.path().join("root"))]);
+    for uri in ["/zarr/m/escape", "/zarr/m/up/secret.txt"] {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(r.status, 404, "{uri}");
+        let r = request(&app, "HEAD", uri, &[]).await;
+        assert_eq!(r.status, 404, "{uri}");
+    }
+    let r = get(&app, "/zarr/m/alias", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(&r.body[..], b"inside");
+}
+
+#[tokio::test]
+async fn large_keys_stream_in_pieces() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..8u32 << 20)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    std::fs::write(dir.path().join("big"), &data).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let request = axum::http::Request::get("/zarr/m/big")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let mut body = app.oneshot(request).await.unwrap().into_body();
+    let (mut frames, mut got) = (0, Vec::new());
+    while let Some(frame) = body.frame().await {
+        let frame = frame.unwrap().into_data().unwrap();
+        assert!(frame.len() <= 1 << 20, "frames are bounded, got {}", frame.len());
+        got.extend_from_slice(&frame);
+        frames += 1;
+    }
+    assert!(frames >= 8, "8 MiB arrived in {frames} frames: not streamed");
+    assert!(got == data);
+}
+
+#[tokio::test]
+async fn mounts_and_health() {
+    let app = fixture_app();
+    let r = get(&app, "/api/v1/mounts", &[]).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    let names: Vec<&str> = v["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["demo", "fx"]);
+    assert_eq!(v["mounts"][0]["kind"], "local");
+    let r = get(&app, "/healthz", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["status"], "ok");
+    let r = get(&app, "/", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(std::str::from_utf8(&r.body).unwrap().contains("zarrgate"));
+    let r = request(&app, "POST", "/api/v1/mounts", &[]).await;
+    assert_eq!(r.status, 405);
+    assert_eq!(r.error_code(), "method_not_allowed");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// End to end: whatever path is asked, the secret outside the root is never served.
+    #[test]
+    fn no_request_path_reaches_outside_the_root(
+        parts in prop::collection::vec(
+            prop_oneof![
+                Just(".."), Just("."), Just("%2e%2e"), Just("%2E."), Just("%2f"), Just("%5c"),
+                Just("secret.txt"), Just("root"), Just("escape"), Just("up"), Just("sub"),
+                Just("inside.txt"), Just(""), Just("%00"), Just("%252e%252e"),
+            ],
+            0..7,
+        )
+    ) {
+        let dir = symlink_tree();
+        let app = app_for(&[("m", &dir.path().join("root"))]);
+        let uri = format!("/zarr/m/{}", parts.join("/"));
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let reply = rt.block_on(async {
+            let builder = axum::http::Request::get(&uri);
+            match builder.body(axum::body::Body::empty()) {
+                Ok(req) => Some(send(&app, req).await),
+                Err(_) => None,
+            }
+        });
+        if let Some(r) = reply {
+            prop_assert!(!r.body.windows(10).any(|w| w == b"TOP SECRET"), "{} leaked", uri);
+            prop_assert!(r.status != 500, "{} -> 500", uri);
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! The server over a real socket on 127.0.0.1:0 with a real HTTP client: what hyper does to
+//! our responses (HEAD lengths, streaming, shutdown) is only visible here.
+
+mod common;
+
+use common::*;
+use tokio::sync::oneshot;
+
+#[tokio::test]
+async fn serves_over_tcp_and_shuts_down_gracefully() {
+    let state = zarrgate::AppState::from_config(config_with(&[("fx", &fixtures())])).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(zarrgate::run(listener, state, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let file = std::fs::read(fixtures().join("v3/sharding_start_i4/c/0/0")).unwrap();
+    let url = format!("{base}/zarr/fx/v3/sharding_start_i4/c/0/0");
+
+    let r = client.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-length"], file.len().to_string().as_str());
+    assert_eq!(&r.bytes().await.unwrap()[..], &file[..]);
+
+    let r = client.head(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-length"],
+        file.len().to_string().as_str(),
+        "HEAD keeps the real length"
+    );
+
+    let r = client.get(&url).header("range", "bytes=-16").send().await.unwrap();
+    assert_eq!(r.status(), 206);
+    let n = file.len();
+    assert_eq!(
+        r.headers()["content-range"],
+        format!("bytes {}-{}/{n}", n - 16, n - 1).as_str()
+    );
+    assert_eq!(&r.bytes().await.unwrap()[..], &file[n - 16..]);
+
+    let r = client
+        .get(format!("{base}/zarr/fx/v3/nothing/zarr.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "not_found");
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("server stops after the shutdown signal")
+        .unwrap()
+        .unwrap();
+    assert!(client.get(&url).send().await.is_err(), "nothing listens after shutdown");
+}
