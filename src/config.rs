@@ -107,6 +107,9 @@ pub struct CacheConfig {
     pub chunk_bytes: u64,
     /// Capacity of the shard-index cache in bytes.
     pub shard_index_bytes: u64,
+    /// Seconds a cached chunk, shard index or metadata document may be served without looking
+    /// at the store again: the bound on serving changed data.
+    pub ttl_seconds: u64,
 }
 
 impl Default for CacheConfig {
@@ -114,6 +117,7 @@ impl Default for CacheConfig {
         Self {
             chunk_bytes: 512 << 20,
             shard_index_bytes: 64 << 20,
+            ttl_seconds: 60,
         }
     }
 }

@@ -108,6 +108,39 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl From<crate::array::ReadError> for ApiError {
+    fn from(e: crate::array::ReadError) -> Self {
+        use crate::array::ReadError as R;
+        match e {
+            R::Corrupt { key, message } => {
+                tracing::warn!(%key, %message, "corrupt data");
+                ApiError::CorruptData { key }
+            }
+            R::Unsupported(m) => ApiError::Unsupported(format!("unsupported: {m}")),
+            R::Store(s) => s.into(),
+            R::Internal(m) => {
+                tracing::error!(%m, "internal error while reading");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl From<crate::array::SelectionError> for ApiError {
+    fn from(e: crate::array::SelectionError) -> Self {
+        ApiError::BadRequest(e.to_string())
+    }
+}
+
+impl From<crate::format::FormatError> for ApiError {
+    fn from(e: crate::format::FormatError) -> Self {
+        match e {
+            crate::format::FormatError::BadRequest(m) => ApiError::BadRequest(m),
+            crate::format::FormatError::Unsupported(m) => ApiError::Unsupported(m),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();

@@ -2,20 +2,31 @@
 //!
 //! Layout (a request flows down this list):
 //! - [`server`]: the router (`app`), middleware (CORS, access log) and the serve loop (`run`).
-//! - [`http`]: one module per route family (raw keys, mounts/health).
-//! - [`state`]: the mounts and configuration shared by handlers.
+//! - [`http`]: one module per route family (raw keys, slices, mounts/health/metrics).
+//! - [`state`]: the mounts, caches and configuration shared by handlers.
+//! - [`format`]: slice output encoders (json, bin, npy, csv, png).
+//! - [`array`]: selections, chunk planning, concurrent fetch + decode, assembly.
+//! - [`zarr`]: v1/v2/v3 metadata into one model: data types, fill values, chunk keys.
+//! - [`codec`]: one codec per file and the chain that decodes a stored chunk.
+//! - [`cache`]: moka caches of decoded chunks, shard indexes and metadata; [`metrics`].
 //! - [`store`]: the storage seam; a missing key is `Ok(None)`, bodies are streams.
 //! - [`config`]: file + environment + command line into one checked [`config::Config`].
 //! - [`error`]: [`error::ApiError`], the only error type a client ever sees.
 //!
 //! `main.rs` only parses arguments, sets up logging and calls [`server::run`].
 
+pub mod array;
+pub mod cache;
+pub mod codec;
 pub mod config;
 pub mod error;
+pub mod format;
 pub mod http;
+pub mod metrics;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod zarr;
 
 pub use server::{app, run};
 pub use state::AppState;

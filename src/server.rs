@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -15,7 +15,7 @@ use axum::routing::{any, get};
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::http::{api, raw};
+use crate::http::{api, raw, slice};
 use crate::state::AppState;
 
 /// Headers a browser client may read from our responses.
@@ -52,8 +52,9 @@ fn cors(origins: &[String]) -> CorsLayer {
         .max_age(Duration::from_secs(3600))
 }
 
-/// One log line per request: method, path, Range, status, bytes, milliseconds.
-async fn access_log(request: Request, next: Next) -> Response {
+/// One log line per request (method, path, Range, status, bytes, milliseconds) and the
+/// request metrics.
+async fn access_log(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
@@ -77,6 +78,9 @@ async fn access_log(request: Request, next: Next) -> Response {
         bytes = bytes.unwrap_or(0),
         ms = start.elapsed().as_secs_f64() * 1e3,
     );
+    state
+        .metrics
+        .observe(&path, response.status().as_u16(), start.elapsed());
     response
 }
 
@@ -87,14 +91,16 @@ pub fn app(state: AppState) -> Router {
         .route("/", get(api::index))
         .route("/healthz", get(api::healthz))
         .route("/api/v1/mounts", get(api::mounts))
+        .route("/api/v1/slice/{mount}/{*path}", get(slice::slice))
+        .route("/metrics", get(api::metrics))
         .route("/zarr/{mount}", any(raw::raw_key))
         .route("/zarr/{mount}/", any(raw::raw_key))
         .route("/zarr/{mount}/{*key}", any(raw::raw_key))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
-        .with_state(state)
+        .with_state(state.clone())
         .layer(cors)
-        .layer(middleware::from_fn(access_log))
+        .layer(middleware::from_fn_with_state(state, access_log))
 }
 
 /// Serves `app(state)` on `listener` until `shutdown` resolves.

@@ -5,9 +5,13 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::array::{ReadContext, ReadOptions};
+use crate::cache::Caches;
 use crate::config::{Config, ConfigError, MountSource};
 use crate::error::ApiError;
-use crate::store::{Store, open_local};
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreKey, open_local};
+use crate::zarr::{ArrayMeta, MetaError, OpenError, open_array};
 
 /// One mounted hierarchy.
 #[derive(Debug, Clone, Serialize)]
@@ -36,6 +40,12 @@ pub struct StateInner {
     pub config: Config,
     /// Mounts by name.
     pub mounts: BTreeMap<String, Mount>,
+    /// Decoded chunks, shard indexes, metadata.
+    pub caches: Arc<Caches>,
+    /// Request and cache metrics.
+    pub metrics: Metrics,
+    /// Read tuning.
+    pub read_options: ReadOptions,
 }
 
 impl std::ops::Deref for AppState {
@@ -85,7 +95,50 @@ impl AppState {
     /// State over ready-made mounts (tests use this with wrapped stores).
     pub fn with_mounts(config: Config, mounts: Vec<Mount>) -> Self {
         let mounts = mounts.into_iter().map(|m| (m.name.clone(), m)).collect();
-        Self(Arc::new(StateInner { config, mounts }))
+        let caches = Arc::new(Caches::new(&config.cache));
+        Self(Arc::new(StateInner {
+            config,
+            mounts,
+            caches,
+            metrics: Metrics::new(),
+            read_options: ReadOptions::default(),
+        }))
+    }
+
+    /// How reads on `mount` fetch and cache chunks.
+    pub fn read_context(&self, mount: &Mount) -> ReadContext {
+        ReadContext {
+            store: mount.store.clone(),
+            mount: Arc::from(mount.name.as_str()),
+            caches: Some(self.caches.clone()),
+            opts: self.read_options.clone(),
+        }
+    }
+
+    /// The metadata of the array at `path` in `mount` (cached).
+    pub async fn array(&self, mount: &Mount, path: &StoreKey) -> Result<Arc<ArrayMeta>, ApiError> {
+        let mut loaded = false;
+        let result = self
+            .caches
+            .metadata
+            .try_get_with((Arc::from(mount.name.as_str()), path.clone()), async {
+                loaded = true;
+                open_array(&mount.store, path).await.map(Arc::new)
+            })
+            .await;
+        self.caches.metadata_counters.record(loaded);
+        result.map_err(|e| match &*e {
+            OpenError::NotFound(p) => ApiError::NotFound(format!("no array at '{p}' in mount '{}'", mount.name)),
+            OpenError::Meta {
+                error: MetaError::Unsupported(m),
+                ..
+            } => ApiError::Unsupported(format!("unsupported: {m}")),
+            OpenError::Meta { key, error } => {
+                tracing::warn!(mount = %mount.name, %key, %error, "invalid metadata");
+                ApiError::CorruptData { key: key.clone() }
+            }
+            OpenError::Store(s) => s.clone().into(),
+        })
     }
 
     /// The mount of that name, or a 404.

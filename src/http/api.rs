@@ -19,6 +19,14 @@ pub async fn mounts(State(state): State<AppState>) -> Json<Value> {
     Json(json!({ "mounts": list }))
 }
 
+/// `GET /metrics`: Prometheus text.
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        state.metrics.render(&state.caches),
+    )
+}
+
 /// `GET /healthz`
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))

@@ -2,3 +2,4 @@
 
 pub mod api;
 pub mod raw;
+pub mod slice;

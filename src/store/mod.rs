@@ -24,7 +24,7 @@ pub use key::{KeyError, StoreKey};
 pub use object::{ObjectStoreBackend, open_local};
 
 /// Errors of the storage layer. A missing key is not one of them.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The upstream refused our credentials (401/403).
     #[error("upstream denied access: {0}")]

@@ -95,3 +95,83 @@ pub async fn request(app: &Router, method: &str, uri: &str, headers: &[(&str, &s
     }
     send(app, builder.body(Body::empty()).expect("request")).await
 }
+pub mod expected;
+
+/// A store wrapper that counts reads, to prove what the caches save.
+#[derive(Debug)]
+pub struct CountingStore {
+    pub inner: zarrgate::store::Store,
+    pub gets: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl zarrgate::store::Backend for CountingStore {
+    async fn head(
+        &self,
+        key: &zarrgate::store::StoreKey,
+    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.head(key).await
+    }
+
+    async fn get(
+        &self,
+        key: &zarrgate::store::StoreKey,
+        range: Option<zarrgate::store::ByteRange>,
+    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get(key, range).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &zarrgate::store::StoreKey,
+    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.list(prefix).await
+    }
+}
+
+/// The app over one directory whose reads are counted.
+pub fn counting_app(
+    dir: &Path,
+    config: Config,
+) -> (
+    Router,
+    zarrgate::AppState,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let gets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let inner = zarrgate::store::Store::new(zarrgate::store::open_local(dir).unwrap());
+    let mount = zarrgate::state::Mount {
+        name: "m".into(),
+        kind: "local",
+        url: dir.display().to_string(),
+        consolidated: true,
+        store: zarrgate::store::Store::new(CountingStore {
+            inner,
+            gets: gets.clone(),
+        }),
+    };
+    let state = AppState::with_mounts(config, vec![mount]);
+    (zarrgate::app(state.clone()), state, gets)
+}
+
+/// Writes a v3 array with raw little-endian chunks (`bytes` codec only) for tests.
+pub fn write_v3_array(
+    dir: &Path,
+    shape: &[u64],
+    chunks: &[u64],
+    data_type: &str,
+    fill: serde_json::Value,
+    codecs: serde_json::Value,
+) {
+    std::fs::create_dir_all(dir).unwrap();
+    let doc = serde_json::json!({
+        "zarr_format": 3, "node_type": "array", "shape": shape, "data_type": data_type,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": fill, "codecs": codecs, "attributes": {}
+    });
+    std::fs::write(dir.join("zarr.json"), serde_json::to_vec(&doc).unwrap()).unwrap();
+}

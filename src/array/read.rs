@@ -1,0 +1,512 @@
+//! Reads a selection of an array: plans the stored objects it touches, fetches them
+//! concurrently (bounded), decodes on the blocking pool and copies the selected elements into
+//! one C-order result.
+//!
+//! Sharded arrays are read with ranges: the shard index first (a suffix or prefix range), then
+//! only the inner chunks the selection needs, with nearby ranges coalesced into one request.
+//! With caches, decoded chunks, inner chunks and shard indexes are loaded once and reused.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt, stream};
+
+use super::selection::{CellPart, DimSelection, Selection, cells};
+use crate::cache::{CachedChunk, CachedIndex, Caches, ChunkId};
+use crate::codec::CodecError;
+use crate::codec::sharding::{IndexLocation, ShardingCodec};
+use crate::store::{ByteRange, Store, StoreError, StoreKey};
+use crate::zarr::ArrayMeta;
+use crate::zarr::elements::{BlockCopy, Elements};
+
+/// Errors of reading a region.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReadError {
+    /// Stored bytes at `key` do not decode.
+    #[error("corrupt data at '{key}': {message}")]
+    Corrupt {
+        /// The store key.
+        key: String,
+        /// What was wrong (for the log).
+        message: String,
+    },
+    /// The array uses something this server cannot decode.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A task failed (a bug).
+    #[error("internal: {0}")]
+    Internal(String),
+}
+
+impl ReadError {
+    fn codec(key: &StoreKey, e: CodecError) -> Self {
+        match e {
+            CodecError::Unsupported(m) => ReadError::Unsupported(m),
+            other => ReadError::Corrupt {
+                key: key.to_string(),
+                message: other.to_string(),
+            },
+        }
+    }
+
+    fn copy(key: &StoreKey, message: String) -> Self {
+        ReadError::Corrupt {
+            key: key.to_string(),
+            message,
+        }
+    }
+}
+
+impl From<Arc<ReadError>> for ReadError {
+    fn from(e: Arc<ReadError>) -> Self {
+        (*e).clone()
+    }
+}
+
+/// Tuning of reads.
+#[derive(Debug, Clone)]
+pub struct ReadOptions {
+    /// Stored objects fetched and decoded at once.
+    pub concurrency: usize,
+    /// Ranges of one shard closer than this are fetched as one request.
+    pub coalesce_gap: u64,
+    /// Decoded size limit of one chunk of variable-length elements.
+    pub variable_chunk_limit: usize,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        Self {
+            concurrency: 16,
+            coalesce_gap: 1 << 20,
+            variable_chunk_limit: 256 << 20,
+        }
+    }
+}
+
+/// What a read needs besides the array: the store, where its chunks are cached, and tuning.
+#[derive(Debug, Clone)]
+pub struct ReadContext {
+    /// The mount's store.
+    pub store: Store,
+    /// The mount's name (part of cache keys).
+    pub mount: Arc<str>,
+    /// Caches, if any.
+    pub caches: Option<Arc<Caches>>,
+    /// Tuning.
+    pub opts: ReadOptions,
+}
+
+impl ReadContext {
+    /// A context without caches.
+    pub fn uncached(store: Store) -> Self {
+        Self {
+            store,
+            mount: Arc::from(""),
+            caches: None,
+            opts: ReadOptions::default(),
+        }
+    }
+
+    fn id(&self, key: &StoreKey, inner: Option<u64>) -> ChunkId {
+        ChunkId {
+            mount: self.mount.clone(),
+            key: key.clone(),
+            inner,
+        }
+    }
+}
+
+/// The cartesian product of per-dimension parts.
+fn product(parts: &[Vec<CellPart>]) -> Vec<Vec<CellPart>> {
+    let mut out: Vec<Vec<CellPart>> = vec![Vec::new()];
+    for dim in parts {
+        out = out
+            .into_iter()
+            .flat_map(|prefix| {
+                dim.iter().map(move |p| {
+                    let mut v = prefix.clone();
+                    v.push(*p);
+                    v
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// Decoded-size limit for one stored object of `elements` elements.
+fn limit_for(meta: &ArrayMeta, elements: u64, opts: &ReadOptions) -> usize {
+    match meta.dtype.item_size() {
+        // Every intermediate of a real chain is at most the decoded size; leave room for
+        // checksums, headers and shard indexes.
+        Some(item) => {
+            let exact = (elements as usize).saturating_mul(item.max(1));
+            exact.saturating_add(exact / 8).saturating_add(1 << 16)
+        }
+        None => opts.variable_chunk_limit,
+    }
+}
+
+/// The result being assembled.
+struct Output {
+    elements: Mutex<Elements>,
+    shape: Vec<u64>,
+    item: usize,
+    steps: Vec<u64>,
+}
+
+impl Output {
+    /// Copies the parts of a decoded block (of `block_shape`) into the result.
+    fn copy(&self, block: &Elements, block_shape: &[u64], parts: &[CellPart]) -> Result<(), String> {
+        let src_start: Vec<u64> = parts.iter().map(|p| p.src_start).collect();
+        let dst_start: Vec<u64> = parts.iter().map(|p| p.dst_start).collect();
+        let count: Vec<u64> = parts.iter().map(|p| p.count).collect();
+        let mut out = self.elements.lock().map_err(|_| "output lock poisoned".to_string())?;
+        out.copy_block(
+            block,
+            self.item,
+            &BlockCopy {
+                src_shape: block_shape,
+                src_start: &src_start,
+                src_step: &self.steps,
+                dst_shape: &self.shape,
+                dst_start: &dst_start,
+                count: &count,
+            },
+        )
+        .map_err(|e| e.to_string())
+    }
+}
+
+/// Reads `sel` of the array at `path`. The result has `sel.full_shape()` in C order.
+pub async fn read_region(
+    ctx: &ReadContext,
+    path: &StoreKey,
+    meta: Arc<ArrayMeta>,
+    sel: &Selection,
+) -> Result<Elements, ReadError> {
+    let total = sel.len() as usize;
+    let output = Arc::new(Output {
+        elements: Mutex::new(Elements::filled(&meta.fill, total)),
+        shape: sel.full_shape(),
+        item: meta.dtype.item_size().unwrap_or(0),
+        steps: sel.0.iter().map(|d| d.span().1).collect(),
+    });
+    if total == 0 {
+        return Ok(Elements::filled(&meta.fill, 0));
+    }
+    let plan: Vec<Vec<CellPart>> = sel
+        .0
+        .iter()
+        .zip(meta.chunk_shape.iter().zip(&meta.shape))
+        .map(|(d, (&chunk, &n))| cells(*d, chunk, 0, 0, n))
+        .collect();
+    stream::iter(product(&plan))
+        .map(|parts| {
+            let (meta, output) = (meta.clone(), output.clone());
+            async move {
+                let coords: Vec<u64> = parts.iter().map(|p| p.cell).collect();
+                let key = path
+                    .join(&meta.key_encoding.key(&coords))
+                    .map_err(|e| ReadError::Unsupported(format!("chunk key: {e}")))?;
+                if meta.chain.sharding().is_some() {
+                    read_shard(ctx, &key, &coords, &parts, meta, output).await
+                } else {
+                    read_chunk(ctx, &key, &parts, meta, output).await
+                }
+            }
+        })
+        .buffer_unordered(ctx.opts.concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    let output = Arc::try_unwrap(output).map_err(|_| ReadError::Internal("output still shared".into()))?;
+    output
+        .elements
+        .into_inner()
+        .map_err(|_| ReadError::Internal("output lock poisoned".into()))
+}
+
+/// Decodes `bytes` with the array's chain (or, `inner`, the shard's inner chain) on the
+/// blocking pool.
+async fn decode(
+    ctx: &ReadContext,
+    meta: &Arc<ArrayMeta>,
+    key: &StoreKey,
+    bytes: Bytes,
+    inner: bool,
+) -> Result<Arc<Elements>, ReadError> {
+    let (meta, key, caches) = (meta.clone(), key.clone(), ctx.caches.clone());
+    let opts = ctx.opts.clone();
+    tokio::task::spawn_blocking(move || {
+        let (chain, shape) = match (inner, meta.chain.sharding()) {
+            (true, Some(s)) => (&s.inner, &s.inner_shape),
+            _ => (&meta.chain, &meta.chunk_shape),
+        };
+        let limit = limit_for(&meta, shape.iter().product(), &opts);
+        if let Some(c) = &caches {
+            c.decodes.fetch_add(1, Ordering::Relaxed);
+        }
+        chain
+            .decode(&bytes, shape, &meta.fill, limit)
+            .map(Arc::new)
+            .map_err(|e| ReadError::codec(&key, e))
+    })
+    .await
+    .map_err(|e| ReadError::Internal(format!("decode task failed: {e}")))?
+}
+
+/// Copies on the blocking pool when the block is large, inline when it is small.
+async fn copy_out(
+    output: &Arc<Output>,
+    block: Arc<Elements>,
+    shape: Vec<u64>,
+    parts: Vec<CellPart>,
+    key: &StoreKey,
+) -> Result<(), ReadError> {
+    let n: u64 = parts.iter().map(|p| p.count).product();
+    if n < 16 * 1024 {
+        return output.copy(&block, &shape, &parts).map_err(|m| ReadError::copy(key, m));
+    }
+    let (output, key) = (output.clone(), key.clone());
+    tokio::task::spawn_blocking(move || {
+        output
+            .copy(&block, &shape, &parts)
+            .map_err(|m| ReadError::copy(&key, m))
+    })
+    .await
+    .map_err(|e| ReadError::Internal(format!("copy task failed: {e}")))?
+}
+
+async fn read_chunk(
+    ctx: &ReadContext,
+    key: &StoreKey,
+    parts: &[CellPart],
+    meta: Arc<ArrayMeta>,
+    output: Arc<Output>,
+) -> Result<(), ReadError> {
+    let load = async {
+        match ctx.store.get_bytes(key).await? {
+            None => Ok::<CachedChunk, ReadError>(None),
+            Some(bytes) => decode(ctx, &meta, key, bytes, false).await.map(Some),
+        }
+    };
+    let chunk = match &ctx.caches {
+        Some(c) => {
+            let mut loaded = false;
+            let got = c
+                .chunks
+                .try_get_with(ctx.id(key, None), async {
+                    loaded = true;
+                    load.await
+                })
+                .await?;
+            c.chunk_counters.record(loaded);
+            got
+        }
+        None => load.await?,
+    };
+    match chunk {
+        Some(block) => copy_out(&output, block, meta.chunk_shape.clone(), parts.to_vec(), key).await,
+        None => Ok(()), // missing chunk: the fill value is already there
+    }
+}
+
+/// Reads the index of a shard; `None` when the shard does not exist.
+async fn load_index(
+    ctx: &ReadContext,
+    key: &StoreKey,
+    codec: &ShardingCodec,
+    n: u64,
+) -> Result<CachedIndex, ReadError> {
+    let size = codec.index_size(n);
+    let range = match codec.index_location {
+        IndexLocation::End => ByteRange::Suffix(size),
+        IndexLocation::Start => ByteRange::Bounded(0, size),
+    };
+    let Some((bytes, shard_len)) = ctx.store.get_range_bytes(key, range).await? else {
+        return Ok(None);
+    };
+    if shard_len < size || bytes.len() as u64 != size {
+        return Err(ReadError::Corrupt {
+            key: key.to_string(),
+            message: format!("shard of {shard_len} bytes is smaller than its {size}-byte index"),
+        });
+    }
+    let index = codec.decode_index(&bytes, n).map_err(|e| ReadError::codec(key, e))?;
+    Ok(Some(Arc::new((index, shard_len))))
+}
+
+async fn shard_index(
+    ctx: &ReadContext,
+    key: &StoreKey,
+    codec: &ShardingCodec,
+    n: u64,
+) -> Result<CachedIndex, ReadError> {
+    match &ctx.caches {
+        Some(c) => {
+            let mut loaded = false;
+            let got = c
+                .shard_indexes
+                .try_get_with(ctx.id(key, None), async {
+                    loaded = true;
+                    load_index(ctx, key, codec, n).await
+                })
+                .await?;
+            c.index_counters.record(loaded);
+            Ok(got)
+        }
+        None => load_index(ctx, key, codec, n).await,
+    }
+}
+
+/// Byte ranges of one shard fetched as one request.
+struct RangeGroup {
+    /// What is fetched.
+    span: Range<u64>,
+    /// The ranges inside it, with the caller's numbers.
+    members: Vec<(usize, Range<u64>)>,
+}
+
+/// Groups byte ranges that lie within `gap` of each other.
+fn coalesce(mut ranges: Vec<(usize, Range<u64>)>, gap: u64) -> Vec<RangeGroup> {
+    ranges.sort_by_key(|(_, r)| r.start);
+    let mut groups: Vec<RangeGroup> = Vec::new();
+    for (i, r) in ranges {
+        match groups.last_mut() {
+            Some(g) if r.start <= g.span.end.saturating_add(gap) => {
+                g.span.end = g.span.end.max(r.end);
+                g.members.push((i, r));
+            }
+            _ => groups.push(RangeGroup {
+                span: r.clone(),
+                members: vec![(i, r)],
+            }),
+        }
+    }
+    groups
+}
+
+/// One inner chunk a shard read needs.
+struct InnerWant {
+    number: u64,
+    range: Range<u64>,
+    parts: Vec<CellPart>,
+}
+
+async fn read_shard(
+    ctx: &ReadContext,
+    key: &StoreKey,
+    shard_coords: &[u64],
+    parts: &[CellPart],
+    meta: Arc<ArrayMeta>,
+    output: Arc<Output>,
+) -> Result<(), ReadError> {
+    let Some(codec) = meta.chain.sharding() else {
+        return Ok(());
+    };
+    let shard_shape = &meta.chunk_shape;
+    let grid = codec.inner_grid(shard_shape);
+    let n: u64 = grid.iter().product();
+    let Some(index) = shard_index(ctx, key, codec, n).await? else {
+        return Ok(()); // missing shard: fill
+    };
+    let (index, shard_len) = (&index.0, index.1);
+    // The selection restricted to this shard, split over its inner chunks.
+    let mut inner_dims = Vec::with_capacity(parts.len());
+    for (d, part) in parts.iter().enumerate() {
+        let origin = shard_coords[d] * shard_shape[d];
+        let step = output.steps[d];
+        let first = origin + part.src_start;
+        let last = first + (part.count - 1) * step;
+        let restricted = DimSelection::Slice {
+            start: first,
+            step,
+            count: part.count,
+        };
+        let mut inner = cells(restricted, codec.inner_shape[d], origin, first, last + 1);
+        for p in &mut inner {
+            p.dst_start += part.dst_start;
+        }
+        inner_dims.push(inner);
+    }
+    let mut wanted = Vec::new();
+    for inner_parts in product(&inner_dims) {
+        let number = inner_parts.iter().zip(&grid).fold(0u64, |acc, (p, g)| acc * g + p.cell);
+        let range = index
+            .range(number as usize, Some(shard_len))
+            .map_err(|e| ReadError::codec(key, e))?;
+        if let Some(range) = range {
+            wanted.push(InnerWant {
+                number,
+                range,
+                parts: inner_parts,
+            });
+        }
+    }
+    // Inner chunks already decoded in the cache need no read.
+    let mut missing = Vec::new();
+    for (i, w) in wanted.iter().enumerate() {
+        let hit = match &ctx.caches {
+            Some(c) => c.chunks.get(&ctx.id(key, Some(w.number))).await.flatten(),
+            None => None,
+        };
+        match hit {
+            Some(block) => {
+                if let Some(c) = &ctx.caches {
+                    c.chunk_counters.record(false);
+                }
+                copy_out(&output, block, codec.inner_shape.clone(), w.parts.clone(), key).await?;
+            }
+            None => missing.push((i, w.range.clone())),
+        }
+    }
+    let groups = coalesce(missing, ctx.opts.coalesce_gap);
+    let wanted = &wanted;
+    stream::iter(groups)
+        .map(|RangeGroup { span, members }| {
+            let (meta, output) = (meta.clone(), output.clone());
+            async move {
+                let Some((bytes, _)) = ctx
+                    .store
+                    .get_range_bytes(key, ByteRange::Bounded(span.start, span.end))
+                    .await?
+                else {
+                    return Ok(()); // the shard vanished between requests: fill
+                };
+                for (i, r) in members {
+                    let (a, b) = ((r.start - span.start) as usize, (r.end - span.start) as usize);
+                    if b > bytes.len() {
+                        return Err(ReadError::copy(key, "short read of a shard range".into()));
+                    }
+                    let slice = bytes.slice(a..b);
+                    let w = &wanted[i];
+                    let load = decode(ctx, &meta, key, slice, true);
+                    let block = match &ctx.caches {
+                        Some(c) => {
+                            let got = c
+                                .chunks
+                                .try_get_with(ctx.id(key, Some(w.number)), async { load.await.map(Some) })
+                                .await?;
+                            c.chunk_counters.record(true);
+                            got
+                        }
+                        None => Some(load.await?),
+                    };
+                    if let (Some(block), Some(codec)) = (block, meta.chain.sharding()) {
+                        copy_out(&output, block, codec.inner_shape.clone(), w.parts.clone(), key).await?;
+                    }
+                }
+                Ok::<(), ReadError>(())
+            }
+        })
+        .buffer_unordered(ctx.opts.concurrency.max(1))
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,280 @@
+//! Slice selections: the HSDS-style `select` grammar (`[0:10, 5, ::2]`, brackets optional),
+//! normalised against an array shape with NumPy's rules (negatives count from the end, stops
+//! clamp, steps are >= 1, an integer drops its dimension, missing trailing terms are `:`).
+
+/// Why a selection was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid selection: {0}")]
+pub struct SelectionError(pub String);
+
+/// One dimension of a normalised selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DimSelection {
+    /// A single index; the dimension is dropped from the result.
+    Index(u64),
+    /// `start + k * step` for `k < count`.
+    Slice {
+        /// First index.
+        start: u64,
+        /// Step (>= 1).
+        step: u64,
+        /// Number of indices (may be 0).
+        count: u64,
+    },
+}
+
+impl DimSelection {
+    /// (start, step, count) of the indices selected.
+    pub fn span(&self) -> (u64, u64, u64) {
+        match *self {
+            DimSelection::Index(i) => (i, 1, 1),
+            DimSelection::Slice { start, step, count } => (start, step, count),
+        }
+    }
+}
+
+/// A normalised selection: one entry per array dimension.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection(pub Vec<DimSelection>);
+
+fn parse_int(s: &str, what: &str) -> Result<i64, SelectionError> {
+    s.trim()
+        .parse::<i64>()
+        .map_err(|_| SelectionError(format!("'{s}' is not an integer {what}")))
+}
+
+impl Selection {
+    /// Everything.
+    pub fn all(shape: &[u64]) -> Self {
+        Selection(
+            shape
+                .iter()
+                .map(|&n| DimSelection::Slice {
+                    start: 0,
+                    step: 1,
+                    count: n,
+                })
+                .collect(),
+        )
+    }
+
+    /// Parses `select` for an array of `shape`.
+    pub fn parse(text: &str, shape: &[u64]) -> Result<Self, SelectionError> {
+        let mut body = text.trim();
+        if let Some(inner) = body.strip_prefix('[') {
+            body = inner
+                .strip_suffix(']')
+                .ok_or_else(|| SelectionError("unbalanced brackets".into()))?
+                .trim();
+        }
+        if body.is_empty() {
+            return Ok(Self::all(shape));
+        }
+        let terms: Vec<&str> = body.split(',').collect();
+        if terms.len() > shape.len() {
+            return Err(SelectionError(format!(
+                "{} terms for an array of {} dimensions",
+                terms.len(),
+                shape.len()
+            )));
+        }
+        let mut dims = Vec::with_capacity(shape.len());
+        for (d, &n) in shape.iter().enumerate() {
+            let term = terms.get(d).map(|t| t.trim()).unwrap_or(":");
+            dims.push(Self::parse_term(term, n, d)?);
+        }
+        Ok(Selection(dims))
+    }
+
+    fn parse_term(term: &str, n: u64, dim: usize) -> Result<DimSelection, SelectionError> {
+        let n_i = n as i128;
+        if !term.contains(':') {
+            let i = parse_int(term, "index")? as i128;
+            let idx = if i < 0 { i + n_i } else { i };
+            if idx < 0 || idx >= n_i {
+                return Err(SelectionError(format!(
+                    "index {i} is out of bounds for dimension {dim} of size {n}"
+                )));
+            }
+            return Ok(DimSelection::Index(idx as u64));
+        }
+        let parts: Vec<&str> = term.split(':').collect();
+        if parts.len() > 3 {
+            return Err(SelectionError(format!("'{term}' has too many ':'")));
+        }
+        let opt = |s: Option<&&str>, what: &str| -> Result<Option<i128>, SelectionError> {
+            match s.map(|s| s.trim()) {
+                None | Some("") => Ok(None),
+                Some(s) => parse_int(s, what).map(|v| Some(v as i128)),
+            }
+        };
+        let step = opt(parts.get(2), "step")?.unwrap_or(1);
+        if step < 1 {
+            return Err(SelectionError(format!(
+                "step {step} in dimension {dim}: steps must be >= 1"
+            )));
+        }
+        let clamp = |v: i128| -> i128 { if v < 0 { (v + n_i).max(0) } else { v.min(n_i) } };
+        let start = opt(parts.first(), "start")?.map(clamp).unwrap_or(0);
+        let stop = opt(parts.get(1), "stop")?.map(clamp).unwrap_or(n_i);
+        let count = if stop > start {
+            (stop - start + step - 1) / step
+        } else {
+            0
+        };
+        Ok(DimSelection::Slice {
+            start: start as u64,
+            step: step as u64,
+            count: count as u64,
+        })
+    }
+
+    /// The result shape with integer-indexed dimensions kept as 1 (the layout of assembly).
+    pub fn full_shape(&self) -> Vec<u64> {
+        self.0.iter().map(|d| d.span().2).collect()
+    }
+
+    /// The result shape, integer-indexed dimensions dropped.
+    pub fn shape(&self) -> Vec<u64> {
+        self.0
+            .iter()
+            .filter_map(|d| match d {
+                DimSelection::Index(_) => None,
+                DimSelection::Slice { count, .. } => Some(*count),
+            })
+            .collect()
+    }
+
+    /// Number of elements selected.
+    pub fn len(&self) -> u64 {
+        self.0.iter().map(|d| d.span().2).product()
+    }
+
+    /// Whether nothing is selected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The part of one dimension's selection that falls in one grid cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CellPart {
+    /// Cell index (relative to the grid origin).
+    pub cell: u64,
+    /// First selected index inside the cell.
+    pub src_start: u64,
+    /// Indices selected in the cell.
+    pub count: u64,
+    /// Where they go in the result along this dimension.
+    pub dst_start: u64,
+}
+
+/// Splits a dimension's selection over a grid of `cell`-sized cells starting at `origin`,
+/// considering only absolute indices in `lo..hi`.
+pub fn cells(sel: DimSelection, cell: u64, origin: u64, lo: u64, hi: u64) -> Vec<CellPart> {
+    let (start, step, count) = sel.span();
+    let k_at = |x: u64| -> u64 { if x <= start { 0 } else { (x - start).div_ceil(step) } };
+    let k_min = k_at(lo);
+    let k_max = k_at(hi).min(count);
+    let mut out = Vec::new();
+    let mut k = k_min;
+    while k < k_max {
+        let idx = start + k * step;
+        let c = (idx - origin) / cell;
+        let cell_lo = origin + c * cell;
+        let k_end = k_at(cell_lo + cell).min(k_max);
+        out.push(CellPart {
+            cell: c,
+            src_start: idx - cell_lo,
+            count: k_end - k,
+            dst_start: k,
+        });
+        k = k_end;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use DimSelection::*;
+
+    fn s(start: u64, step: u64, count: u64) -> DimSelection {
+        Slice { start, step, count }
+    }
+
+    #[test]
+    fn grammar_and_numpy_rules() {
+        let shape = [10, 20, 30];
+        assert_eq!(Selection::parse("", &shape).unwrap(), Selection::all(&shape));
+        assert_eq!(
+            Selection::parse("[1:3, 5, ::7]", &shape).unwrap().0,
+            [s(1, 1, 2), Index(5), s(0, 7, 5)]
+        );
+        assert_eq!(Selection::parse("-3:", &shape).unwrap().0[0], s(7, 1, 3));
+        assert_eq!(Selection::parse("-1", &shape).unwrap().0[0], Index(9));
+        assert_eq!(
+            Selection::parse("5:100", &shape).unwrap().0[0],
+            s(5, 1, 5),
+            "stop clamps"
+        );
+        assert_eq!(Selection::parse("8:2", &shape).unwrap().0[0], s(8, 1, 0), "empty");
+        assert_eq!(Selection::parse("-100:2", &shape).unwrap().0[0], s(0, 1, 2));
+        assert_eq!(Selection::parse("0:10:3", &shape).unwrap().0[0], s(0, 3, 4));
+        let sel = Selection::parse("2, 3:5", &shape).unwrap();
+        assert_eq!(sel.shape(), [2, 30]);
+        assert_eq!(sel.full_shape(), [1, 2, 30]);
+        for bad in ["10", "-11", "::0", "::-1", "a:b", "1:2:3:4", "[1", "1,2,3,4", "1.5"] {
+            assert!(Selection::parse(bad, &shape).is_err(), "{bad}");
+        }
+        assert_eq!(
+            Selection::parse("", &[]).unwrap().len(),
+            1,
+            "0-d arrays have one element"
+        );
+        assert!(Selection::parse("0", &[]).is_err());
+    }
+
+    #[test]
+    fn cells_split_selections() {
+        // indices 3, 5, 7, 9, 11 over cells of 4: cell 0 -> [3], cell 1 -> [5, 7], cell 2 -> [9, 11]
+        let parts = cells(s(3, 2, 5), 4, 0, 0, 100);
+        assert_eq!(
+            parts,
+            [
+                CellPart {
+                    cell: 0,
+                    src_start: 3,
+                    count: 1,
+                    dst_start: 0
+                },
+                CellPart {
+                    cell: 1,
+                    src_start: 1,
+                    count: 2,
+                    dst_start: 1
+                },
+                CellPart {
+                    cell: 2,
+                    src_start: 1,
+                    count: 2,
+                    dst_start: 3
+                },
+            ]
+        );
+        // A big step skips whole cells.
+        let parts = cells(s(0, 10, 3), 4, 0, 0, 100);
+        assert_eq!(parts.iter().map(|p| p.cell).collect::<Vec<_>>(), [0, 2, 5]);
+        // Restricted to a window (a shard 8..16) with inner cells of 4 from origin 8.
+        let parts = cells(s(3, 2, 5), 4, 8, 8, 16);
+        assert_eq!(
+            parts,
+            [CellPart {
+                cell: 0,
+                src_start: 1,
+                count: 2,
+                dst_start: 3
+            },]
+        );
+    }
+}

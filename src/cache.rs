@@ -1,0 +1,122 @@
+//! Caches (moka), weighed in bytes: decoded chunks (and inner chunks of shards), shard
+//! indexes, and parsed array metadata.
+//!
+//! Concurrent misses of one key load once (`try_get_with`); failed loads are not cached. A
+//! missing chunk is cached as `None`, so sparse arrays cost no store reads when warm.
+//! Staleness is bounded by a time-to-live (`cache.ttl_seconds`): entries are never served
+//! longer than that after they were loaded, so changed data shows within that bound.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use moka::future::Cache;
+use moka::notification::RemovalCause;
+
+use crate::codec::sharding::ShardIndex;
+use crate::config::CacheConfig;
+use crate::store::StoreKey;
+use crate::zarr::ArrayMeta;
+use crate::zarr::elements::Elements;
+
+/// Identifies a stored object (or an inner chunk of a shard) across mounts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChunkId {
+    /// Mount name.
+    pub mount: Arc<str>,
+    /// Key in the mount.
+    pub key: StoreKey,
+    /// Inner chunk number within a shard.
+    pub inner: Option<u64>,
+}
+
+/// Hit/miss/eviction counters of one cache.
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    /// Lookups answered from the cache.
+    pub hits: AtomicU64,
+    /// Lookups that loaded.
+    pub misses: AtomicU64,
+    /// Entries evicted for capacity.
+    pub evictions: Arc<AtomicU64>,
+}
+
+impl CacheCounters {
+    /// Counts a lookup.
+    pub fn record(&self, loaded: bool) {
+        let c = if loaded { &self.misses } else { &self.hits };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A decoded chunk (`None`: the chunk does not exist and reads as fill).
+pub type CachedChunk = Option<Arc<Elements>>;
+/// A shard's index and the shard's length (`None`: the shard does not exist).
+pub type CachedIndex = Option<Arc<(ShardIndex, u64)>>;
+
+/// All caches of a server.
+#[derive(Debug)]
+pub struct Caches {
+    /// Decoded chunks and inner chunks.
+    pub chunks: Cache<ChunkId, CachedChunk>,
+    /// Shard indexes.
+    pub shard_indexes: Cache<ChunkId, CachedIndex>,
+    /// Array metadata by (mount, array path).
+    pub metadata: Cache<(Arc<str>, StoreKey), Arc<ArrayMeta>>,
+    /// Counters of `chunks`.
+    pub chunk_counters: CacheCounters,
+    /// Counters of `shard_indexes`.
+    pub index_counters: CacheCounters,
+    /// Counters of `metadata`.
+    pub metadata_counters: CacheCounters,
+    /// Chunks (and inner chunks) decoded, cached or not.
+    pub decodes: AtomicU64,
+}
+
+fn weight(bytes: usize) -> u32 {
+    u32::try_from(bytes.saturating_add(64)).unwrap_or(u32::MAX)
+}
+
+fn evictions_listener<K, V>(counter: Arc<AtomicU64>) -> impl Fn(Arc<K>, V, RemovalCause) + Send + Sync + 'static {
+    move |_, _, cause| {
+        if cause == RemovalCause::Size {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Caches {
+    /// Caches sized by the configuration.
+    pub fn new(config: &CacheConfig) -> Self {
+        let ttl = Duration::from_secs(config.ttl_seconds.max(1));
+        let chunk_counters = CacheCounters::default();
+        let index_counters = CacheCounters::default();
+        let metadata_counters = CacheCounters::default();
+        let chunks = Cache::builder()
+            .max_capacity(config.chunk_bytes)
+            .weigher(|_: &ChunkId, v: &CachedChunk| weight(v.as_ref().map_or(0, |e| e.heap_size())))
+            .time_to_live(ttl)
+            .eviction_listener(evictions_listener(chunk_counters.evictions.clone()))
+            .build();
+        let shard_indexes = Cache::builder()
+            .max_capacity(config.shard_index_bytes)
+            .weigher(|_: &ChunkId, v: &CachedIndex| weight(v.as_ref().map_or(0, |i| i.0.heap_size())))
+            .time_to_live(ttl)
+            .eviction_listener(evictions_listener(index_counters.evictions.clone()))
+            .build();
+        let metadata = Cache::builder()
+            .max_capacity(10_000)
+            .time_to_live(ttl)
+            .eviction_listener(evictions_listener(metadata_counters.evictions.clone()))
+            .build();
+        Self {
+            chunks,
+            shard_indexes,
+            metadata,
+            chunk_counters,
+            index_counters,
+            metadata_counters,
+            decodes: AtomicU64::new(0),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! numcodecs `categorize` (v2 filter): each element is stored as a small integer, 0 for values
+//! not among the labels (decoded as the empty string) and i + 1 for `labels[i]`.
+//! Spec: <https://numcodecs.readthedocs.io/en/stable/filter/categorize.html>
+
+use serde_json::Value;
+
+use super::CodecError;
+use super::numeric::{Num, Scalar, count};
+use crate::zarr::elements::Elements;
+
+/// The categorize filter.
+#[derive(Debug, Clone)]
+pub struct Categorize {
+    labels: Vec<String>,
+    astype: Scalar,
+}
+
+impl Categorize {
+    /// From `{"id": "categorize", "labels": [...], "dtype": "|O", "astype": "|u1"}`.
+    pub fn from_config(config: &Value) -> Result<Self, CodecError> {
+        let labels = config
+            .get("labels")
+            .and_then(Value::as_array)
+            .and_then(|l| {
+                l.iter()
+                    .map(|v| v.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or_else(|| CodecError::Config("categorize needs a list of string labels".into()))?;
+        let astype = Scalar::parse(config, "astype")?;
+        Ok(Self { labels, astype })
+    }
+
+    /// Decodes `expected` codes into strings.
+    pub fn decode(&self, input: &[u8], expected: usize) -> Result<Elements, CodecError> {
+        let n = count(input, &self.astype)?;
+        if n != expected {
+            return Err(CodecError::Corrupt(format!(
+                "categorize: {n} codes where the chunk holds {expected}"
+            )));
+        }
+        input
+            .chunks_exact(self.astype.size())
+            .map(|b| match self.astype.read(b) {
+                Num::Int(0) => Ok(Some(String::new())),
+                Num::Int(i) => usize::try_from(i - 1)
+                    .ok()
+                    .and_then(|i| self.labels.get(i))
+                    .map(|l| Some(l.clone()))
+                    .ok_or_else(|| CodecError::Corrupt(format!("categorize: code {i} has no label"))),
+                Num::Float(_) => Err(CodecError::Corrupt("categorize: float codes".into())),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Elements::Strings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn codes_become_labels() {
+        let c = Categorize::from_config(&json!({"labels": ["red", "green"], "dtype": "|O", "astype": "|u1"})).unwrap();
+        assert_eq!(
+            c.decode(&[2, 0, 1], 3).unwrap(),
+            Elements::Strings(vec![Some("green".into()), Some(String::new()), Some("red".into())])
+        );
+        assert!(c.decode(&[3], 1).is_err());
+        assert!(c.decode(&[1, 1], 1).is_err());
+    }
+}

@@ -1,0 +1,358 @@
+//! The codec chain of an array (or of a shard's inner chunks): how the stored bytes of one
+//! chunk become [`Elements`]. Built from v3 `codecs` or from v2 `filters` + `compressor` +
+//! `order`, so the rest of the server sees one model.
+
+use std::borrow::Cow;
+
+use serde_json::Value;
+
+use super::categorize::Categorize;
+use super::sharding::ShardingCodec;
+use super::{BytesToBytes, CodecError, astype, delta, fixedscaleoffset, json2, packbits, transpose, vlen, zep0007};
+use crate::zarr::MetaError;
+use crate::zarr::dtype::{DType, Kind};
+use crate::zarr::elements::Elements;
+use crate::zarr::fill::FillValue;
+
+/// An array->array stage.
+#[derive(Debug)]
+pub enum ArrayToArray {
+    /// Axis permutation (v3 `transpose`, v2 `order: "F"`).
+    Transpose(Vec<usize>),
+    /// A numcodecs filter applied to the element bytes (v3 `numcodecs.delta`, ...); `encoded` is
+    /// the element type it stores.
+    Filter {
+        /// The filter.
+        codec: Box<dyn BytesToBytes>,
+        /// The stored element type.
+        encoded: DType,
+    },
+}
+
+/// The array->bytes stage.
+#[derive(Debug)]
+pub enum ArrayToBytes {
+    /// Fixed-size elements in the given stored type (v3 `bytes`, v2 plain data).
+    Fixed(DType),
+    /// numcodecs `vlen-utf8`.
+    VlenUtf8,
+    /// numcodecs `vlen-bytes`.
+    VlenBytes,
+    /// numcodecs `json2`.
+    Json2,
+    /// numcodecs `categorize`.
+    Categorize(Categorize),
+    /// ZEP0007 variable-length layout (`binary` for bytes).
+    Zep0007 {
+        /// Bytes rather than strings.
+        binary: bool,
+    },
+    /// v3 `sharding_indexed`.
+    Sharding(Box<ShardingCodec>),
+}
+
+/// A full chain.
+#[derive(Debug)]
+pub struct CodecChain {
+    /// Array->array stages, in encoding order.
+    pub array_to_array: Vec<ArrayToArray>,
+    /// The array->bytes stage.
+    pub array_to_bytes: ArrayToBytes,
+    /// Bytes->bytes stages, in encoding order.
+    pub bytes_to_bytes: Vec<Box<dyn BytesToBytes>>,
+    /// The element type the chain decodes to (little-endian).
+    pub dtype: DType,
+}
+
+fn codec_id(config: &Value) -> &str {
+    config.get("id").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A numcodecs numeric filter and the element type it stores (`None`: the type it is given).
+type NumericFilter = (Box<dyn BytesToBytes>, Option<DType>);
+
+fn numeric_filter(id: &str, config: &Value) -> Result<Option<NumericFilter>, CodecError> {
+    Ok(Some(match id {
+        "delta" => {
+            let c = delta::Delta::from_config(config)?;
+            let enc = c.encoded().dtype().clone();
+            (Box::new(c), Some(enc))
+        }
+        "fixedscaleoffset" => {
+            let c = fixedscaleoffset::FixedScaleOffset::from_config(config)?;
+            let enc = c.encoded().dtype().clone();
+            (Box::new(c), Some(enc))
+        }
+        "quantize" => {
+            let c = astype::AsType::from_quantize(config)?;
+            let enc = c.encoded().dtype().clone();
+            (Box::new(c), Some(enc))
+        }
+        "astype" => {
+            let c = astype::AsType::from_astype(config)?;
+            let enc = c.encoded().dtype().clone();
+            (Box::new(c), Some(enc))
+        }
+        "packbits" => (Box::new(packbits::PackBits), Some(DType::new(Kind::UInt(1)))),
+        // BitRound only zeroes mantissa bits when encoding; decoding is the identity.
+        "bitround" => (Box::new(Identity), None),
+        _ => return Ok(None),
+    }))
+}
+
+/// A stage whose decoding changes nothing (numcodecs `bitround`).
+#[derive(Debug)]
+struct Identity;
+
+impl BytesToBytes for Identity {
+    fn decode(&self, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
+        if input.len() > limit {
+            return Err(CodecError::TooLarge { limit });
+        }
+        Ok(input.to_vec())
+    }
+}
+
+fn bytes_stage_v2(config: &Value) -> Result<Box<dyn BytesToBytes>, MetaError> {
+    let id = codec_id(config);
+    if let Some((codec, _)) = numeric_filter(id, config)? {
+        return Ok(codec);
+    }
+    super::bytes_codec_v2(config)?.ok_or_else(|| MetaError::Unsupported(format!("codec '{id}'")))
+}
+
+impl CodecChain {
+    /// The chain of a v2 (or v1) array.
+    pub fn from_v2(
+        stored: &DType,
+        order: &str,
+        filters: &[Value],
+        compressor: Option<&Value>,
+        ndim: usize,
+    ) -> Result<Self, MetaError> {
+        let first = filters.first().map(codec_id);
+        let (array_to_bytes, rest, dtype) = match first {
+            Some("vlen-utf8") => (ArrayToBytes::VlenUtf8, &filters[1..], DType::new(Kind::String)),
+            Some("vlen-bytes") => (ArrayToBytes::VlenBytes, &filters[1..], DType::new(Kind::Bytes)),
+            Some("json2") => (ArrayToBytes::Json2, &filters[1..], DType::new(Kind::Object)),
+            Some("categorize") => {
+                let c = Categorize::from_config(&filters[0])?;
+                let dtype = match stored.kind {
+                    Kind::Object => DType::new(Kind::String),
+                    _ => stored.little_endian(),
+                };
+                (ArrayToBytes::Categorize(c), &filters[1..], dtype)
+            }
+            Some(id @ ("vlen-array" | "pickle" | "msgpack2" | "json")) => {
+                return Err(MetaError::Unsupported(format!("object codec '{id}'")));
+            }
+            _ if stored.kind == Kind::Object => {
+                return Err(MetaError::Unsupported(
+                    "an object array without a known object codec".into(),
+                ));
+            }
+            _ => (ArrayToBytes::Fixed(stored.clone()), filters, stored.little_endian()),
+        };
+        let mut bytes_to_bytes = rest.iter().map(bytes_stage_v2).collect::<Result<Vec<_>, _>>()?;
+        if let Some(c) = compressor {
+            bytes_to_bytes.push(bytes_stage_v2(c)?);
+        }
+        let array_to_array = match order {
+            "C" => Vec::new(),
+            "F" => vec![ArrayToArray::Transpose((0..ndim).rev().collect())],
+            other => return Err(MetaError::Invalid(format!("unknown order '{other}'"))),
+        };
+        Ok(Self {
+            array_to_array,
+            array_to_bytes,
+            bytes_to_bytes,
+            dtype,
+        })
+    }
+
+    /// The chain of a v3 array (or of inner chunks) of `dtype` with chunks of `chunk_shape`.
+    pub fn from_v3(dtype: &DType, codecs: &[Value], chunk_shape: &[u64]) -> Result<Self, MetaError> {
+        let mut array_to_array = Vec::new();
+        let mut array_to_bytes = None;
+        let mut bytes_to_bytes: Vec<Box<dyn BytesToBytes>> = Vec::new();
+        // The element type and chunk shape as they reach the array->bytes codec.
+        let mut stage_dtype = dtype.clone();
+        let mut stage_shape = chunk_shape.to_vec();
+        for codec in codecs {
+            let (name, config) = match codec {
+                Value::String(s) => (s.as_str(), None),
+                Value::Object(o) => (
+                    o.get("name").and_then(Value::as_str).unwrap_or(""),
+                    o.get("configuration"),
+                ),
+                _ => return Err(MetaError::Invalid(format!("codec {codec} is not an object"))),
+            };
+            let before_bytes = array_to_bytes.is_none();
+            match name {
+                "transpose" if before_bytes => {
+                    let order = transpose::parse_order(config, stage_shape.len())?;
+                    stage_shape = transpose::encoded_shape(&stage_shape, &order);
+                    array_to_array.push(ArrayToArray::Transpose(order));
+                }
+                "bytes" | "endian" if before_bytes => {
+                    let endian = config.and_then(|c| c.get("endian")).and_then(Value::as_str);
+                    let mut stored = stage_dtype.clone();
+                    stored.big_endian = match endian {
+                        Some("big") => true,
+                        Some("little") | None => false,
+                        Some(other) => return Err(MetaError::Invalid(format!("unknown endian '{other}'"))),
+                    };
+                    if let Kind::Structured(fields) = &mut stored.kind {
+                        for f in fields {
+                            f.dtype.big_endian = stored.big_endian;
+                        }
+                    }
+                    if stored.is_variable() {
+                        return Err(MetaError::Invalid(format!(
+                            "the bytes codec cannot encode {} elements",
+                            dtype.typestr()
+                        )));
+                    }
+                    array_to_bytes = Some(ArrayToBytes::Fixed(stored));
+                }
+                "vlen-utf8" if before_bytes => array_to_bytes = Some(ArrayToBytes::VlenUtf8),
+                "vlen-bytes" if before_bytes => array_to_bytes = Some(ArrayToBytes::VlenBytes),
+                "sharding_indexed" if before_bytes => {
+                    let codec = ShardingCodec::from_v3(config, &stage_dtype, &stage_shape)?;
+                    array_to_bytes = Some(ArrayToBytes::Sharding(Box::new(codec)));
+                }
+                n if before_bytes && n.starts_with("numcodecs.") => {
+                    let id = &n["numcodecs.".len()..];
+                    let mut cfg = config.cloned().unwrap_or_else(|| Value::Object(Default::default()));
+                    if let Value::Object(o) = &mut cfg {
+                        o.insert("id".into(), id.into());
+                    }
+                    match numeric_filter(id, &cfg)? {
+                        Some(_) if id == "packbits" => {
+                            return Err(MetaError::Unsupported("numcodecs.packbits in a v3 chain".into()));
+                        }
+                        Some((codec, encoded)) => {
+                            let encoded = encoded.unwrap_or_else(|| stage_dtype.clone());
+                            stage_dtype = encoded.clone();
+                            array_to_array.push(ArrayToArray::Filter { codec, encoded });
+                        }
+                        None => match super::bytes_codec_v3(name, config)? {
+                            Some(c) => bytes_to_bytes.push(c),
+                            None => return Err(MetaError::Unsupported(format!("codec '{name}'"))),
+                        },
+                    }
+                }
+                _ => match super::bytes_codec_v3(name, config)? {
+                    Some(c) => bytes_to_bytes.push(c),
+                    None => return Err(MetaError::Unsupported(format!("codec '{name}'"))),
+                },
+            }
+        }
+        let array_to_bytes = match array_to_bytes {
+            Some(a) => a,
+            // ZEP0007: variable-length types without an array->bytes codec.
+            None => match stage_dtype.kind {
+                Kind::String => ArrayToBytes::Zep0007 { binary: false },
+                Kind::Bytes => ArrayToBytes::Zep0007 { binary: true },
+                _ => return Err(MetaError::Invalid("the codecs have no array->bytes codec".into())),
+            },
+        };
+        Ok(Self {
+            array_to_array,
+            array_to_bytes,
+            bytes_to_bytes,
+            dtype: dtype.little_endian(),
+        })
+    }
+
+    /// The sharding codec, when the chain is sharded with nothing before it (the case readers
+    /// can serve with ranged reads).
+    pub fn sharding(&self) -> Option<&ShardingCodec> {
+        match (
+            &self.array_to_bytes,
+            self.array_to_array.is_empty(),
+            self.bytes_to_bytes.is_empty(),
+        ) {
+            (ArrayToBytes::Sharding(s), true, true) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Decodes one stored chunk of `shape` elements. `limit` bounds every intermediate buffer.
+    pub fn decode(&self, input: &[u8], shape: &[u64], fill: &FillValue, limit: usize) -> Result<Elements, CodecError> {
+        // Shapes and element types as each array->array stage leaves them.
+        let mut shapes = vec![shape.to_vec()];
+        let mut items = vec![self.dtype.item_size().unwrap_or(0)];
+        for stage in &self.array_to_array {
+            let (last_shape, last_item) = (shapes[shapes.len() - 1].clone(), items[items.len() - 1]);
+            match stage {
+                ArrayToArray::Transpose(order) => {
+                    shapes.push(transpose::encoded_shape(&last_shape, order));
+                    items.push(last_item);
+                }
+                ArrayToArray::Filter { encoded, .. } => {
+                    shapes.push(last_shape);
+                    items.push(encoded.item_size().unwrap_or(0));
+                }
+            }
+        }
+        let encoded_shape = &shapes[shapes.len() - 1];
+        let n = encoded_shape.iter().product::<u64>() as usize;
+        let mut bytes = Cow::Borrowed(input);
+        for stage in self.bytes_to_bytes.iter().rev() {
+            bytes = Cow::Owned(stage.decode(&bytes, limit)?);
+        }
+        let mut elements = match &self.array_to_bytes {
+            ArrayToBytes::Fixed(stored) => {
+                let size = stored.item_size().unwrap_or(0);
+                if bytes.len() != n * size {
+                    return Err(CodecError::Corrupt(format!(
+                        "chunk decodes to {} bytes, expected {} ({n} elements of {size} bytes)",
+                        bytes.len(),
+                        n * size
+                    )));
+                }
+                let mut owned = bytes.into_owned();
+                stored.to_little_endian(&mut owned);
+                Elements::Fixed(owned)
+            }
+            ArrayToBytes::VlenUtf8 => vlen::decode_utf8(&bytes, n)?,
+            ArrayToBytes::VlenBytes => vlen::decode_bytes(&bytes, n)?,
+            ArrayToBytes::Json2 => json2::decode(&bytes, n)?,
+            ArrayToBytes::Categorize(c) => c.decode(&bytes, n)?,
+            ArrayToBytes::Zep0007 { binary } => zep0007::decode(&bytes, n, *binary)?,
+            ArrayToBytes::Sharding(s) => s.decode_shard(&bytes, encoded_shape, fill, limit)?,
+        };
+        for (i, stage) in self.array_to_array.iter().enumerate().rev() {
+            elements = match stage {
+                ArrayToArray::Transpose(order) => transpose::decode(elements, &shapes[i + 1], order, items[i + 1])?,
+                ArrayToArray::Filter { codec, .. } => match elements {
+                    Elements::Fixed(b) => Elements::Fixed(codec.decode(&b, limit)?),
+                    _ => return Err(CodecError::Corrupt("numeric filter on variable-length data".into())),
+                },
+            };
+        }
+        Ok(coerce(elements, &self.dtype))
+    }
+}
+
+/// Strings decoded for a fixed-width unicode array (categorize on `<U`) become UTF-32.
+fn coerce(elements: Elements, dtype: &DType) -> Elements {
+    match (elements, &dtype.kind) {
+        (Elements::Strings(v), Kind::FixedUnicode(n)) => {
+            let mut out = Vec::with_capacity(v.len() * 4 * n);
+            for s in v {
+                let start = out.len();
+                out.extend(
+                    s.unwrap_or_default()
+                        .chars()
+                        .take(*n)
+                        .flat_map(|c| (c as u32).to_le_bytes()),
+                );
+                out.resize(start + 4 * n, 0);
+            }
+            Elements::Fixed(out)
+        }
+        (e, _) => e,
+    }
+}

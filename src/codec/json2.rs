@@ -1,0 +1,119 @@
+//! numcodecs `json2` (v2 object codec): the chunk is a JSON list of the items (nested lists for
+//! chunks of several dimensions, as NumPy's `tolist` writes them) followed by the dtype string
+//! and the shape. Python writes NaN and infinities as bare `NaN`,
+//! `Infinity`, `-Infinity`, which are not JSON: they are read as the strings `"NaN"`,
+//! `"Infinity"` and `"-Infinity"` (the slice API's convention for non-finite numbers).
+//! Spec: <https://numcodecs.readthedocs.io/en/stable/other/json.html>
+
+use serde_json::Value;
+
+use super::CodecError;
+use crate::zarr::elements::Elements;
+
+/// Quotes the bare non-finite literals Python's json module writes, leaving strings alone.
+fn quote_non_finite(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let literal = ["-Infinity", "Infinity", "NaN"]
+            .into_iter()
+            .find(|l| rest.starts_with(l));
+        if let Some(l) = literal {
+            out.push('"');
+            out.push_str(l);
+            out.push('"');
+            rest = &rest[l.len()..];
+            continue;
+        }
+        if c == '"' {
+            in_string = true;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// Decodes a json2 chunk of `expected` items.
+pub fn decode(input: &[u8], expected: usize) -> Result<Elements, CodecError> {
+    let text = std::str::from_utf8(input).map_err(|_| CodecError::Corrupt("json2: not UTF-8".into()))?;
+    let value: Value = serde_json::from_str(&quote_non_finite(text))
+        .map_err(|e| CodecError::Corrupt(format!("json2: not JSON ({e})")))?;
+    let Value::Array(mut items) = value else {
+        return Err(CodecError::Corrupt("json2: not a list".into()));
+    };
+    // The last two entries are the dtype string and the shape.
+    let shape = items.pop();
+    let dtype = items.pop();
+    let (Some(Value::Array(shape)), Some(Value::String(_))) = (shape, dtype) else {
+        return Err(CodecError::Corrupt("json2: missing dtype and shape trailer".into()));
+    };
+    // Items of an n-d chunk are nested n deep; elements that are lists themselves stay whole.
+    for _ in 1..shape.len() {
+        let mut flat = Vec::with_capacity(items.len());
+        for row in items {
+            match row {
+                Value::Array(inner) => flat.extend(inner),
+                _ => {
+                    return Err(CodecError::Corrupt(
+                        "json2: items are not nested as the shape says".into(),
+                    ));
+                }
+            }
+        }
+        items = flat;
+    }
+    if items.len() != expected {
+        return Err(CodecError::Corrupt(format!(
+            "json2: {} items where the chunk holds {expected}",
+            items.len()
+        )));
+    }
+    Ok(Elements::Objects(items))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decodes_items_and_non_finite_numbers() {
+        let got = decode(br#"["text",1,2.5,NaN,"NaN in a string",-Infinity,"|O",[6]]"#, 6).unwrap();
+        assert_eq!(
+            got,
+            Elements::Objects(vec![
+                json!("text"),
+                json!(1),
+                json!(2.5),
+                json!("NaN"),
+                json!("NaN in a string"),
+                json!("-Infinity")
+            ])
+        );
+        assert!(decode(br#"["a","|O",[1]]"#, 2).is_err());
+        let nested = decode(br#"[["a",[1,2]],[null,"d"],"|O",[2,2]]"#, 4).unwrap();
+        assert_eq!(
+            nested,
+            Elements::Objects(vec![json!("a"), json!([1, 2]), json!(null), json!("d")])
+        );
+        assert!(decode(br#"["a","b","|O",[1,2]]"#, 2).is_err());
+        assert!(decode(br#"{"a": 1}"#, 1).is_err());
+        assert!(decode(b"[1,2", 1).is_err());
+        assert!(decode(br#"["a\"NaN",1,"|O",[2]]"#, 2).is_ok());
+    }
+}

@@ -1,0 +1,198 @@
+//! Typed scalar reads and writes shared by the numcodecs filters (delta, fixedscaleoffset,
+//! quantize, astype), with NumPy's `astype` casting rules: floats truncate toward zero into
+//! integers, integers wrap into narrower integers.
+
+use serde_json::Value;
+
+use super::CodecError;
+use crate::zarr::dtype::{DType, Kind};
+
+/// A scalar value in a wide representation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Num {
+    /// Any integer (or bool) value.
+    Int(i128),
+    /// Any floating-point value.
+    Float(f64),
+}
+
+impl Num {
+    /// As a float.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Num::Int(i) => i as f64,
+            Num::Float(f) => f,
+        }
+    }
+}
+
+/// A numeric element type as the filters declare it (`"<i4"`, `">f8"`, `"|u1"`, `"|b1"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scalar(DType);
+
+impl Scalar {
+    /// Parses a filter's dtype option; only numeric and bool types are accepted.
+    pub fn parse(config: &Value, key: &str) -> Result<Scalar, CodecError> {
+        let value = config
+            .get(key)
+            .ok_or_else(|| CodecError::Config(format!("missing option '{key}'")))?;
+        // v2 filters name NumPy type strings; v3 `numcodecs.*` codecs may use v3 names ("int32").
+        let dtype = DType::from_v2(value)
+            .or_else(|_| DType::from_v3(value))
+            .map_err(|e| CodecError::Config(e.to_string()))?;
+        Scalar::new(dtype)
+    }
+
+    /// Wraps a numeric type.
+    pub fn new(dtype: DType) -> Result<Scalar, CodecError> {
+        match dtype.kind {
+            Kind::Bool | Kind::Int(_) | Kind::UInt(_) | Kind::Float(_) => Ok(Scalar(dtype)),
+            _ => Err(CodecError::Unsupported(format!(
+                "filter on non-numeric dtype {}",
+                dtype.typestr()
+            ))),
+        }
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> &DType {
+        &self.0
+    }
+
+    /// Bytes per element.
+    pub fn size(&self) -> usize {
+        self.0.item_size().unwrap_or(1)
+    }
+
+    fn is_float(&self) -> bool {
+        matches!(self.0.kind, Kind::Float(_))
+    }
+
+    /// Reads one element.
+    pub fn read(&self, bytes: &[u8]) -> Num {
+        let mut buf = [0u8; 8];
+        let n = bytes.len().min(8);
+        buf[..n].copy_from_slice(&bytes[..n]);
+        if self.0.big_endian {
+            buf[..n].reverse();
+        }
+        match self.0.kind {
+            Kind::Float(2) => Num::Float(half::f16::from_le_bytes([buf[0], buf[1]]).to_f64()),
+            Kind::Float(4) => Num::Float(f32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as f64),
+            Kind::Float(_) => Num::Float(f64::from_le_bytes(buf)),
+            Kind::Int(s) => {
+                let shift = 64 - 8 * s as u32;
+                Num::Int(((i64::from_le_bytes(buf) << shift) >> shift) as i128)
+            }
+            _ => Num::Int(u64::from_le_bytes(buf) as i128),
+        }
+    }
+
+    /// Writes one element, casting like NumPy's `astype`.
+    pub fn write(&self, value: Num, out: &mut [u8]) {
+        let size = self.size();
+        let mut buf = [0u8; 8];
+        match self.0.kind {
+            Kind::Float(2) => buf[..2].copy_from_slice(&half::f16::from_f64(value.as_f64()).to_le_bytes()),
+            Kind::Float(4) => buf[..4].copy_from_slice(&(value.as_f64() as f32).to_le_bytes()),
+            Kind::Float(_) => buf.copy_from_slice(&value.as_f64().to_le_bytes()),
+            Kind::Bool => {
+                buf[0] = match value {
+                    Num::Int(i) => (i != 0) as u8,
+                    Num::Float(f) => (f != 0.0) as u8,
+                }
+            }
+            _ => {
+                let wide: i128 = match value {
+                    Num::Int(i) => i,
+                    Num::Float(f) => f.trunc() as i128,
+                };
+                buf.copy_from_slice(&(wide as i64).to_le_bytes());
+            }
+        }
+        if self.0.big_endian {
+            buf[..size].reverse();
+        }
+        out[..size].copy_from_slice(&buf[..size]);
+    }
+
+    /// Converts a run of elements of type `from` into this type.
+    pub fn convert_from(&self, from: &Scalar, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
+        let n = count(input, from)?;
+        let out_len = n * self.size();
+        if out_len > limit {
+            return Err(CodecError::TooLarge { limit });
+        }
+        let mut out = vec![0u8; out_len];
+        for (src, dst) in input.chunks_exact(from.size()).zip(out.chunks_exact_mut(self.size())) {
+            self.write(from.read(src), dst);
+        }
+        Ok(out)
+    }
+
+    /// Adds two values in this type's arithmetic (wrapping integers, float precision).
+    pub fn add(&self, a: Num, b: Num) -> Num {
+        if self.is_float() {
+            let sum = a.as_f64() + b.as_f64();
+            Num::Float(match self.0.kind {
+                Kind::Float(4) => sum as f32 as f64,
+                Kind::Float(2) => half::f16::from_f64(sum).to_f64(),
+                _ => sum,
+            })
+        } else {
+            let bits = 8 * self.size() as u32;
+            let (a, b) = match (a, b) {
+                (Num::Int(a), Num::Int(b)) => (a, b),
+                (a, b) => (a.as_f64().trunc() as i128, b.as_f64().trunc() as i128),
+            };
+            let sum = a.wrapping_add(b) & ((1i128 << bits) - 1);
+            let signed = matches!(self.0.kind, Kind::Int(_));
+            Num::Int(if signed && sum >= 1i128 << (bits - 1) {
+                sum - (1i128 << bits)
+            } else {
+                sum
+            })
+        }
+    }
+}
+
+/// The number of elements of `ty` in `input`, which must be a whole number of them.
+pub fn count(input: &[u8], ty: &Scalar) -> Result<usize, CodecError> {
+    if input.len() % ty.size() != 0 {
+        return Err(CodecError::Corrupt(format!(
+            "{} bytes is not a whole number of {} elements",
+            input.len(),
+            ty.dtype().typestr()
+        )));
+    }
+    Ok(input.len() / ty.size())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sc(t: &str) -> Scalar {
+        Scalar::parse(&json!({ "d": t }), "d").unwrap()
+    }
+
+    #[test]
+    fn reads_and_writes_with_numpy_casts() {
+        assert_eq!(sc("<i2").read(&(-5i16).to_le_bytes()), Num::Int(-5));
+        assert_eq!(sc(">i2").read(&(-5i16).to_be_bytes()), Num::Int(-5));
+        assert_eq!(sc("<u8").read(&u64::MAX.to_le_bytes()), Num::Int(u64::MAX as i128));
+        let mut out = [0u8; 2];
+        sc("<i2").write(Num::Float(-2.9), &mut out);
+        assert_eq!(i16::from_le_bytes(out), -2, "truncation toward zero");
+        sc("<i2").write(Num::Int(70000), &mut out);
+        assert_eq!(i16::from_le_bytes(out), 70000i32 as i16, "integers wrap");
+        let mut f = [0u8; 4];
+        sc(">f4").write(Num::Float(1.5), &mut f);
+        assert_eq!(f32::from_be_bytes(f), 1.5);
+        assert_eq!(sc("<i1").add(Num::Int(127), Num::Int(1)), Num::Int(-128));
+        assert_eq!(sc("|u1").add(Num::Int(255), Num::Int(2)), Num::Int(1));
+        assert!(Scalar::parse(&json!({"d": "<U3"}), "d").is_err());
+        assert!(count(&[0; 3], &sc("<i2")).is_err());
+    }
+}

@@ -1,0 +1,173 @@
+//! `zstd`: Zstandard frames ([RFC 8878](https://www.rfc-editor.org/rfc/rfc8878)).
+//!
+//! Zarr v3 [`zstd` codec](https://github.com/zarr-developers/zarr-extensions/tree/main/codecs/zstd)
+//! and numcodecs [`zstd`](https://numcodecs.readthedocs.io/en/stable/compression/zstd.html). A
+//! chunk is one or more frames; a frame may carry a content checksum (`checksum: true`), which is
+//! verified, and may omit its content size (streaming writers), so the frames are stream-decoded
+//! and cut at the limit rather than sized from a header.
+
+use serde_json::Value;
+
+use super::{BytesToBytes, CodecError, config_object, numcodecs_object, optional_bool, optional_int, read_limited};
+
+/// Zstandard's compression levels: negative "fast" levels down to -(1 << 17), up to 22.
+const LEVELS: std::ops::RangeInclusive<i64> = -(1 << 17)..=22;
+
+/// The largest window (log2 bytes) any frame may ask for: libzstd's own default cap, 128 MiB.
+const WINDOW_LOG_CAP: u32 = 27;
+/// The window every limit allows: 8 MiB covers streaming writers up to level 19, which do not
+/// shrink their window to the data.
+const WINDOW_LOG_FLOOR: u32 = 23;
+
+/// The Zstandard decoder. Level and checksum flag do not matter for decoding, but are checked.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Zstd;
+
+impl Zstd {
+    /// From a numcodecs dict: `{"id": "zstd", "level": 1, "checksum": false}`; both optional.
+    pub fn from_v2(config: &Value) -> Result<Self, CodecError> {
+        Self::from_options(numcodecs_object("zstd", config)?)
+    }
+
+    /// From a v3 configuration: `{"level": int, "checksum": bool}`; both optional.
+    pub fn from_v3(configuration: Option<&Value>) -> Result<Self, CodecError> {
+        Self::from_options(config_object("zstd", configuration)?)
+    }
+
+    fn from_options(options: Option<&serde_json::Map<String, Value>>) -> Result<Self, CodecError> {
+        optional_int("zstd", options, "level", LEVELS)?;
+        optional_bool("zstd", options, "checksum")?;
+        Ok(Self)
+    }
+}
+
+/// The window cap for a limit: a frame whose data fits the limit needs at most about twice the
+/// limit, and never less than what streaming writers use.
+fn window_log_max(limit: usize) -> u32 {
+    let log = usize::BITS - limit.saturating_sub(1).leading_zeros() + 1;
+    log.clamp(WINDOW_LOG_FLOOR, WINDOW_LOG_CAP)
+}
+
+impl BytesToBytes for Zstd {
+    fn decode(&self, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
+        if input.is_empty() {
+            return Err(CodecError::Corrupt("zstd: empty input".to_string()));
+        }
+        let corrupt = |e: std::io::Error| CodecError::Corrupt(format!("zstd: {e}"));
+        let mut decoder = zstd::stream::read::Decoder::with_buffer(input).map_err(corrupt)?;
+        decoder.window_log_max(window_log_max(limit)).map_err(corrupt)?;
+        read_limited(decoder, limit, input.len().saturating_mul(4), |e| {
+            // libzstd's message for a window beyond the cap: the frame would need more memory
+            // than this limit allows, which is a size problem rather than bad bytes.
+            if e.to_string().contains("too much memory") {
+                CodecError::TooLarge { limit }
+            } else {
+                corrupt(e)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::codec::test_vectors::{BOMB_LEN, BOMB_LIMIT, expected, vector};
+
+    #[test]
+    fn decodes_numcodecs_vectors() {
+        for name in ["level3", "checksum"] {
+            assert_eq!(
+                Zstd.decode(&vector("zstd", name), 1 << 20).unwrap(),
+                expected(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn checksum_is_verified() {
+        let mut input = vector("zstd", "checksum");
+        assert_eq!(input[4] & 0x04, 0x04, "frame header has the content checksum flag");
+        let last = input.len() - 1;
+        input[last] ^= 0xff;
+        assert!(matches!(Zstd.decode(&input, 1 << 20), Err(CodecError::Corrupt(_))));
+    }
+
+    #[test]
+    fn frames_without_content_size_and_several_frames() {
+        let data = expected();
+        // The streaming encoder does not know the size, so the frame header carries none.
+        let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+        std::io::Write::write_all(&mut encoder, &data).unwrap();
+        let frame = encoder.finish().unwrap();
+        assert!(matches!(zstd::zstd_safe::get_frame_content_size(&frame), Ok(None)));
+        assert_eq!(Zstd.decode(&frame, 1 << 20).unwrap(), data);
+        assert_eq!(
+            Zstd.decode(&frame, data.len() - 1),
+            Err(CodecError::TooLarge { limit: data.len() - 1 })
+        );
+
+        let mut two = vector("zstd", "level3");
+        two.extend_from_slice(&frame);
+        assert_eq!(Zstd.decode(&two, 1 << 20).unwrap(), [data.clone(), data].concat());
+    }
+
+    #[test]
+    fn corrupt_and_truncated() {
+        let input = vector("zstd", "level3");
+        for bad in [
+            &input[..input.len() - 1],
+            &input[..8],
+            &input[..2],
+            &b"definitely not zstd"[..],
+            &[][..],
+        ] {
+            assert!(
+                matches!(Zstd.decode(bad, 1 << 20), Err(CodecError::Corrupt(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bomb_is_too_large() {
+        let bomb = zstd::bulk::compress(&vec![0u8; BOMB_LEN], 19).unwrap();
+        assert!(bomb.len() < 64 << 10);
+        assert_eq!(
+            Zstd.decode(&bomb, BOMB_LIMIT),
+            Err(CodecError::TooLarge { limit: BOMB_LIMIT })
+        );
+    }
+
+    #[test]
+    fn window_cap_follows_the_limit() {
+        assert_eq!(window_log_max(0), WINDOW_LOG_FLOOR);
+        assert_eq!(window_log_max(1 << 20), WINDOW_LOG_FLOOR);
+        assert_eq!(window_log_max(1 << 24), 25);
+        assert_eq!(window_log_max(usize::MAX), WINDOW_LOG_CAP);
+    }
+
+    #[test]
+    fn config() {
+        assert_eq!(
+            Zstd::from_v2(&json!({ "id": "zstd", "level": 22, "checksum": true })),
+            Ok(Zstd)
+        );
+        assert_eq!(Zstd::from_v2(&json!({ "id": "zstd", "level": -5 })), Ok(Zstd));
+        assert_eq!(Zstd::from_v3(Some(&json!({ "level": 0, "checksum": false }))), Ok(Zstd));
+        assert_eq!(Zstd::from_v3(None), Ok(Zstd));
+        for bad in [
+            json!({ "id": "zstd", "level": 23 }),
+            json!({ "id": "zstd", "checksum": 1 }),
+            json!({ "id": "lz4" }),
+        ] {
+            assert!(matches!(Zstd::from_v2(&bad), Err(CodecError::Config(_))), "{bad}");
+        }
+        assert!(matches!(
+            Zstd::from_v3(Some(&json!({ "level": "3" }))),
+            Err(CodecError::Config(_))
+        ));
+    }
+}

@@ -1,0 +1,140 @@
+//! JSON output: `{"shape": [...], "dtype": "<typestr>", "data": nested lists}` (a scalar for
+//! 0-d results). NaN and infinities are the strings "NaN", "Infinity", "-Infinity"; complex
+//! numbers `[re, im]`; bytes base64; datetimes integers in their unit (NaT null); structured
+//! elements objects by field name.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use super::{Region, Text, push_json_string, push_scalar};
+use crate::zarr::elements::Elements;
+
+/// Writes `shape`-nested lists, calling `item(out, flat_index)` for each element.
+pub(crate) fn push_nested(out: &mut Vec<u8>, shape: &[u64], mut item: impl FnMut(&mut Vec<u8>, usize)) {
+    fn rec(out: &mut Vec<u8>, shape: &[u64], base: usize, item: &mut dyn FnMut(&mut Vec<u8>, usize)) {
+        match shape.split_first() {
+            None => item(out, base),
+            Some((&n, rest)) => {
+                let inner = rest.iter().product::<u64>() as usize;
+                out.push(b'[');
+                for i in 0..n as usize {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    rec(out, rest, base + i * inner, item);
+                }
+                out.push(b']');
+            }
+        }
+    }
+    rec(out, shape, 0, &mut item);
+}
+
+/// Encodes a region as the JSON document.
+pub fn encode(region: &Region) -> Vec<u8> {
+    let n: usize = region.shape.iter().product::<u64>() as usize;
+    let item = region.dtype.item_size().unwrap_or(0);
+    let mut out = Vec::with_capacity(64 + n * 8);
+    out.extend_from_slice(b"{\"shape\":");
+    let _ = serde_json::to_writer(&mut out, &region.shape);
+    out.extend_from_slice(b",\"dtype\":");
+    let _ = serde_json::to_writer(&mut out, &region.dtype.descr());
+    out.extend_from_slice(b",\"data\":");
+    match &region.elements {
+        Elements::Fixed(bytes) => push_nested(&mut out, &region.shape, |out, i| {
+            push_scalar(out, &region.dtype, &bytes[i * item..(i + 1) * item], Text::Json)
+        }),
+        Elements::Strings(v) => push_nested(&mut out, &region.shape, |out, i| match &v[i] {
+            Some(s) => push_json_string(out, s),
+            None => out.extend_from_slice(b"null"),
+        }),
+        Elements::Bytes(v) => push_nested(&mut out, &region.shape, |out, i| match &v[i] {
+            Some(b) => push_json_string(out, &BASE64.encode(b)),
+            None => out.extend_from_slice(b"null"),
+        }),
+        Elements::Objects(v) => push_nested(&mut out, &region.shape, |out, i| {
+            let _ = serde_json::to_writer(&mut *out, &v[i]);
+        }),
+    }
+    out.push(b'}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zarr::dtype::{DType, Kind};
+    use serde_json::{Value, json};
+
+    fn region(kind: Kind, shape: Vec<u64>, elements: Elements) -> Region {
+        Region {
+            shape,
+            dtype: DType::new(kind),
+            elements,
+            fill: None,
+        }
+    }
+
+    fn parse(r: &Region) -> Value {
+        serde_json::from_slice(&encode(r)).unwrap()
+    }
+
+    #[test]
+    fn numbers_and_special_floats() {
+        let f: Vec<u8> = [1.5f32, f32::NAN, f32::INFINITY, -0.1, f32::NEG_INFINITY, 3.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let v = parse(&region(Kind::Float(4), vec![2, 3], Elements::Fixed(f)));
+        assert_eq!(
+            v,
+            json!({"shape": [2, 3], "dtype": "<f4", "data": [[1.5, "NaN", "Infinity"], [-0.1, "-Infinity", 3.0]]})
+        );
+        let i: Vec<u8> = [-1i16, 300].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(
+            parse(&region(Kind::Int(2), vec![2], Elements::Fixed(i)))["data"],
+            json!([-1, 300])
+        );
+        let u = u64::MAX.to_le_bytes().to_vec();
+        assert_eq!(
+            parse(&region(Kind::UInt(8), vec![], Elements::Fixed(u)))["data"],
+            json!(u64::MAX)
+        );
+    }
+
+    #[test]
+    fn other_kinds() {
+        let c: Vec<u8> = [1.0f64, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(
+            parse(&region(Kind::Complex(16), vec![1], Elements::Fixed(c)))["data"],
+            json!([[1.0, -2.0]])
+        );
+        let t: Vec<u8> = [5i64, i64::MIN].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let r = region(Kind::DateTime("s".into()), vec![2], Elements::Fixed(t));
+        assert_eq!(parse(&r), json!({"shape": [2], "dtype": "<M8[s]", "data": [5, null]}));
+        let s = region(
+            Kind::String,
+            vec![2],
+            Elements::Strings(vec![Some("a\"b".into()), None]),
+        );
+        assert_eq!(parse(&s)["data"], json!(["a\"b", null]));
+        let b = region(Kind::FixedBytes(3), vec![1], Elements::Fixed(b"abc".to_vec()));
+        assert_eq!(parse(&b)["data"], json!(["YWJj"]));
+        let u = region(
+            Kind::FixedUnicode(2),
+            vec![1],
+            Elements::Fixed([b'h', 0, 0, 0, 0, 0, 0, 0].to_vec()),
+        );
+        assert_eq!(parse(&u)["data"], json!(["h"]));
+        let st = DType::from_v2(&json!([["a", "<i2"], ["b", "|u1", [2]]])).unwrap();
+        let r = Region {
+            shape: vec![1],
+            dtype: st,
+            elements: Elements::Fixed(vec![7, 0, 1, 2]),
+            fill: None,
+        };
+        assert_eq!(parse(&r)["data"], json!([{"a": 7, "b": [1, 2]}]));
+        let empty = region(Kind::Int(1), vec![0, 3], Elements::Fixed(vec![]));
+        assert_eq!(parse(&empty)["data"], json!([]));
+    }
+}

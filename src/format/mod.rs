@@ -1,0 +1,253 @@
+//! Output encoders of slice responses: JSON, raw binary, NumPy .npy, CSV and PNG.
+//!
+//! All of them take a [`Region`]: the decoded elements of a selection in C order, with the
+//! result shape and the (little-endian) data type.
+
+pub mod bin;
+pub mod csv;
+pub mod json;
+pub mod png;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use crate::zarr::dtype::{DType, Kind};
+use crate::zarr::elements::Elements;
+
+/// A decoded region ready to encode.
+#[derive(Debug, Clone)]
+pub struct Region {
+    /// Result shape (integer-selected dimensions dropped).
+    pub shape: Vec<u64>,
+    /// Element type, little-endian.
+    pub dtype: DType,
+    /// The elements, C order.
+    pub elements: Elements,
+    /// The fill value as one element, where fixed-size (PNG makes it transparent).
+    pub fill: Option<Vec<u8>>,
+}
+
+/// Why a region cannot be encoded in a format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    /// The request asks for something the format cannot express (400).
+    #[error("{0}")]
+    BadRequest(String),
+    /// The data type cannot be written in this format (422).
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `application/json`
+    Json,
+    /// `application/octet-stream`
+    Bin,
+    /// `application/x-npy`
+    Npy,
+    /// `text/csv`
+    Csv,
+    /// `image/png`
+    Png,
+}
+
+impl Format {
+    /// From the `format` query parameter.
+    pub fn from_name(name: &str) -> Option<Format> {
+        Some(match name {
+            "json" => Format::Json,
+            "bin" | "binary" => Format::Bin,
+            "npy" => Format::Npy,
+            "csv" => Format::Csv,
+            "png" => Format::Png,
+            _ => return None,
+        })
+    }
+
+    /// From an `Accept` header: the first listed media type we serve.
+    pub fn from_accept(accept: &str) -> Option<Format> {
+        accept.split(',').find_map(|part| {
+            let mime = part.split(';').next().unwrap_or("").trim();
+            Some(match mime {
+                "application/json" => Format::Json,
+                "application/octet-stream" => Format::Bin,
+                "application/x-npy" | "application/npy" => Format::Npy,
+                "text/csv" => Format::Csv,
+                "image/png" => Format::Png,
+                _ => return None,
+            })
+        })
+    }
+
+    /// The Content-Type of responses.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Bin => "application/octet-stream",
+            Format::Npy => "application/x-npy",
+            Format::Csv => "text/csv; charset=utf-8",
+            Format::Png => "image/png",
+        }
+    }
+}
+
+/// A scalar float read from an element of a float or integer type.
+pub fn as_f64(dtype: &DType, b: &[u8]) -> Option<f64> {
+    let arr8 = |b: &[u8]| -> [u8; 8] {
+        let mut a = [0u8; 8];
+        a[..b.len().min(8)].copy_from_slice(&b[..b.len().min(8)]);
+        a
+    };
+    Some(match dtype.kind {
+        Kind::Bool => b[0] as f64,
+        Kind::Float(2) => half::f16::from_le_bytes([b[0], b[1]]).to_f64(),
+        Kind::Float(4) => f32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f64,
+        Kind::Float(8) => f64::from_le_bytes(arr8(b)),
+        Kind::Int(n) => {
+            let shift = 64 - 8 * n as u32;
+            ((i64::from_le_bytes(arr8(&b[..n])) << shift) >> shift) as f64
+        }
+        Kind::UInt(n) => u64::from_le_bytes(arr8(&b[..n])) as f64,
+        _ => return None,
+    })
+}
+
+/// Appends a float the way JSON output writes it: shortest round-trip digits, non-finite as
+/// the strings "NaN", "Infinity", "-Infinity" (quoted when `quote`).
+fn push_float(out: &mut Vec<u8>, x: f64, single: bool, quote: bool) {
+    if x.is_finite() {
+        let mut buf = ryu::Buffer::new();
+        let s = if single { buf.format(x as f32) } else { buf.format(x) };
+        out.extend_from_slice(s.as_bytes());
+    } else {
+        let s = if x.is_nan() {
+            "NaN"
+        } else if x > 0.0 {
+            "Infinity"
+        } else {
+            "-Infinity"
+        };
+        if quote {
+            out.push(b'"');
+        }
+        out.extend_from_slice(s.as_bytes());
+        if quote {
+            out.push(b'"');
+        }
+    }
+}
+
+/// How a scalar is written in text formats.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Text {
+    Json,
+    Csv,
+}
+
+/// Decodes fixed-width UTF-32 (trailing NULs dropped, as NumPy does).
+pub fn utf32_to_string(b: &[u8]) -> String {
+    let s: String = b
+        .chunks_exact(4)
+        .map(|c| char::from_u32(u32::from_le_bytes([c[0], c[1], c[2], c[3]])).unwrap_or('\u{FFFD}'))
+        .collect();
+    s.trim_end_matches('\0').to_owned()
+}
+
+fn push_json_string(out: &mut Vec<u8>, s: &str) {
+    // serde_json's string escaping cannot fail on a Vec.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// Writes one fixed-size element as text.
+fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
+    let mut ibuf = itoa::Buffer::new();
+    match &dtype.kind {
+        Kind::Bool => out.extend_from_slice(if b[0] != 0 { b"true" } else { b"false" }),
+        Kind::Int(_) | Kind::UInt(_) => {
+            let mut a = [0u8; 8];
+            let n = b.len().min(8);
+            a[..n].copy_from_slice(&b[..n]);
+            if matches!(dtype.kind, Kind::UInt(_)) {
+                out.extend_from_slice(ibuf.format(u64::from_le_bytes(a)).as_bytes());
+            } else {
+                let shift = 64 - 8 * n as u32;
+                out.extend_from_slice(ibuf.format((i64::from_le_bytes(a) << shift) >> shift).as_bytes());
+            }
+        }
+        Kind::Float(n) => push_float(out, as_f64(dtype, b).unwrap_or(f64::NAN), *n <= 4, mode == Text::Json),
+        Kind::Complex(n) => {
+            let half = n / 2;
+            let part = |p: &[u8]| -> f64 {
+                if half == 4 {
+                    f32::from_le_bytes([p[0], p[1], p[2], p[3]]) as f64
+                } else {
+                    f64::from_le_bytes([p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]])
+                }
+            };
+            let (re, im) = (part(&b[..half]), part(&b[half..]));
+            match mode {
+                Text::Json => {
+                    out.push(b'[');
+                    push_float(out, re, half == 4, true);
+                    out.push(b',');
+                    push_float(out, im, half == 4, true);
+                    out.push(b']');
+                }
+                Text::Csv => {
+                    push_float(out, re, half == 4, false);
+                    if im >= 0.0 || im.is_nan() {
+                        out.push(b'+');
+                    }
+                    push_float(out, im, half == 4, false);
+                    out.push(b'j');
+                }
+            }
+        }
+        Kind::DateTime(_) | Kind::TimeDelta(_) => {
+            let v = i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            if v == i64::MIN {
+                out.extend_from_slice(if mode == Text::Json { b"null" } else { b"NaT" });
+            } else {
+                out.extend_from_slice(ibuf.format(v).as_bytes());
+            }
+        }
+        Kind::FixedBytes(_) => {
+            let text = BASE64.encode(b);
+            if mode == Text::Json {
+                push_json_string(out, &text);
+            } else {
+                out.extend_from_slice(text.as_bytes());
+            }
+        }
+        Kind::FixedUnicode(_) => {
+            let s = utf32_to_string(b);
+            match mode {
+                Text::Json => push_json_string(out, &s),
+                Text::Csv => csv::push_field(out, &s),
+            }
+        }
+        Kind::Structured(fields) => {
+            out.push(b'{');
+            let mut offset = 0;
+            for (i, f) in fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                push_json_string(out, &f.name);
+                out.push(b':');
+                let size = f.dtype.item_size().unwrap_or(0);
+                let count: usize = f.shape.iter().product();
+                let bytes = &b[offset..offset + size * count];
+                let shape: Vec<u64> = f.shape.iter().map(|&d| d as u64).collect();
+                json::push_nested(out, &shape, |out, i| {
+                    push_scalar(out, &f.dtype, &bytes[i * size..(i + 1) * size], Text::Json)
+                });
+                offset += size * count;
+            }
+            out.push(b'}');
+        }
+        Kind::String | Kind::Bytes | Kind::Object => {}
+    }
+}

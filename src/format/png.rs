@@ -1,0 +1,202 @@
+//! PNG output of 2-D numeric or bool regions: values scaled linearly from `vmin` (default:
+//! the smallest value) to `vmax` (default: the largest), NaN and fill values ignored for the
+//! range and drawn transparent; colormaps `gray` and `viridis`.
+
+use super::{FormatError, Region, as_f64};
+use crate::zarr::elements::Elements;
+
+/// Colormaps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colormap {
+    /// Black to white.
+    Gray,
+    /// Perceptually uniform blue-green-yellow.
+    Viridis,
+}
+
+impl Colormap {
+    /// From the `cmap` parameter.
+    pub fn from_name(name: &str) -> Option<Colormap> {
+        match name {
+            "gray" | "grey" => Some(Colormap::Gray),
+            "viridis" => Some(Colormap::Viridis),
+            _ => None,
+        }
+    }
+
+    fn rgb(self, t: f64) -> [u8; 3] {
+        let t = t.clamp(0.0, 1.0);
+        match self {
+            Colormap::Gray => {
+                let v = (t * 255.0).round() as u8;
+                [v, v, v]
+            }
+            Colormap::Viridis => {
+                // Published viridis colours at ten evenly spaced stops, interpolated linearly.
+                const STOPS: [[u8; 3]; 10] = [
+                    [0x44, 0x01, 0x54],
+                    [0x48, 0x28, 0x78],
+                    [0x3e, 0x49, 0x89],
+                    [0x31, 0x68, 0x8e],
+                    [0x26, 0x82, 0x8e],
+                    [0x1f, 0x9e, 0x89],
+                    [0x35, 0xb7, 0x79],
+                    [0x6e, 0xce, 0x58],
+                    [0xb5, 0xde, 0x2b],
+                    [0xfd, 0xe7, 0x25],
+                ];
+                let x = t * 9.0;
+                let i = (x.floor() as usize).min(8);
+                let f = x - i as f64;
+                let mix = |a: u8, b: u8| (a as f64 + (b as f64 - a as f64) * f).round() as u8;
+                let (a, b) = (STOPS[i], STOPS[i + 1]);
+                [mix(a[0], b[0]), mix(a[1], b[1]), mix(a[2], b[2])]
+            }
+        }
+    }
+}
+
+/// Rendering options.
+#[derive(Debug, Clone, Copy)]
+pub struct PngOptions {
+    /// Value drawn at the bottom of the colormap.
+    pub vmin: Option<f64>,
+    /// Value drawn at the top.
+    pub vmax: Option<f64>,
+    /// The colormap.
+    pub cmap: Colormap,
+}
+
+/// Encodes a 2-D region as an RGBA PNG.
+pub fn encode(region: &Region, opts: &PngOptions) -> Result<Vec<u8>, FormatError> {
+    if region.shape.len() != 2 {
+        return Err(FormatError::BadRequest(format!(
+            "png needs a 2-D result; this one has {} dimensions",
+            region.shape.len()
+        )));
+    }
+    let (h, w) = (region.shape[0], region.shape[1]);
+    let (width, height) = (u32::try_from(w), u32::try_from(h));
+    let (Ok(width), Ok(height)) = (width, height) else {
+        return Err(FormatError::BadRequest("image too large".into()));
+    };
+    if width == 0 || height == 0 {
+        return Err(FormatError::BadRequest("png needs a non-empty result".into()));
+    }
+    let Elements::Fixed(bytes) = &region.elements else {
+        return Err(FormatError::Unsupported("png needs numeric or bool data".into()));
+    };
+    let item = region.dtype.item_size().unwrap_or(0);
+    if as_f64(&region.dtype, &vec![0u8; item.max(8)]).is_none() {
+        return Err(FormatError::Unsupported(format!(
+            "png needs numeric or bool data, not {}",
+            region.dtype.typestr()
+        )));
+    }
+    let values: Vec<Option<f64>> = bytes
+        .chunks_exact(item)
+        .map(|b| {
+            let is_fill = region.fill.as_deref() == Some(b);
+            as_f64(&region.dtype, b).filter(|v| !v.is_nan() && !is_fill)
+        })
+        .collect();
+    let (lo, hi) = values
+        .iter()
+        .flatten()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
+            (lo.min(v), hi.max(v))
+        });
+    let vmin = opts.vmin.unwrap_or(if lo.is_finite() { lo } else { 0.0 });
+    let vmax = opts.vmax.unwrap_or(if hi.is_finite() { hi } else { 1.0 });
+    let span = if vmax > vmin { vmax - vmin } else { 1.0 };
+    let mut rgba = Vec::with_capacity(values.len() * 4);
+    for v in values {
+        match v {
+            Some(v) => {
+                let [r, g, b] = opts.cmap.rgb((v - vmin) / span);
+                rgba.extend_from_slice(&[r, g, b, 255]);
+            }
+            None => rgba.extend_from_slice(&[0, 0, 0, 0]),
+        }
+    }
+    let mut out = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut out, width, height);
+        encoder.set_color(png::ColorType::Rgba);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder
+            .write_header()
+            .map_err(|e| FormatError::Unsupported(format!("png: {e}")))?;
+        writer
+            .write_image_data(&rgba)
+            .map_err(|e| FormatError::Unsupported(format!("png: {e}")))?;
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::zarr::dtype::{DType, Kind};
+
+    fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+        let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
+        let mut reader = decoder.read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        (info.width, info.height, buf[..info.buffer_size()].to_vec())
+    }
+
+    #[test]
+    fn gray_scaling_and_transparency() {
+        let vals = [0.0f32, 5.0, 10.0, f32::NAN, -1.0, 20.0];
+        let r = Region {
+            shape: vec![2, 3],
+            dtype: DType::new(Kind::Float(4)),
+            elements: Elements::Fixed(vals.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            fill: Some((-1.0f32).to_le_bytes().to_vec()),
+        };
+        let opts = PngOptions {
+            vmin: Some(0.0),
+            vmax: Some(10.0),
+            cmap: Colormap::Gray,
+        };
+        let (w, h, px) = decode(&encode(&r, &opts).unwrap());
+        assert_eq!((w, h), (3, 2));
+        let pixel = |i: usize| &px[i * 4..i * 4 + 4];
+        assert_eq!(pixel(0), [0, 0, 0, 255]);
+        assert_eq!(pixel(1), [128, 128, 128, 255]);
+        assert_eq!(pixel(2), [255, 255, 255, 255]);
+        assert_eq!(pixel(3)[3], 0, "NaN is transparent");
+        assert_eq!(pixel(4)[3], 0, "the fill value is transparent");
+        assert_eq!(pixel(5), [255, 255, 255, 255], "clamped above vmax");
+        // Default range: data min..max ignoring NaN and fill (0..20).
+        let (_, _, px) = decode(
+            &encode(
+                &r,
+                &PngOptions {
+                    vmin: None,
+                    vmax: None,
+                    cmap: Colormap::Gray,
+                },
+            )
+            .unwrap(),
+        );
+        assert_eq!(&px[8..12], [128, 128, 128, 255]);
+        let (_, _, px) = decode(
+            &encode(
+                &r,
+                &PngOptions {
+                    vmin: None,
+                    vmax: None,
+                    cmap: Colormap::Viridis,
+                },
+            )
+            .unwrap(),
+        );
+        assert_eq!(&px[0..4], [0x44, 0x01, 0x54, 255]);
+        assert_eq!(&px[20..24], [0xfd, 0xe7, 0x25, 255]);
+        let one_d = Region { shape: vec![6], ..r };
+        assert!(encode(&one_d, &opts).is_err());
+    }
+}

@@ -1,0 +1,224 @@
+//! `GET /api/v1/slice/{mount}/{path}?select=...&format=...`: decoded data of a region as JSON,
+//! raw binary, .npy, CSV or PNG (see DESIGN.md "Slice queries").
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::response::Response;
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt, stream};
+use serde::Deserialize;
+
+use crate::array::selection::cells;
+use crate::array::{DimSelection, ReadContext, Selection, read_region};
+use crate::error::ApiError;
+use crate::format::png::{Colormap, PngOptions};
+use crate::format::{Format, Region, bin, csv, json, png};
+use crate::state::AppState;
+use crate::store::StoreKey;
+use crate::zarr::ArrayMeta;
+use crate::zarr::elements::Elements;
+use crate::zarr::fill::FillValue;
+
+/// Bytes a streamed band aims for.
+const BAND_BYTES: u64 = 8 << 20;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SliceQuery {
+    select: Option<String>,
+    format: Option<String>,
+    vmin: Option<String>,
+    vmax: Option<String>,
+    cmap: Option<String>,
+}
+
+fn parse_number(v: &Option<String>, name: &str) -> Result<Option<f64>, ApiError> {
+    match v.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(s) => s
+            .parse::<f64>()
+            .map(Some)
+            .map_err(|_| ApiError::BadRequest(format!("{name} must be a number, got '{s}'"))),
+    }
+}
+
+fn choose_format(query: &SliceQuery, headers: &HeaderMap) -> Result<Format, ApiError> {
+    match query.format.as_deref() {
+        Some(name) => Format::from_name(name)
+            .ok_or_else(|| ApiError::BadRequest(format!("unknown format '{name}' (json, bin, npy, csv, png)"))),
+        None => Ok(headers
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .and_then(Format::from_accept)
+            .unwrap_or(Format::Json)),
+    }
+}
+
+/// The handler.
+pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
+    let query: SliceQuery = serde_urlencoded::from_str(uri.query().unwrap_or(""))
+        .map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let format = choose_format(&query, &headers)?;
+    let png_opts = PngOptions {
+        vmin: parse_number(&query.vmin, "vmin")?,
+        vmax: parse_number(&query.vmax, "vmax")?,
+        cmap: match query.cmap.as_deref() {
+            None => Colormap::Gray,
+            Some(name) => Colormap::from_name(name)
+                .ok_or_else(|| ApiError::BadRequest(format!("unknown cmap '{name}' (gray, viridis)")))?,
+        },
+    };
+    let tail = uri.path().strip_prefix("/api/v1/slice/").unwrap_or("");
+    let (mount_name, rest) = tail.split_once('/').unwrap_or((tail, ""));
+    let mount = state.mount(mount_name)?;
+    let (path, _) = StoreKey::from_url_path(rest)?;
+    let meta = state.array(mount, &path).await?;
+    let sel = Selection::parse(query.select.as_deref().unwrap_or(""), &meta.shape)?;
+
+    // Refuse before reading anything: the size is known from the metadata alone.
+    let item = meta.dtype.item_size().unwrap_or(8) as u64;
+    let asked = sel.len().saturating_mul(item);
+    let limit = state.config.limits.max_slice_bytes;
+    if asked > limit {
+        return Err(ApiError::TooLarge(format!(
+            "the selection holds {asked} bytes decoded ({} elements of {item} bytes); the limit is {limit}",
+            sel.len()
+        )));
+    }
+
+    let ctx = state.read_context(mount);
+    let shape_header = sel.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let mut response = Response::builder()
+        .header(header::CONTENT_TYPE, format.content_type())
+        .header("x-zarr-shape", shape_header);
+
+    if matches!(format, Format::Bin | Format::Npy) && meta.dtype.item_size().is_some() && asked > BAND_BYTES {
+        response = response.header("x-zarr-dtype", meta.dtype.typestr());
+        return stream_bands(ctx, path, meta, sel, format, response).await;
+    }
+
+    let elements = read_region(&ctx, &path, meta.clone(), &sel).await?;
+    let region = Region {
+        shape: sel.shape(),
+        dtype: meta.dtype.clone(),
+        elements,
+        fill: match &meta.fill {
+            FillValue::Fixed(b) => Some(b.clone()),
+            _ => None,
+        },
+    };
+    let encoded = tokio::task::spawn_blocking(move || -> Result<(Vec<u8>, String), ApiError> {
+        Ok(match format {
+            Format::Json => (json::encode(&region), region.dtype.typestr()),
+            Format::Csv => (csv::encode(&region)?, region.dtype.typestr()),
+            Format::Png => (png::encode(&region, &png_opts)?, region.dtype.typestr()),
+            Format::Bin => {
+                let (dtype, data) = bin::fixed_width(&region)?;
+                (data, dtype.typestr())
+            }
+            Format::Npy => {
+                let (dtype, _) = bin::fixed_width(&region)?;
+                (bin::encode_npy(&region)?, dtype.typestr())
+            }
+        })
+    })
+    .await
+    .map_err(|_| ApiError::Internal)??;
+    let (body, dtype) = encoded;
+    response
+        .header("x-zarr-dtype", dtype)
+        .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
+        .body(Body::from(body))
+        .map_err(|_| ApiError::Internal)
+}
+
+/// Splits a selection along its first dimension into bands of whole chunk rows of about
+/// [`BAND_BYTES`].
+fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
+    let Some(&first) = sel.0.first() else {
+        return vec![sel.clone()];
+    };
+    let (start, step, _) = first.span();
+    let row_bytes = (sel.len() / first.span().2.max(1)).saturating_mul(meta.dtype.item_size().unwrap_or(1) as u64);
+    let mut out = Vec::new();
+    let mut pending: Option<(u64, u64)> = None; // (first k, count)
+    for part in cells(first, meta.chunk_shape[0], 0, 0, meta.shape[0]) {
+        let (k0, n) = match pending {
+            Some((k0, n)) => (k0, n + part.count),
+            None => (part.dst_start, part.count),
+        };
+        if n.saturating_mul(row_bytes) >= BAND_BYTES {
+            out.push((k0, n));
+            pending = None;
+        } else {
+            pending = Some((k0, n));
+        }
+    }
+    out.extend(pending);
+    out.into_iter()
+        .map(|(k0, n)| {
+            let mut dims = sel.0.clone();
+            dims[0] = match first {
+                DimSelection::Index(i) => DimSelection::Index(i),
+                DimSelection::Slice { .. } => DimSelection::Slice {
+                    start: start + k0 * step,
+                    step,
+                    count: n,
+                },
+            };
+            Selection(dims)
+        })
+        .collect()
+}
+
+fn band_bytes(elements: Elements) -> Result<Bytes, ApiError> {
+    match elements {
+        Elements::Fixed(b) => Ok(Bytes::from(b)),
+        _ => Err(ApiError::Internal),
+    }
+}
+
+/// Streams a large bin/npy response band by band, so memory holds about two bands.
+async fn stream_bands(
+    ctx: ReadContext,
+    path: StoreKey,
+    meta: Arc<ArrayMeta>,
+    sel: Selection,
+    format: Format,
+    response: axum::http::response::Builder,
+) -> Result<Response, ApiError> {
+    let item = meta.dtype.item_size().unwrap_or(0) as u64;
+    let header = match format {
+        Format::Npy => Bytes::from(bin::npy_header(&meta.dtype, &sel.shape())),
+        _ => Bytes::new(),
+    };
+    let length = header.len() as u64 + sel.len() * item;
+    let mut bands = bands(&meta, &sel).into_iter();
+    // The first band is read before answering, so that common errors still get a status.
+    let first = match bands.next() {
+        Some(b) => band_bytes(read_region(&ctx, &path, meta.clone(), &b).await?)?,
+        None => Bytes::new(),
+    };
+    let rest = stream::iter(bands)
+        .map(move |band| {
+            let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
+            async move {
+                let elements = read_region(&ctx, &path, meta, &band).await.map_err(|e| {
+                    tracing::error!(error = %e, "slice stream failed after the response started");
+                    std::io::Error::other("read failed")
+                })?;
+                band_bytes(elements).map_err(|_| std::io::Error::other("not fixed-size"))
+            }
+        })
+        .buffered(2);
+    let body = stream::iter([Ok::<Bytes, std::io::Error>(header), Ok(first)])
+        .chain(rest)
+        .into_stream();
+    response
+        .header(header::CONTENT_LENGTH, HeaderValue::from(length))
+        .body(Body::from_stream(body))
+        .map_err(|_| ApiError::Internal)
+}

@@ -1,0 +1,186 @@
+//! Prometheus metrics: request counts and latency histograms by route family, plus the
+//! cache counters (hits, misses, evictions, weighted size, entries) read at scrape time.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::cache::{CacheCounters, Caches};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: &'static str,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: &'static str,
+}
+
+/// One exported cache series: name, type, help, and how to read it from (counters, weighted
+/// size, entries).
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&CacheCounters, u64, u64) -> u64,
+);
+
+/// The server's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The route family of a path (bounded label values).
+pub fn route_of(path: &str) -> &'static str {
+    if path.starts_with("/zarr/") || path == "/zarr" {
+        "raw"
+    } else if path.starts_with("/api/v1/slice/") {
+        "slice"
+    } else if path.starts_with("/api/v1/zom") {
+        "zom"
+    } else if path.starts_with("/api/v1/validate") {
+        "validate"
+    } else if path == "/api/v1/mounts" {
+        "mounts"
+    } else if path == "/metrics" {
+        "metrics"
+    } else if path == "/healthz" {
+        "health"
+    } else if path == "/" {
+        "page"
+    } else {
+        "other"
+    }
+}
+
+impl Metrics {
+    /// Registers the metrics.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
+            // 50 µs .. ~26 s
+            Histogram::new(exponential_buckets(0.00005, 2.0, 20))
+        });
+        registry.register(
+            "zarrgate_requests",
+            "HTTP requests by route family and status",
+            requests.clone(),
+        );
+        registry.register(
+            "zarrgate_request_duration_seconds",
+            "Time to the response head, by route family",
+            latency.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            latency,
+        }
+    }
+
+    /// Records one request.
+    pub fn observe(&self, path: &str, status: u16, elapsed: Duration) {
+        let route = route_of(path);
+        self.requests.get_or_create(&RequestLabels { route, status }).inc();
+        self.latency
+            .get_or_create(&RouteLabels { route })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, caches: &Caches) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode_registry(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        let cache_rows: [(&str, &CacheCounters, u64, u64); 3] = [
+            (
+                "chunks",
+                &caches.chunk_counters,
+                caches.chunks.weighted_size(),
+                caches.chunks.entry_count(),
+            ),
+            (
+                "shard_indexes",
+                &caches.index_counters,
+                caches.shard_indexes.weighted_size(),
+                caches.shard_indexes.entry_count(),
+            ),
+            (
+                "metadata",
+                &caches.metadata_counters,
+                caches.metadata.weighted_size(),
+                caches.metadata.entry_count(),
+            ),
+        ];
+        let series: [Series; 5] = [
+            (
+                "zarrgate_cache_hits_total",
+                "counter",
+                "Cache lookups answered from memory",
+                |c, _, _| c.hits.load(Ordering::Relaxed),
+            ),
+            (
+                "zarrgate_cache_misses_total",
+                "counter",
+                "Cache lookups that loaded",
+                |c, _, _| c.misses.load(Ordering::Relaxed),
+            ),
+            (
+                "zarrgate_cache_evictions_total",
+                "counter",
+                "Entries evicted for capacity",
+                |c, _, _| c.evictions.load(Ordering::Relaxed),
+            ),
+            (
+                "zarrgate_cache_weighted_bytes",
+                "gauge",
+                "Weighted size of the cache (bytes; entries for metadata)",
+                |_, w, _| w,
+            ),
+            ("zarrgate_cache_entries", "gauge", "Entries in the cache", |_, _, n| n),
+        ];
+        let mut text = String::new();
+        for (name, kind, help, get) in series {
+            let _ = writeln!(text, "# HELP {name} {help}.\n# TYPE {name} {kind}");
+            for (cache, counters, weighted, entries) in &cache_rows {
+                let _ = writeln!(
+                    text,
+                    "{name}{{cache=\"{cache}\"}} {}",
+                    get(counters, *weighted, *entries)
+                );
+            }
+        }
+        let _ = writeln!(
+            text,
+            "# HELP zarrgate_chunks_decoded_total Chunks and inner chunks decoded.\n# TYPE zarrgate_chunks_decoded_total counter\nzarrgate_chunks_decoded_total {}",
+            caches.decodes.load(Ordering::Relaxed)
+        );
+        // The registry's exposition ends with "# EOF"; keep that last.
+        match out.rfind("# EOF") {
+            Some(i) => {
+                out.insert_str(i, &text);
+                out
+            }
+            None => out + &text,
+        }
+    }
+}

@@ -1,0 +1,444 @@
+//! Data types of Zarr v1/v2 (NumPy type strings and structured descriptions) and v3 (names,
+//! plus the extension types zarr-python writes), parsed into one model.
+//!
+//! Decoded chunks hold fixed-size elements in little-endian order: the array->bytes codec swaps
+//! big-endian data once, so everything downstream (assembly, output formats) sees one layout.
+
+use serde_json::Value;
+
+use super::MetaError;
+
+/// What an element is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// `|b1` / `bool`: one byte, 0 or 1.
+    Bool,
+    /// Signed integer of 1, 2, 4 or 8 bytes.
+    Int(usize),
+    /// Unsigned integer of 1, 2, 4 or 8 bytes.
+    UInt(usize),
+    /// IEEE float of 2, 4 or 8 bytes.
+    Float(usize),
+    /// Complex of 8 or 16 bytes (two floats).
+    Complex(usize),
+    /// `M8[unit]`: int64 counts of `unit` since the epoch; NaT is i64::MIN.
+    DateTime(String),
+    /// `m8[unit]`: int64 counts of `unit`.
+    TimeDelta(String),
+    /// `|S n` / `|V n` / v3 `r*`: n raw bytes.
+    FixedBytes(usize),
+    /// `<U n`: n UTF-32 code units.
+    FixedUnicode(usize),
+    /// A NumPy structured type: fields at packed offsets.
+    Structured(Vec<Field>),
+    /// Variable-length UTF-8 strings (v2 `|O` + vlen-utf8, v3 `string`).
+    String,
+    /// Variable-length bytes (v2 `|O` + vlen-bytes, v3 `bytes` / `binary` / `variable_length_bytes`).
+    Bytes,
+    /// Arbitrary objects (v2 `|O` + json2): JSON values.
+    Object,
+}
+
+/// One field of a structured type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// Field name.
+    pub name: String,
+    /// Field type.
+    pub dtype: DType,
+    /// Subarray shape (empty for a scalar field).
+    pub shape: Vec<usize>,
+}
+
+/// A data type with the byte order of its stored form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DType {
+    /// The element kind.
+    pub kind: Kind,
+    /// Stored big-endian (meaningful for multi-byte scalars only).
+    pub big_endian: bool,
+}
+
+impl DType {
+    /// A little-endian type of this kind.
+    pub fn new(kind: Kind) -> Self {
+        Self {
+            kind,
+            big_endian: false,
+        }
+    }
+
+    /// Bytes per element for fixed-size kinds; `None` for variable-length kinds.
+    pub fn item_size(&self) -> Option<usize> {
+        Some(match &self.kind {
+            Kind::Bool => 1,
+            Kind::Int(n) | Kind::UInt(n) | Kind::Float(n) | Kind::Complex(n) | Kind::FixedBytes(n) => *n,
+            Kind::DateTime(_) | Kind::TimeDelta(_) => 8,
+            Kind::FixedUnicode(n) => 4 * n,
+            Kind::Structured(fields) => {
+                let mut total = 0usize;
+                for f in fields {
+                    total += f.dtype.item_size()? * f.shape.iter().product::<usize>();
+                }
+                total
+            }
+            Kind::String | Kind::Bytes | Kind::Object => return None,
+        })
+    }
+
+    /// Whether elements are variable-length (strings, bytes, objects).
+    pub fn is_variable(&self) -> bool {
+        matches!(self.kind, Kind::String | Kind::Bytes | Kind::Object)
+    }
+
+    /// The same type in little-endian order (what decoded chunks hold).
+    pub fn little_endian(&self) -> DType {
+        let kind = match &self.kind {
+            Kind::Structured(fields) => Kind::Structured(
+                fields
+                    .iter()
+                    .map(|f| Field {
+                        name: f.name.clone(),
+                        dtype: f.dtype.little_endian(),
+                        shape: f.shape.clone(),
+                    })
+                    .collect(),
+            ),
+            k => k.clone(),
+        };
+        DType {
+            kind,
+            big_endian: false,
+        }
+    }
+
+    /// Swaps every multi-byte scalar in `buf` (a run of elements of this type) from the stored
+    /// byte order to little-endian. A no-op for little-endian types.
+    pub fn to_little_endian(&self, buf: &mut [u8]) {
+        if !self.needs_swap() {
+            return;
+        }
+        let Some(size) = self.item_size().filter(|s| *s > 0) else {
+            return;
+        };
+        for element in buf.chunks_exact_mut(size) {
+            self.swap_element(element);
+        }
+    }
+
+    fn needs_swap(&self) -> bool {
+        match &self.kind {
+            Kind::Structured(fields) => fields.iter().any(|f| f.dtype.needs_swap()),
+            _ => self.big_endian && self.scalar_size() > 1,
+        }
+    }
+
+    /// Size of the scalars that are byte-swapped as a unit.
+    fn scalar_size(&self) -> usize {
+        match &self.kind {
+            Kind::Int(n) | Kind::UInt(n) | Kind::Float(n) => *n,
+            Kind::Complex(n) => n / 2,
+            Kind::DateTime(_) | Kind::TimeDelta(_) => 8,
+            Kind::FixedUnicode(_) => 4,
+            _ => 1,
+        }
+    }
+
+    fn swap_element(&self, element: &mut [u8]) {
+        match &self.kind {
+            Kind::Structured(fields) => {
+                let mut offset = 0;
+                for f in fields {
+                    let size = f.dtype.item_size().unwrap_or(0);
+                    for _ in 0..f.shape.iter().product::<usize>() {
+                        if let Some(part) = element.get_mut(offset..offset + size) {
+                            if f.dtype.needs_swap() {
+                                f.dtype.swap_element(part);
+                            }
+                        }
+                        offset += size;
+                    }
+                }
+            }
+            _ if self.big_endian => {
+                let s = self.scalar_size();
+                if s > 1 {
+                    for scalar in element.chunks_exact_mut(s) {
+                        scalar.reverse();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Parses a v1/v2 `dtype`: a NumPy type string or a structured description (a list).
+    pub fn from_v2(value: &Value) -> Result<Self, MetaError> {
+        match value {
+            Value::String(s) => parse_typestr(s),
+            Value::Array(fields) => {
+                let mut out = Vec::with_capacity(fields.len());
+                for f in fields {
+                    let parts = f.as_array().ok_or_else(|| bad_dtype(value))?;
+                    let name = parts.first().and_then(Value::as_str).ok_or_else(|| bad_dtype(value))?;
+                    let dtype = DType::from_v2(parts.get(1).ok_or_else(|| bad_dtype(value))?)?;
+                    let shape = match parts.get(2) {
+                        None => Vec::new(),
+                        Some(Value::Array(dims)) => dims
+                            .iter()
+                            .map(|d| d.as_u64().map(|d| d as usize))
+                            .collect::<Option<Vec<_>>>()
+                            .ok_or_else(|| bad_dtype(value))?,
+                        Some(Value::Number(n)) => vec![n.as_u64().ok_or_else(|| bad_dtype(value))? as usize],
+                        Some(_) => return Err(bad_dtype(value)),
+                    };
+                    if dtype.is_variable() {
+                        return Err(MetaError::Unsupported(format!(
+                            "object field '{name}' in a structured type"
+                        )));
+                    }
+                    out.push(Field {
+                        name: name.to_owned(),
+                        dtype,
+                        shape,
+                    });
+                }
+                Ok(DType::new(Kind::Structured(out)))
+            }
+            _ => Err(bad_dtype(value)),
+        }
+    }
+
+    /// Parses a v3 `data_type` (a name, or `{"name", "configuration"}` for extension types).
+    /// The byte order comes from the `bytes` codec, not from here.
+    pub fn from_v3(value: &Value) -> Result<Self, MetaError> {
+        let (name, config) = match value {
+            Value::String(s) => (s.as_str(), None),
+            Value::Object(o) => (
+                o.get("name").and_then(Value::as_str).ok_or_else(|| bad_dtype(value))?,
+                o.get("configuration"),
+            ),
+            _ => return Err(bad_dtype(value)),
+        };
+        let cfg_usize = |key: &str| -> Result<usize, MetaError> {
+            config
+                .and_then(|c| c.get(key))
+                .and_then(Value::as_u64)
+                .map(|n| n as usize)
+                .ok_or_else(|| MetaError::Invalid(format!("data type {name} needs configuration.{key}")))
+        };
+        let unit = || -> Result<String, MetaError> {
+            let unit = config
+                .and_then(|c| c.get("unit"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| MetaError::Invalid(format!("data type {name} needs configuration.unit")))?;
+            let scale = config
+                .and_then(|c| c.get("scale_factor"))
+                .and_then(Value::as_u64)
+                .unwrap_or(1);
+            Ok(if scale == 1 {
+                unit.to_owned()
+            } else {
+                format!("{scale}{unit}")
+            })
+        };
+        let kind = match name {
+            "bool" => Kind::Bool,
+            "int8" => Kind::Int(1),
+            "int16" => Kind::Int(2),
+            "int32" => Kind::Int(4),
+            "int64" => Kind::Int(8),
+            "uint8" => Kind::UInt(1),
+            "uint16" => Kind::UInt(2),
+            "uint32" => Kind::UInt(4),
+            "uint64" => Kind::UInt(8),
+            "float16" => Kind::Float(2),
+            "float32" => Kind::Float(4),
+            "float64" => Kind::Float(8),
+            "complex64" => Kind::Complex(8),
+            "complex128" => Kind::Complex(16),
+            "string" => Kind::String,
+            "bytes" | "binary" | "variable_length_bytes" => Kind::Bytes,
+            "numpy.datetime64" => Kind::DateTime(unit()?),
+            "numpy.timedelta64" => Kind::TimeDelta(unit()?),
+            "fixed_length_utf32" => Kind::FixedUnicode(cfg_usize("length_bytes")? / 4),
+            "null_terminated_bytes" | "fixed_length_bytes" | "fixed_length_ascii" => {
+                Kind::FixedBytes(cfg_usize("length_bytes")?)
+            }
+            r if r.starts_with('r') && r.len() > 1 && r[1..].bytes().all(|b| b.is_ascii_digit()) => {
+                let bits: usize = r[1..].parse().map_err(|_| bad_dtype(value))?;
+                if bits == 0 || bits % 8 != 0 {
+                    return Err(MetaError::Unsupported(format!("raw data type {r} (not whole bytes)")));
+                }
+                Kind::FixedBytes(bits / 8)
+            }
+            other => return Err(MetaError::Unsupported(format!("data type '{other}'"))),
+        };
+        Ok(DType::new(kind))
+    }
+
+    /// The NumPy type string of this type as decoded (little-endian), e.g. `<f4`, `|b1`,
+    /// `<M8[s]`, `|S5`, `<U4`, `|V12` for structured types, `|O` for variable-length ones.
+    pub fn typestr(&self) -> String {
+        match &self.kind {
+            Kind::Bool => "|b1".into(),
+            Kind::Int(1) => "|i1".into(),
+            Kind::UInt(1) => "|u1".into(),
+            Kind::Int(n) => format!("<i{n}"),
+            Kind::UInt(n) => format!("<u{n}"),
+            Kind::Float(n) => format!("<f{n}"),
+            Kind::Complex(n) => format!("<c{n}"),
+            Kind::DateTime(u) => format!("<M8[{u}]"),
+            Kind::TimeDelta(u) => format!("<m8[{u}]"),
+            Kind::FixedBytes(n) => format!("|S{n}"),
+            Kind::FixedUnicode(n) => format!("<U{n}"),
+            Kind::Structured(_) => format!("|V{}", self.item_size().unwrap_or(0)),
+            Kind::String | Kind::Bytes | Kind::Object => "|O".into(),
+        }
+    }
+
+    /// The NumPy `descr` of this type as decoded: the type string, or for structured types a
+    /// list of `[name, descr(, shape)]`.
+    pub fn descr(&self) -> Value {
+        match &self.kind {
+            Kind::Structured(fields) => Value::Array(
+                fields
+                    .iter()
+                    .map(|f| {
+                        let mut entry = vec![Value::from(f.name.clone()), f.dtype.descr()];
+                        if !f.shape.is_empty() {
+                            entry.push(Value::from(f.shape.clone()));
+                        }
+                        Value::Array(entry)
+                    })
+                    .collect(),
+            ),
+            _ => Value::from(self.typestr()),
+        }
+    }
+}
+
+fn bad_dtype(value: &Value) -> MetaError {
+    MetaError::Invalid(format!("invalid dtype {value}"))
+}
+
+/// Parses a NumPy type string such as `<i4`, `>f8`, `|b1`, `<M8[ns]`, `|S5`, `<U4`, `|O`.
+fn parse_typestr(s: &str) -> Result<DType, MetaError> {
+    let bad = || MetaError::Invalid(format!("invalid dtype '{s}'"));
+    let mut chars = s.chars();
+    let order = chars.next().ok_or_else(bad)?;
+    let (big_endian, rest) = match order {
+        '<' | '|' | '=' => (false, &s[1..]),
+        '>' => (true, &s[1..]),
+        _ => (false, s),
+    };
+    let code = rest.chars().next().ok_or_else(bad)?;
+    let tail = &rest[code.len_utf8()..];
+    let size = || tail.parse::<usize>().map_err(|_| bad());
+    let unit = || -> Result<String, MetaError> {
+        let inner = tail
+            .strip_prefix('8')
+            .and_then(|t| t.strip_prefix('['))
+            .and_then(|t| t.strip_suffix(']'))
+            .ok_or_else(bad)?;
+        if inner.is_empty() || inner.contains(['[', ']']) {
+            return Err(bad());
+        }
+        Ok(inner.to_owned())
+    };
+    let kind = match code {
+        'b' if tail == "1" => Kind::Bool,
+        '?' if tail.is_empty() => Kind::Bool,
+        'i' => match size()? {
+            n @ (1 | 2 | 4 | 8) => Kind::Int(n),
+            _ => return Err(bad()),
+        },
+        'u' => match size()? {
+            n @ (1 | 2 | 4 | 8) => Kind::UInt(n),
+            _ => return Err(bad()),
+        },
+        'f' => match size()? {
+            n @ (2 | 4 | 8) => Kind::Float(n),
+            n => return Err(MetaError::Unsupported(format!("float of {n} bytes ('{s}')"))),
+        },
+        'c' => match size()? {
+            n @ (8 | 16) => Kind::Complex(n),
+            n => return Err(MetaError::Unsupported(format!("complex of {n} bytes ('{s}')"))),
+        },
+        'M' => Kind::DateTime(unit()?),
+        'm' => Kind::TimeDelta(unit()?),
+        'S' | 'V' | 'a' => Kind::FixedBytes(size()?),
+        'U' => Kind::FixedUnicode(size()?),
+        'O' if tail.is_empty() => Kind::Object,
+        _ => return Err(MetaError::Unsupported(format!("dtype '{s}'"))),
+    };
+    Ok(DType { kind, big_endian })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn typestrs() {
+        assert_eq!(DType::from_v2(&json!("<i4")).unwrap(), DType::new(Kind::Int(4)));
+        let be = DType::from_v2(&json!(">f8")).unwrap();
+        assert!(be.big_endian);
+        assert_eq!(be.typestr(), "<f8");
+        assert_eq!(DType::from_v2(&json!("|b1")).unwrap().kind, Kind::Bool);
+        assert_eq!(
+            DType::from_v2(&json!("<M8[ns]")).unwrap().kind,
+            Kind::DateTime("ns".into())
+        );
+        assert_eq!(DType::from_v2(&json!("<m8[10s]")).unwrap().typestr(), "<m8[10s]");
+        assert_eq!(DType::from_v2(&json!("|S5")).unwrap().item_size(), Some(5));
+        assert_eq!(DType::from_v2(&json!(">U4")).unwrap().item_size(), Some(16));
+        assert_eq!(DType::from_v2(&json!("|O")).unwrap().kind, Kind::Object);
+        for bad in ["", "<i3", "<x4", "<M8", "<M8[", "i", "<f16x"] {
+            assert!(DType::from_v2(&json!(bad)).is_err(), "{bad}");
+        }
+        assert!(matches!(DType::from_v2(&json!("<f16")), Err(MetaError::Unsupported(_))));
+    }
+
+    #[test]
+    fn structured_sizes_and_swaps() {
+        let d = DType::from_v2(&json!([
+            ["a", "<i4"],
+            ["b", ">f8", [2]],
+            ["c", [["x", "|u1"], ["y", ">i2"]]]
+        ]))
+        .unwrap();
+        assert_eq!(d.item_size(), Some(4 + 16 + 3));
+        let mut el: Vec<u8> = (0..23).collect();
+        d.to_little_endian(&mut el);
+        let mut want: Vec<u8> = (0..23).collect();
+        want[4..12].reverse();
+        want[12..20].reverse();
+        want[21..23].reverse();
+        assert_eq!(el, want);
+        assert_eq!(
+            d.descr(),
+            json!([["a", "<i4"], ["b", "<f8", [2]], ["c", [["x", "|u1"], ["y", "<i2"]]]])
+        );
+    }
+
+    #[test]
+    fn v3_names() {
+        assert_eq!(DType::from_v3(&json!("uint16")).unwrap().kind, Kind::UInt(2));
+        assert_eq!(DType::from_v3(&json!("r24")).unwrap().kind, Kind::FixedBytes(3));
+        assert_eq!(
+            DType::from_v3(&json!("variable_length_bytes")).unwrap().kind,
+            Kind::Bytes
+        );
+        let dt = json!({"name": "numpy.datetime64", "configuration": {"unit": "s", "scale_factor": 1}});
+        assert_eq!(DType::from_v3(&dt).unwrap().kind, Kind::DateTime("s".into()));
+        let u = json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": 16}});
+        assert_eq!(DType::from_v3(&u).unwrap().kind, Kind::FixedUnicode(4));
+        assert!(matches!(
+            DType::from_v3(&json!("float128")),
+            Err(MetaError::Unsupported(_))
+        ));
+        assert!(DType::from_v3(&json!(7)).is_err());
+    }
+}

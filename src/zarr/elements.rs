@@ -1,0 +1,260 @@
+//! Decoded array data: fixed-size elements as little-endian bytes in C order, or
+//! variable-length elements as vectors.
+
+use serde_json::Value;
+
+use super::fill::FillValue;
+
+/// The elements of a decoded chunk or of an assembled region, in C order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Elements {
+    /// Fixed-size elements, little-endian, `item_size` bytes each.
+    Fixed(Vec<u8>),
+    /// Variable-length strings (`None`: missing).
+    Strings(Vec<Option<String>>),
+    /// Variable-length byte strings (`None`: missing).
+    Bytes(Vec<Option<Vec<u8>>>),
+    /// Arbitrary objects (json2).
+    Objects(Vec<Value>),
+}
+
+impl Elements {
+    /// `n` copies of the fill value.
+    pub fn filled(fill: &FillValue, n: usize) -> Elements {
+        match fill {
+            FillValue::Fixed(one) => {
+                if one.iter().all(|b| *b == 0) {
+                    Elements::Fixed(vec![0; one.len() * n])
+                } else {
+                    Elements::Fixed(one.repeat(n))
+                }
+            }
+            FillValue::String(s) => Elements::Strings(vec![s.clone(); n]),
+            FillValue::Bytes(b) => Elements::Bytes(vec![b.clone(); n]),
+            FillValue::Object(v) => Elements::Objects(vec![v.clone(); n]),
+        }
+    }
+
+    /// Number of elements, given the item size of fixed-size data.
+    pub fn count(&self, item_size: usize) -> usize {
+        match self {
+            Elements::Fixed(b) => b.len().checked_div(item_size).unwrap_or(0),
+            Elements::Strings(v) => v.len(),
+            Elements::Bytes(v) => v.len(),
+            Elements::Objects(v) => v.len(),
+        }
+    }
+
+    /// Approximate heap size in bytes (for cache weighing).
+    pub fn heap_size(&self) -> usize {
+        match self {
+            Elements::Fixed(b) => b.len(),
+            Elements::Strings(v) => v.iter().map(|s| 24 + s.as_ref().map_or(0, String::len)).sum(),
+            Elements::Bytes(v) => v.iter().map(|s| 24 + s.as_ref().map_or(0, Vec::len)).sum(),
+            Elements::Objects(v) => v.iter().map(|o| 32 + o.to_string().len()).sum(),
+        }
+    }
+}
+
+/// A strided block copy between two C-order arrays: along each dimension `d`, source indices
+/// `src_start[d] + k * src_step[d]` for `k < count[d]` land at `dst_start[d] + k`.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockCopy<'a> {
+    /// Source array shape.
+    pub src_shape: &'a [u64],
+    /// First source index per dimension.
+    pub src_start: &'a [u64],
+    /// Source step per dimension (>= 1).
+    pub src_step: &'a [u64],
+    /// Destination array shape.
+    pub dst_shape: &'a [u64],
+    /// First destination index per dimension.
+    pub dst_start: &'a [u64],
+    /// Elements copied per dimension.
+    pub count: &'a [u64],
+}
+
+/// Why a block copy was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("block copy does not fit: {0}")]
+pub struct CopyError(pub String);
+
+fn strides(shape: &[u64]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1] as usize;
+    }
+    s
+}
+
+impl BlockCopy<'_> {
+    fn check(&self, src_len: usize, dst_len: usize) -> Result<(), CopyError> {
+        let n = self.count.len();
+        let same = [
+            self.src_shape.len(),
+            self.src_start.len(),
+            self.src_step.len(),
+            self.dst_shape.len(),
+            self.dst_start.len(),
+        ];
+        if same.iter().any(|&l| l != n) {
+            return Err(CopyError("dimension counts differ".into()));
+        }
+        if self.src_shape.iter().product::<u64>() as usize != src_len
+            || self.dst_shape.iter().product::<u64>() as usize != dst_len
+        {
+            return Err(CopyError(format!(
+                "buffers of {src_len} and {dst_len} elements do not match shapes {:?} and {:?}",
+                self.src_shape, self.dst_shape
+            )));
+        }
+        for d in 0..n {
+            if self.count[d] == 0 {
+                return Ok(());
+            }
+            let last_src = self.src_start[d] + (self.count[d] - 1) * self.src_step[d].max(1);
+            if last_src >= self.src_shape[d] || self.dst_start[d] + self.count[d] > self.dst_shape[d] {
+                return Err(CopyError(format!("dimension {d} is out of bounds")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Calls `run(src, dst, len, src_step)` for each innermost run, in element offsets.
+    fn for_each_run(&self, mut run: impl FnMut(usize, usize, usize, usize)) {
+        let n = self.count.len();
+        if n == 0 {
+            run(0, 0, 1, 1);
+            return;
+        }
+        if self.count.contains(&0) {
+            return;
+        }
+        let (ss, ds) = (strides(self.src_shape), strides(self.dst_shape));
+        let last = n - 1;
+        let len = self.count[last] as usize;
+        let step = self.src_step[last].max(1) as usize;
+        let mut k = vec![0u64; last];
+        loop {
+            let mut src = self.src_start[last] as usize * ss[last];
+            let mut dst = self.dst_start[last] as usize * ds[last];
+            for d in 0..last {
+                src += (self.src_start[d] + k[d] * self.src_step[d].max(1)) as usize * ss[d];
+                dst += (self.dst_start[d] + k[d]) as usize * ds[d];
+            }
+            run(src, dst, len, step * ss[last]);
+            // Odometer over the outer dimensions.
+            let mut d = last;
+            loop {
+                if d == 0 {
+                    return;
+                }
+                d -= 1;
+                k[d] += 1;
+                if k[d] < self.count[d] {
+                    break;
+                }
+                k[d] = 0;
+            }
+        }
+    }
+}
+
+fn copy_vec<T: Clone>(src: &[T], dst: &mut [T], copy: &BlockCopy) {
+    copy.for_each_run(|s, d, len, step| {
+        if step == 1 {
+            dst[d..d + len].clone_from_slice(&src[s..s + len]);
+        } else {
+            for i in 0..len {
+                dst[d + i] = src[s + i * step].clone();
+            }
+        }
+    });
+}
+
+impl Elements {
+    /// Copies a strided block of `src` into `self`. Both hold the same kind of elements;
+    /// `item` is the byte size of fixed-size elements.
+    pub fn copy_block(&mut self, src: &Elements, item: usize, copy: &BlockCopy) -> Result<(), CopyError> {
+        copy.check(src.count(item), self.count(item))?;
+        match (self, src) {
+            (Elements::Fixed(dst), Elements::Fixed(src)) => {
+                copy.for_each_run(|s, d, len, step| {
+                    let (s, d) = (s * item, d * item);
+                    if step == 1 {
+                        dst[d..d + len * item].copy_from_slice(&src[s..s + len * item]);
+                    } else {
+                        for i in 0..len {
+                            let from = s + i * step * item;
+                            dst[d + i * item..d + (i + 1) * item].copy_from_slice(&src[from..from + item]);
+                        }
+                    }
+                });
+            }
+            (Elements::Strings(dst), Elements::Strings(src)) => copy_vec(src, dst, copy),
+            (Elements::Bytes(dst), Elements::Bytes(src)) => copy_vec(src, dst, copy),
+            (Elements::Objects(dst), Elements::Objects(src)) => copy_vec(src, dst, copy),
+            _ => return Err(CopyError("element kinds differ".into())),
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strided_block_copy_matches_indexing() {
+        // src 4x5 of u16 values 0..20; take rows 1..4 step 2, cols 0..5 step 2 -> 2x3 at (1,1) of a 3x4 dst.
+        let src = Elements::Fixed((0u16..20).flat_map(|v| v.to_le_bytes()).collect());
+        let mut dst = Elements::Fixed(vec![0xff; 3 * 4 * 2]);
+        dst.copy_block(
+            &src,
+            2,
+            &BlockCopy {
+                src_shape: &[4, 5],
+                src_start: &[1, 0],
+                src_step: &[2, 2],
+                dst_shape: &[3, 4],
+                dst_start: &[1, 1],
+                count: &[2, 3],
+            },
+        )
+        .unwrap();
+        let Elements::Fixed(bytes) = dst else { unreachable!() };
+        let vals: Vec<u16> = bytes
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        let x = 0xffff;
+        assert_eq!(vals, [x, x, x, x, x, 5, 7, 9, x, 15, 17, 19]);
+    }
+
+    #[test]
+    fn out_of_bounds_is_an_error_not_a_panic() {
+        let src = Elements::Strings(vec![Some("a".into()); 4]);
+        let mut dst = Elements::Strings(vec![None; 4]);
+        let bad = BlockCopy {
+            src_shape: &[4],
+            src_start: &[2],
+            src_step: &[2],
+            dst_shape: &[4],
+            dst_start: &[0],
+            count: &[2],
+        };
+        assert!(dst.copy_block(&src, 0, &bad).is_err());
+        let zero_d = BlockCopy {
+            src_shape: &[],
+            src_start: &[],
+            src_step: &[],
+            dst_shape: &[],
+            dst_start: &[],
+            count: &[],
+        };
+        let mut one = Elements::Strings(vec![None]);
+        one.copy_block(&Elements::Strings(vec![Some("z".into())]), 0, &zero_d)
+            .unwrap();
+        assert_eq!(one, Elements::Strings(vec![Some("z".into())]));
+    }
+}

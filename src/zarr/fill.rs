@@ -1,0 +1,240 @@
+//! Fill values: what a missing chunk (or an empty inner chunk of a shard) reads as.
+//!
+//! v2 encodes them per the v2 spec (NaN/Infinity as strings, base64 for `|S` and structured
+//! types, `[re, im]` for complex, `null` allowed); v3 per the v3 core spec and its data type
+//! extensions (hex bit patterns for floats too). Fixed-size fills become one little-endian
+//! element, ready to be repeated into a chunk buffer.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use serde_json::Value;
+
+use super::MetaError;
+use super::dtype::{DType, Kind};
+
+/// A parsed fill value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FillValue {
+    /// One element of a fixed-size type, little-endian.
+    Fixed(Vec<u8>),
+    /// For variable-length strings (`None`: null).
+    String(Option<String>),
+    /// For variable-length bytes (`None`: null).
+    Bytes(Option<Vec<u8>>),
+    /// For object arrays: any JSON value.
+    Object(Value),
+}
+
+fn invalid(value: &Value, dtype: &DType) -> MetaError {
+    MetaError::Invalid(format!("fill_value {value} does not fit data type {}", dtype.typestr()))
+}
+
+fn parse_float(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A float fill of `size` bytes; v3 also allows the bit pattern as a hex string.
+fn float_bytes(value: &Value, size: usize) -> Option<Vec<u8>> {
+    if let Some(hex) = value.as_str().and_then(|s| s.strip_prefix("0x")) {
+        let bits = u64::from_str_radix(hex, 16).ok()?;
+        return Some(bits.to_le_bytes()[..size].to_vec());
+    }
+    let x = parse_float(value)?;
+    Some(match size {
+        2 => half::f16::from_f64(x).to_le_bytes().to_vec(),
+        4 => (x as f32).to_le_bytes().to_vec(),
+        8 => x.to_le_bytes().to_vec(),
+        _ => return None,
+    })
+}
+
+fn int_bytes(value: &Value, size: usize, signed: bool) -> Option<Vec<u8>> {
+    let wide: i128 = match value {
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i as i128,
+            (None, Some(u), _) => u as i128,
+            (None, None, Some(f)) if f.fract() == 0.0 => f as i128,
+            _ => return None,
+        },
+        Value::Bool(b) => *b as i128,
+        _ => return None,
+    };
+    let bits = 8 * size as u32;
+    let (lo, hi) = if signed {
+        (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+    } else {
+        (0, (1i128 << bits) - 1)
+    };
+    if wide < lo || wide > hi {
+        return None;
+    }
+    Some(wide.to_le_bytes()[..size].to_vec())
+}
+
+fn base64_or_bytes(value: &Value) -> Option<Vec<u8>> {
+    match value {
+        Value::String(s) => BASE64.decode(s).ok(),
+        Value::Array(items) => items
+            .iter()
+            .map(|v| v.as_u64().and_then(|b| u8::try_from(b).ok()))
+            .collect(),
+        _ => None,
+    }
+}
+
+impl FillValue {
+    /// Parses a stored fill value for `dtype` (the stored type, with its byte order).
+    /// `zarr_format` selects the encoding rules of that spec version.
+    pub fn parse(value: &Value, dtype: &DType, zarr_format: u8) -> Result<FillValue, MetaError> {
+        let bad = || invalid(value, dtype);
+        match &dtype.kind {
+            Kind::String => {
+                return match value {
+                    Value::Null => Ok(FillValue::String(None)),
+                    Value::String(s) => Ok(FillValue::String(Some(s.clone()))),
+                    _ => Err(bad()),
+                };
+            }
+            Kind::Bytes => {
+                return match value {
+                    Value::Null => Ok(FillValue::Bytes(None)),
+                    // v3 writers use "" (or base64) for bytes; an array of byte values is also allowed.
+                    v => base64_or_bytes(v).map(|b| FillValue::Bytes(Some(b))).ok_or_else(bad),
+                };
+            }
+            Kind::Object => return Ok(FillValue::Object(value.clone())),
+            _ => {}
+        }
+        let size = dtype.item_size().ok_or_else(bad)?;
+        if value.is_null() {
+            // Null on a fixed-size type reads as zeros (what zarr-python returns).
+            return Ok(FillValue::Fixed(vec![0; size]));
+        }
+        let bytes = match &dtype.kind {
+            Kind::Bool => match value {
+                Value::Bool(b) => vec![*b as u8],
+                Value::Number(n) => vec![(n.as_f64().ok_or_else(bad)? != 0.0) as u8],
+                _ => return Err(bad()),
+            },
+            Kind::Int(n) => int_bytes(value, *n, true).ok_or_else(bad)?,
+            Kind::UInt(n) => int_bytes(value, *n, false).ok_or_else(bad)?,
+            Kind::Float(n) => float_bytes(value, *n).ok_or_else(bad)?,
+            Kind::Complex(n) => {
+                let half = n / 2;
+                let parts = match value {
+                    Value::Array(p) if p.len() == 2 => p,
+                    // Some v2 writers store complex fills as base64 of the raw element.
+                    Value::String(_) if zarr_format == 2 => {
+                        let raw = base64_or_bytes(value).filter(|b| b.len() == *n).ok_or_else(bad)?;
+                        return Ok(FillValue::Fixed(swapped(dtype, raw)));
+                    }
+                    _ => return Err(bad()),
+                };
+                let mut out = float_bytes(&parts[0], half).ok_or_else(bad)?;
+                out.extend(float_bytes(&parts[1], half).ok_or_else(bad)?);
+                out
+            }
+            Kind::DateTime(_) | Kind::TimeDelta(_) => match value {
+                Value::String(s) if s == "NaT" => i64::MIN.to_le_bytes().to_vec(),
+                v => int_bytes(v, 8, true).ok_or_else(bad)?,
+            },
+            Kind::FixedBytes(n) => {
+                let mut raw = base64_or_bytes(value).ok_or_else(bad)?;
+                raw.resize(*n, 0);
+                raw
+            }
+            Kind::FixedUnicode(n) => {
+                let s = value.as_str().ok_or_else(bad)?;
+                let mut raw: Vec<u8> = s.chars().take(*n).flat_map(|c| (c as u32).to_le_bytes()).collect();
+                raw.resize(4 * n, 0);
+                raw
+            }
+            Kind::Structured(_) => {
+                let raw = base64_or_bytes(value).filter(|b| b.len() == size).ok_or_else(bad)?;
+                return Ok(FillValue::Fixed(swapped(dtype, raw)));
+            }
+            Kind::String | Kind::Bytes | Kind::Object => unreachable!("handled above"),
+        };
+        Ok(FillValue::Fixed(bytes))
+    }
+}
+
+impl FillValue {
+    /// The fill as elements of the decoded type: v2 object arrays store their fill as a JSON
+    /// value, while their decoded elements are strings or bytes.
+    pub fn for_decoded(self, decoded: &DType) -> FillValue {
+        match (self, &decoded.kind) {
+            (FillValue::Object(v), Kind::String) => FillValue::String(v.as_str().map(str::to_owned)),
+            (FillValue::Object(v), Kind::Bytes) => FillValue::Bytes(v.as_str().map(|s| s.as_bytes().to_vec())),
+            (fill, _) => fill,
+        }
+    }
+}
+
+/// Raw bytes in the stored order of `dtype`, made little-endian.
+fn swapped(dtype: &DType, mut raw: Vec<u8>) -> Vec<u8> {
+    dtype.to_little_endian(&mut raw);
+    raw
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn fixed(v: Value, t: &str) -> Vec<u8> {
+        match FillValue::parse(&v, &DType::from_v2(&json!(t)).unwrap(), 2).unwrap() {
+            FillValue::Fixed(b) => b,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(fixed(json!(-2), "<i2"), (-2i16).to_le_bytes());
+        assert_eq!(
+            fixed(json!(-2), ">i2"),
+            (-2i16).to_le_bytes(),
+            "fills are little-endian whatever the dtype"
+        );
+        assert_eq!(fixed(json!(255), "|u1"), [255]);
+        assert!(FillValue::parse(&json!(256), &DType::new(Kind::UInt(1)), 2).is_err());
+        assert!(f32::from_le_bytes(fixed(json!("NaN"), "<f4").try_into().unwrap()).is_nan());
+        assert_eq!(fixed(json!("-Infinity"), "<f8"), f64::NEG_INFINITY.to_le_bytes());
+        assert_eq!(fixed(json!(1.5), "<f2"), half::f16::from_f32(1.5).to_le_bytes());
+        assert_eq!(
+            fixed(json!([1.0, -2.0]), "<c8"),
+            [1f32.to_le_bytes(), (-2f32).to_le_bytes()].concat()
+        );
+        assert_eq!(fixed(json!("NaT"), "<M8[s]"), i64::MIN.to_le_bytes());
+        assert_eq!(fixed(json!(null), "<i4"), [0, 0, 0, 0]);
+        assert_eq!(fixed(json!(true), "|b1"), [1]);
+    }
+
+    #[test]
+    fn v3_hex_floats() {
+        let v = FillValue::parse(&json!("0x7fc00000"), &DType::new(Kind::Float(4)), 3).unwrap();
+        assert_eq!(v, FillValue::Fixed(0x7fc0_0000u32.to_le_bytes().to_vec()));
+    }
+
+    #[test]
+    fn strings_and_bytes() {
+        assert_eq!(fixed(json!("ZmlsbA=="), "|S5"), b"fill\0");
+        assert_eq!(fixed(json!("zz"), "<U3"), [b'z', 0, 0, 0, b'z', 0, 0, 0, 0, 0, 0, 0]);
+        let st = DType::from_v2(&json!([["x", ">i2"], ["y", "<u1"]])).unwrap();
+        let v = FillValue::parse(&json!(BASE64.encode([0x01, 0x02, 0x03])), &st, 2).unwrap();
+        assert_eq!(v, FillValue::Fixed(vec![0x02, 0x01, 0x03]));
+        let s = FillValue::parse(&json!(null), &DType::new(Kind::String), 2).unwrap();
+        assert_eq!(s, FillValue::String(None));
+        assert!(FillValue::parse(&json!([1]), &DType::new(Kind::String), 3).is_err());
+    }
+}

@@ -1,0 +1,341 @@
+//! Zarr metadata: v1 (`meta`/`attrs`), v2 (`.zarray`/`.zgroup`/`.zattrs`) and v3 (`zarr.json`)
+//! read into one model, [`ArrayMeta`], with the chunk grid and chunk key encodings.
+
+pub mod dtype;
+pub mod elements;
+pub mod fill;
+
+use serde_json::{Map, Value};
+
+use crate::codec::chain::CodecChain;
+use crate::store::{Store, StoreError, StoreKey};
+use dtype::DType;
+use fill::FillValue;
+
+/// Errors in metadata documents.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    /// The document is not valid JSON or misses/garbles a required field.
+    #[error("invalid metadata: {0}")]
+    Invalid(String),
+    /// A data type, codec or feature this server cannot read.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+impl From<crate::codec::CodecError> for MetaError {
+    fn from(e: crate::codec::CodecError) -> Self {
+        match e {
+            crate::codec::CodecError::Unsupported(m) => MetaError::Unsupported(m),
+            other => MetaError::Invalid(other.to_string()),
+        }
+    }
+}
+
+/// How chunk grid coordinates become store keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChunkKeyEncoding {
+    /// v3 `default`: `c` then the coordinates, each after the separator (`c/1/2`, `c.1.2`; `c` for 0-d).
+    Default { separator: char },
+    /// v2 (and v3 `v2`): the coordinates joined by the separator (`1.2`, `1/2`; `0` for 0-d).
+    V2 { separator: char },
+}
+
+impl ChunkKeyEncoding {
+    /// The key of the chunk at `coords`, relative to the array.
+    pub fn key(&self, coords: &[u64]) -> String {
+        let join = |sep: char| {
+            coords
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(&sep.to_string())
+        };
+        match self {
+            ChunkKeyEncoding::Default { separator } if coords.is_empty() => {
+                let _ = separator;
+                "c".to_owned()
+            }
+            ChunkKeyEncoding::Default { separator } => format!("c{separator}{}", join(*separator)),
+            ChunkKeyEncoding::V2 { .. } if coords.is_empty() => "0".to_owned(),
+            ChunkKeyEncoding::V2 { separator } => join(*separator),
+        }
+    }
+}
+
+/// Everything needed to read an array.
+#[derive(Debug)]
+pub struct ArrayMeta {
+    /// 1, 2 or 3.
+    pub zarr_format: u8,
+    /// The array shape.
+    pub shape: Vec<u64>,
+    /// The shape of one stored object (a chunk, or a shard for sharded arrays).
+    pub chunk_shape: Vec<u64>,
+    /// The element type as decoded (little-endian).
+    pub dtype: DType,
+    /// The fill value (in the decoded form).
+    pub fill: FillValue,
+    /// Chunk keys.
+    pub key_encoding: ChunkKeyEncoding,
+    /// How one stored object decodes.
+    pub chain: CodecChain,
+    /// User attributes.
+    pub attributes: Map<String, Value>,
+    /// v3 dimension names, or v2 `_ARRAY_DIMENSIONS`.
+    pub dimension_names: Option<Vec<Option<String>>>,
+}
+
+impl ArrayMeta {
+    /// Number of stored objects along each dimension.
+    pub fn grid_shape(&self) -> Vec<u64> {
+        self.shape
+            .iter()
+            .zip(&self.chunk_shape)
+            .map(|(s, c)| if *c == 0 { 0 } else { s.div_ceil(*c) })
+            .collect()
+    }
+}
+
+fn field<'a>(doc: &'a Value, name: &str) -> Result<&'a Value, MetaError> {
+    doc.get(name)
+        .ok_or_else(|| MetaError::Invalid(format!("missing field '{name}'")))
+}
+
+fn shape_of(value: &Value, what: &str) -> Result<Vec<u64>, MetaError> {
+    value
+        .as_array()
+        .and_then(|dims| dims.iter().map(Value::as_u64).collect::<Option<Vec<_>>>())
+        .ok_or_else(|| MetaError::Invalid(format!("'{what}' must be a list of non-negative integers")))
+}
+
+fn check_grid(shape: &[u64], chunks: &[u64]) -> Result<(), MetaError> {
+    if shape.len() != chunks.len() {
+        return Err(MetaError::Invalid(format!(
+            "shape has {} dimensions but chunks have {}",
+            shape.len(),
+            chunks.len()
+        )));
+    }
+    if chunks.contains(&0) {
+        return Err(MetaError::Invalid("chunk sizes must be positive".into()));
+    }
+    Ok(())
+}
+
+fn separator(value: Option<&Value>, default: char) -> Result<char, MetaError> {
+    match value.and_then(Value::as_str) {
+        None => Ok(default),
+        Some("/") => Ok('/'),
+        Some(".") => Ok('.'),
+        Some(other) => Err(MetaError::Invalid(format!("unknown separator '{other}'"))),
+    }
+}
+
+fn array_dimensions(attributes: &Map<String, Value>) -> Option<Vec<Option<String>>> {
+    attributes
+        .get("_ARRAY_DIMENSIONS")?
+        .as_array()
+        .map(|names| names.iter().map(|n| n.as_str().map(str::to_owned)).collect())
+}
+
+/// Parses a v2 `.zarray` document (with the `.zattrs` document, if any).
+pub fn parse_v2(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaError> {
+    let shape = shape_of(field(doc, "shape")?, "shape")?;
+    let chunk_shape = shape_of(field(doc, "chunks")?, "chunks")?;
+    check_grid(&shape, &chunk_shape)?;
+    let stored = DType::from_v2(field(doc, "dtype")?)?;
+    let order = doc.get("order").and_then(Value::as_str).unwrap_or("C");
+    let filters = match doc.get("filters") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(f)) => f.clone(),
+        Some(_) => return Err(MetaError::Invalid("'filters' must be a list or null".into())),
+    };
+    let compressor = doc.get("compressor").filter(|c| !c.is_null());
+    let chain = CodecChain::from_v2(&stored, order, &filters, compressor, chunk_shape.len())?;
+    let dtype = chain.dtype.clone();
+    let fill = FillValue::parse(doc.get("fill_value").unwrap_or(&Value::Null), &stored, 2)?.for_decoded(&dtype);
+    let attributes = attrs.and_then(Value::as_object).cloned().unwrap_or_default();
+    Ok(ArrayMeta {
+        zarr_format: 2,
+        key_encoding: ChunkKeyEncoding::V2 {
+            separator: separator(doc.get("dimension_separator"), '.')?,
+        },
+        dimension_names: array_dimensions(&attributes),
+        shape,
+        chunk_shape,
+        dtype,
+        fill,
+        chain,
+        attributes,
+    })
+}
+
+/// Parses a v1 `meta` document (with the `attrs` document, if any).
+pub fn parse_v1(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaError> {
+    let compression = doc.get("compression").and_then(Value::as_str).unwrap_or("none");
+    let opts = doc.get("compression_opts").cloned().unwrap_or(Value::Null);
+    // v1 names its compressor with options beside it; express it as the v2 compressor it is.
+    let compressor = match compression {
+        "none" => Value::Null,
+        "zlib" | "gzip" | "bz2" => serde_json::json!({"id": compression, "level": opts}),
+        "blosc" => {
+            let mut c = opts.as_object().cloned().unwrap_or_default();
+            c.insert("id".into(), "blosc".into());
+            Value::Object(c)
+        }
+        "lzma" => serde_json::json!({"id": "lzma"}),
+        other => return Err(MetaError::Unsupported(format!("v1 compression '{other}'"))),
+    };
+    let mut v2 = doc.clone();
+    if let Some(o) = v2.as_object_mut() {
+        o.insert("compressor".into(), compressor);
+        o.insert("filters".into(), Value::Null);
+        o.insert("dimension_separator".into(), ".".into());
+    }
+    let mut meta = parse_v2(&v2, attrs)?;
+    meta.zarr_format = 1;
+    Ok(meta)
+}
+
+/// Parses a v3 `zarr.json` array document.
+pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
+    let shape = shape_of(field(doc, "shape")?, "shape")?;
+    let grid = field(doc, "chunk_grid")?;
+    match grid.get("name").and_then(Value::as_str) {
+        Some("regular") => {}
+        other => {
+            return Err(MetaError::Unsupported(format!(
+                "chunk grid {}",
+                other.unwrap_or("(unnamed)")
+            )));
+        }
+    }
+    let chunk_shape = shape_of(
+        grid.get("configuration")
+            .and_then(|c| c.get("chunk_shape"))
+            .ok_or_else(|| MetaError::Invalid("chunk_grid needs configuration.chunk_shape".into()))?,
+        "chunk_shape",
+    )?;
+    check_grid(&shape, &chunk_shape)?;
+    if let Some(Value::Array(transformers)) = doc.get("storage_transformers") {
+        if !transformers.is_empty() {
+            return Err(MetaError::Unsupported("storage transformers".into()));
+        }
+    }
+    let logical = DType::from_v3(field(doc, "data_type")?)?;
+    let codecs = field(doc, "codecs")?
+        .as_array()
+        .ok_or_else(|| MetaError::Invalid("'codecs' must be a list".into()))?;
+    let chain = CodecChain::from_v3(&logical, codecs, &chunk_shape)?;
+    let fill = FillValue::parse(field(doc, "fill_value")?, &logical, 3)?;
+    let cke = doc.get("chunk_key_encoding");
+    let key_encoding = match cke.and_then(|c| c.get("name")).and_then(Value::as_str) {
+        None | Some("default") => ChunkKeyEncoding::Default {
+            separator: separator(
+                cke.and_then(|c| c.get("configuration"))
+                    .and_then(|c| c.get("separator")),
+                '/',
+            )?,
+        },
+        Some("v2") => ChunkKeyEncoding::V2 {
+            separator: separator(
+                cke.and_then(|c| c.get("configuration"))
+                    .and_then(|c| c.get("separator")),
+                '.',
+            )?,
+        },
+        Some(other) => return Err(MetaError::Unsupported(format!("chunk key encoding '{other}'"))),
+    };
+    let dimension_names = doc
+        .get("dimension_names")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().map(|n| n.as_str().map(str::to_owned)).collect());
+    Ok(ArrayMeta {
+        zarr_format: 3,
+        shape,
+        chunk_shape,
+        dtype: logical,
+        fill,
+        key_encoding,
+        chain,
+        attributes: doc
+            .get("attributes")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
+        dimension_names,
+    })
+}
+
+/// Errors of finding and reading an array's metadata.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No array at that path.
+    #[error("no array at '{0}'")]
+    NotFound(String),
+    /// The metadata document at `key` is broken.
+    #[error("metadata at '{key}': {error}")]
+    Meta { key: String, error: MetaError },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+async fn json_doc(store: &Store, key: &StoreKey) -> Result<Option<Value>, OpenError> {
+    match store.get_bytes(key).await? {
+        None => Ok(None),
+        Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| OpenError::Meta {
+            key: key.to_string(),
+            error: MetaError::Invalid(format!("not JSON: {e}")),
+        }),
+    }
+}
+
+/// Finds the array at `path` (v3, then v2, then v1) and parses its metadata.
+pub async fn open_array(store: &Store, path: &StoreKey) -> Result<ArrayMeta, OpenError> {
+    let key = |name: &str| path.join(name).map_err(|_| OpenError::NotFound(path.to_string()));
+    let wrap = |k: &StoreKey| {
+        let k = k.to_string();
+        move |error| OpenError::Meta { key: k, error }
+    };
+    let v3 = key("zarr.json")?;
+    if let Some(doc) = json_doc(store, &v3).await? {
+        return match doc.get("node_type").and_then(Value::as_str) {
+            Some("array") => parse_v3(&doc).map_err(wrap(&v3)),
+            _ => Err(OpenError::NotFound(path.to_string())),
+        };
+    }
+    let v2 = key(".zarray")?;
+    if let Some(doc) = json_doc(store, &v2).await? {
+        let attrs = json_doc(store, &key(".zattrs")?).await?;
+        return parse_v2(&doc, attrs.as_ref()).map_err(wrap(&v2));
+    }
+    let v1 = key("meta")?;
+    if let Some(doc) = json_doc(store, &v1).await? {
+        if doc.get("zarr_format").and_then(Value::as_u64) == Some(1) {
+            let attrs = match json_doc(store, &key("attrs")?).await? {
+                Some(Value::String(s)) => serde_json::from_str(&s).ok(),
+                other => other,
+            };
+            return parse_v1(&doc, attrs.as_ref()).map_err(wrap(&v1));
+        }
+    }
+    Err(OpenError::NotFound(path.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_keys() {
+        let d = ChunkKeyEncoding::Default { separator: '/' };
+        assert_eq!(d.key(&[1, 2]), "c/1/2");
+        assert_eq!(d.key(&[]), "c");
+        assert_eq!(ChunkKeyEncoding::Default { separator: '.' }.key(&[0, 3]), "c.0.3");
+        assert_eq!(ChunkKeyEncoding::V2 { separator: '.' }.key(&[1, 2]), "1.2");
+        assert_eq!(ChunkKeyEncoding::V2 { separator: '/' }.key(&[1, 2]), "1/2");
+        assert_eq!(ChunkKeyEncoding::V2 { separator: '.' }.key(&[]), "0");
+    }
+}

@@ -1,0 +1,475 @@
+//! The slice API: every format checked value for value against the .npy that zarr-python
+//! wrote, every error code, the 413 on a huge sparse array, streaming, and the caches.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+
+use common::expected::{load, load_npy, slice_naive};
+use common::*;
+use serde_json::{Value, json};
+use zarrgate::config::Config;
+use zarrgate::zarr::elements::Elements;
+
+fn expected(path: &str) -> common::expected::Expected {
+    let dir = repo().join("tests/fixtures/expected");
+    let npy = dir.join(format!("{path}.npy"));
+    if npy.exists() {
+        load_npy(&npy)
+    } else {
+        load(&dir.join(format!("{path}.json")))
+    }
+}
+
+fn f64s(e: &Elements, kind: &str) -> Vec<f64> {
+    let Elements::Fixed(b) = e else { panic!("fixed") };
+    match kind {
+        "f4" => b
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        "f8" => b
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        "i4" => b
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()) as f64)
+            .collect(),
+        _ => unreachable!(),
+    }
+}
+
+fn json_number(v: &Value) -> f64 {
+    match v {
+        Value::String(s) if s == "NaN" => f64::NAN,
+        Value::String(s) if s == "Infinity" => f64::INFINITY,
+        Value::String(s) if s == "-Infinity" => f64::NEG_INFINITY,
+        v => v.as_f64().unwrap(),
+    }
+}
+
+fn same_f64(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x.is_nan() && y.is_nan()) || x == y)
+}
+
+#[tokio::test]
+async fn json_values_match_zarr_python() {
+    let app = fixture_app();
+    // A float array with a NaN fill and missing chunks, whole and strided.
+    let e = expected("v2/fill_nan_f4");
+    let r = get(&app, "/api/v1/slice/fx/v2/fill_nan_f4", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let v = r.json();
+    assert_eq!(v["shape"], json!(e.shape));
+    assert_eq!(v["dtype"], "<f4");
+    let got: Vec<f64> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| match row {
+            Value::Array(r) => r.iter().map(json_number).collect::<Vec<_>>(),
+            x => vec![json_number(x)],
+        })
+        .collect();
+    // float32 values are written with the shortest digits that round-trip as float32.
+    let got: Vec<f64> = got.iter().map(|&x| x as f32 as f64).collect();
+    assert!(same_f64(&got, &f64s(&e.elements, "f4")), "{got:?}");
+
+    // 2-D ints with an integer index dropping a dimension.
+    let e = expected("v3/sharding_start_i4");
+    let r = get(&app, "/api/v1/slice/fx/v3/sharding_start_i4?select=[1,::2]", &[]).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    let want = slice_naive(&e, 4, &[1, 0], &[1, 2], &[1, e.shape[1].div_ceil(2)]);
+    assert_eq!(v["shape"], json!([e.shape[1].div_ceil(2)]));
+    let got: Vec<f64> = v["data"].as_array().unwrap().iter().map(json_number).collect();
+    assert_eq!(got, f64s(&want, "i4"));
+
+    // Strings, complex, datetimes (NaT -> null), a 0-d array.
+    let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8", &[]).await;
+    let want = expected("v3/vlen_utf8");
+    let Elements::Strings(s) = want.elements else { panic!() };
+    assert_eq!(r.json()["data"], json!(s));
+    let r = get(&app, "/api/v1/slice/fx/v2/fill_complex_c8?select=0:2", &[]).await;
+    let e = expected("v2/fill_complex_c8");
+    let parts: Vec<f32> = f64s(&e.elements, "f4").iter().map(|&x| x as f32).collect();
+    let got: Vec<f32> = r.json()["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| {
+            p.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| json_number(x) as f32)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert_eq!(got, parts[..4]);
+    let r = get(&app, "/api/v1/slice/fx/v2/zarr2_dtype_M8_ns_fill_nat", &[]).await;
+    let e = expected("v2/zarr2_dtype_M8_ns_fill_nat");
+    let Elements::Fixed(b) = &e.elements else { panic!() };
+    let want: Vec<Value> = b
+        .chunks_exact(8)
+        .map(|c| {
+            let v = i64::from_le_bytes(c.try_into().unwrap());
+            if v == i64::MIN { Value::Null } else { json!(v) }
+        })
+        .collect();
+    assert_eq!(r.json()["data"], json!(want));
+    let r = get(&app, "/api/v1/slice/fx/v3/zero_dim_f8", &[]).await;
+    let v = r.json();
+    assert_eq!(v["shape"], json!([]));
+    assert_eq!(
+        json_number(&v["data"]),
+        f64s(&expected("v3/zero_dim_f8").elements, "f8")[0]
+    );
+}
+
+#[tokio::test]
+async fn bin_and_npy_are_the_bytes_zarr_python_read() {
+    let app = fixture_app();
+    for path in [
+        "v2/order_F_3d_f4",
+        "v3/sharding_nested_i4",
+        "v2/dtype_be_c16",
+        "v2/dtype_struct_nested_subarray",
+        "v3/transpose_3d_201",
+    ] {
+        let e = expected(path);
+        let Elements::Fixed(want) = &e.elements else { panic!() };
+        let r = get(&app, &format!("/api/v1/slice/fx/{path}?format=bin"), &[]).await;
+        assert_eq!(r.status, 200, "{path}: {:?}", r.body);
+        assert_eq!(&r.body[..], &want[..], "{path}");
+        let shape: Vec<String> = e.shape.iter().map(u64::to_string).collect();
+        assert_eq!(r.header("x-zarr-shape"), Some(shape.join(",").as_str()));
+        assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+        // npy, by the Accept header, read back with an independent parser.
+        let r = get(
+            &app,
+            &format!("/api/v1/slice/fx/{path}"),
+            &[("accept", "application/x-npy")],
+        )
+        .await;
+        assert_eq!(r.status, 200);
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &r.body).unwrap();
+        let back = load_npy(file.path());
+        assert_eq!(back.shape, e.shape, "{path}");
+        assert_eq!(back.elements, e.elements, "{path}");
+    }
+    // Variable-length strings become fixed width.
+    let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8?format=bin", &[]).await;
+    assert!(r.header("x-zarr-dtype").unwrap().starts_with("<U"));
+}
+
+#[tokio::test]
+async fn csv_and_png() {
+    let app = fixture_app();
+    let e = expected("v2/compressor_none_i4");
+    let r = get(&app, "/api/v1/slice/fx/v2/compressor_none_i4?format=csv", &[]).await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    let got: Vec<f64> = text
+        .lines()
+        .flat_map(|l| l.split(',').map(|v| v.parse::<f64>().unwrap()).collect::<Vec<_>>())
+        .collect();
+    assert_eq!(got, f64s(&e.elements, "i4"));
+    assert_eq!(
+        text.lines().count() as u64,
+        if e.shape.len() == 2 {
+            e.shape[0]
+        } else {
+            e.shape.iter().product()
+        }
+    );
+
+    // PNG of a 2-D int array: pixel values follow (v - min) / (max - min).
+    let r = get(&app, "/api/v1/slice/fx/v2/compressor_none_i4?format=png&cmap=gray", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.header("content-type"), Some("image/png"));
+    let mut reader = png::Decoder::new(std::io::Cursor::new(r.body.to_vec()))
+        .read_info()
+        .unwrap();
+    let mut px = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut px).unwrap();
+    assert_eq!((info.height as u64, info.width as u64), (e.shape[0], e.shape[1]));
+    let vals = f64s(&e.elements, "i4");
+    let (lo, hi) = vals
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+    for (i, v) in vals.iter().enumerate() {
+        let want = ((v - lo) / (hi - lo) * 255.0).round() as u8;
+        assert_eq!(px[i * 4], want, "pixel {i}");
+        assert_eq!(px[i * 4 + 3], 255);
+    }
+    let r = get(
+        &app,
+        "/api/v1/slice/fx/v2/compressor_none_i4?format=png&vmin=0&vmax=1&cmap=viridis",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test]
+async fn errors_have_codes() {
+    let app = fixture_app();
+    let cases = [
+        (
+            "/api/v1/slice/fx/v2/compressor_none_i4?select=0:2:0",
+            400,
+            "bad_request",
+        ),
+        ("/api/v1/slice/fx/v2/compressor_none_i4?select=99", 400, "bad_request"),
+        (
+            "/api/v1/slice/fx/v2/compressor_none_i4?select=1,2,3",
+            400,
+            "bad_request",
+        ),
+        ("/api/v1/slice/fx/v2/compressor_none_i4?format=xml", 400, "bad_request"),
+        (
+            "/api/v1/slice/fx/v2/compressor_none_i4?cmap=jet&format=png",
+            400,
+            "bad_request",
+        ),
+        (
+            "/api/v1/slice/fx/v2/compressor_none_i4?vmin=low&format=png",
+            400,
+            "bad_request",
+        ),
+        ("/api/v1/slice/fx/v2/compressor_none_i4?bogus=1", 400, "bad_request"),
+        (
+            "/api/v1/slice/fx/v3/vlen_utf8_2d_missing?format=png",
+            422,
+            "unsupported",
+        ),
+        ("/api/v1/slice/fx/v2/object_json2?format=bin", 422, "unsupported"),
+        ("/api/v1/slice/fx/v2/order_F_3d_f4?format=csv", 400, "bad_request"),
+        ("/api/v1/slice/nope/x", 404, "unknown_mount"),
+        ("/api/v1/slice/fx/v2/no_such_array", 404, "not_found"),
+        ("/api/v1/slice/fx/v2/group_nested", 404, "not_found"),
+        ("/api/v1/slice/fx/..%2f..%2fetc", 400, "invalid_path"),
+    ];
+    for (uri, status, code) in cases {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(r.status, status, "{uri}: {:?}", r.body);
+        assert_eq!(r.error_code(), code, "{uri}");
+        assert!(!r.json()["error"]["message"].as_str().unwrap().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn bad_stored_data_is_a_clear_error_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    write_v3_array(&dir.path().join("short"), &[4], &[4], "int32", json!(0), bytes.clone());
+    std::fs::create_dir_all(dir.path().join("short/c")).unwrap();
+    std::fs::write(dir.path().join("short/c/0"), [1, 2, 3]).unwrap();
+    write_v3_array(
+        &dir.path().join("weird"),
+        &[4],
+        &[4],
+        "int32",
+        json!(0),
+        json!([{"name": "bytes"}, {"name": "rot13"}]),
+    );
+    write_v3_array(&dir.path().join("odd"), &[4], &[4], "int7", json!(0), bytes.clone());
+    std::fs::create_dir_all(dir.path().join("broken")).unwrap();
+    std::fs::write(dir.path().join("broken/zarr.json"), b"{not json").unwrap();
+    write_v3_array(
+        &dir.path().join("gz"),
+        &[4],
+        &[4],
+        "int32",
+        json!(0),
+        json!([{"name": "bytes"}, {"name": "gzip", "configuration": {"level": 1}}]),
+    );
+    std::fs::create_dir_all(dir.path().join("gz/c")).unwrap();
+    std::fs::write(dir.path().join("gz/c/0"), b"definitely not gzip").unwrap();
+    let app = app_for(&[("t", dir.path())]);
+    let r = get(&app, "/api/v1/slice/t/short", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    assert!(
+        r.json()["error"]["message"].as_str().unwrap().contains("short/c/0"),
+        "names the key"
+    );
+    let r = get(&app, "/api/v1/slice/t/gz", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    let r = get(&app, "/api/v1/slice/t/weird", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (422, "unsupported"));
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("rot13"));
+    let r = get(&app, "/api/v1/slice/t/odd", &[]).await;
+    assert_eq!(r.status, 422);
+    let r = get(&app, "/api/v1/slice/t/broken", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    // Errors are not cached and nothing else is affected.
+    std::fs::write(
+        dir.path().join("short/c/0"),
+        [1u8, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0],
+    )
+    .unwrap();
+    let r = get(&app, "/api/v1/slice/t/short", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["data"], json!([1, 2, 3, 4]));
+}
+
+#[tokio::test]
+async fn a_huge_sparse_request_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // 100000 x 100000 float64 = 80 GB, no chunk written.
+    write_v3_array(
+        &dir.path().join("huge"),
+        &[100_000, 100_000],
+        &[1000, 1000],
+        "float64",
+        json!("NaN"),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    let (app, _, gets) = counting_app(dir.path(), Config::default());
+    let start = std::time::Instant::now();
+    let r = get(&app, "/api/v1/slice/m/huge", &[]).await;
+    assert_eq!(r.status, 413);
+    assert_eq!(r.error_code(), "too_large");
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("80000000000 bytes")
+    );
+    assert_eq!(gets.load(Ordering::SeqCst), 1, "only the metadata was read");
+    assert!(start.elapsed().as_secs() < 5);
+    // A small part of it reads as fill.
+    let r = get(&app, "/api/v1/slice/m/huge?select=5,10:13", &[]).await;
+    assert_eq!(r.json()["data"], json!(["NaN", "NaN", "NaN"]));
+}
+
+#[tokio::test]
+async fn large_binary_responses_stream_and_match() {
+    let dir = tempfile::tempdir().unwrap();
+    // 3000 x 1000 float32 (12 MB) in 500 x 500 chunks: more than one band.
+    let (rows, cols, ch) = (3000u64, 1000u64, 500u64);
+    write_v3_array(
+        &dir.path().join("big"),
+        &[rows, cols],
+        &[ch, ch],
+        "float32",
+        json!(0.0),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    let value = |i: u64, j: u64| (i * cols + j) as f32;
+    for ci in 0..rows / ch {
+        for cj in 0..cols / ch {
+            let mut chunk = Vec::with_capacity((ch * ch * 4) as usize);
+            for i in 0..ch {
+                for j in 0..ch {
+                    chunk.extend(value(ci * ch + i, cj * ch + j).to_le_bytes());
+                }
+            }
+            let p = dir.path().join(format!("big/c/{ci}"));
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join(cj.to_string()), chunk).unwrap();
+        }
+    }
+    let app = app_for(&[("t", dir.path())]);
+    let r = get(&app, "/api/v1/slice/t/big?format=bin&select=1:2999:1,::3", &[]).await;
+    assert_eq!(r.status, 200);
+    let n_cols = cols.div_ceil(3);
+    assert_eq!(r.body.len() as u64, 2998 * n_cols * 4);
+    assert_eq!(
+        r.header("content-length"),
+        Some((2998 * n_cols * 4).to_string().as_str())
+    );
+    for (k, c) in r.body.chunks_exact(4).enumerate().step_by(997) {
+        let (i, j) = (1 + k as u64 / n_cols, 3 * (k as u64 % n_cols));
+        assert_eq!(f32::from_le_bytes(c.try_into().unwrap()), value(i, j), "element {k}");
+    }
+    let r = get(&app, "/api/v1/slice/t/big?format=npy", &[]).await;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &r.body).unwrap();
+    let back = load_npy(file.path());
+    assert_eq!(back.shape, [rows, cols]);
+    let Elements::Fixed(b) = back.elements else { panic!() };
+    assert_eq!(
+        f32::from_le_bytes(b[b.len() - 4..].try_into().unwrap()),
+        value(rows - 1, cols - 1)
+    );
+}
+
+#[tokio::test]
+async fn a_warm_request_reads_nothing_from_the_store() {
+    for path in [
+        "v2/compressor_none_i4",
+        "v3/sharding_start_i4",
+        "v3/sharding_nested_i4",
+        "v3/sharding_missing_shard_f8",
+    ] {
+        let (app, state, gets) = counting_app(&fixtures(), Config::default());
+        let uri = format!("/api/v1/slice/m/{path}?select=::2");
+        let cold = get(&app, &uri, &[]).await;
+        assert_eq!(cold.status, 200, "{path}: {:?}", cold.body);
+        let after_cold = gets.load(Ordering::SeqCst);
+        assert!(after_cold > 0);
+        let warm = get(&app, &uri, &[]).await;
+        assert_eq!(warm.body, cold.body, "{path}");
+        assert_eq!(
+            gets.load(Ordering::SeqCst),
+            after_cold,
+            "{path}: the warm request read the store"
+        );
+        let metrics = get(&app, "/metrics", &[]).await;
+        let text = String::from_utf8(metrics.body.to_vec()).unwrap();
+        assert!(text.contains("zarrgate_cache_hits_total{cache=\"chunks\"}"), "{text}");
+        assert!(state.caches.chunk_counters.hits.load(Ordering::Relaxed) > 0, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_identical_requests_decode_each_chunk_once() {
+    let (app, state, _) = counting_app(&fixtures(), Config::default());
+    let uri = "/api/v1/slice/m/v2/compressor_none_i4";
+    let replies = futures::future::join_all((0..16).map(|_| get(&app, uri, &[]))).await;
+    assert!(replies.iter().all(|r| r.status == 200 && r.body == replies[0].body));
+    let meta = std::fs::read(fixtures().join("v2/compressor_none_i4/.zarray")).unwrap();
+    let meta: Value = serde_json::from_slice(&meta).unwrap();
+    let grid: u64 = meta["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(meta["chunks"].as_array().unwrap())
+        .map(|(s, c)| s.as_u64().unwrap().div_ceil(c.as_u64().unwrap()))
+        .product();
+    let stored = std::fs::read_dir(fixtures().join("v2/compressor_none_i4"))
+        .unwrap()
+        .filter(|e| {
+            let n = e.as_ref().unwrap().file_name();
+            !n.to_string_lossy().starts_with('.')
+        })
+        .count() as u64;
+    assert!(stored <= grid);
+    assert_eq!(
+        state.caches.decodes.load(Ordering::Relaxed),
+        stored,
+        "each stored chunk decoded once"
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_requests_by_route() {
+    let app = fixture_app();
+    get(&app, "/api/v1/slice/fx/v2/compressor_none_i4", &[]).await;
+    get(&app, "/zarr/fx/v2/compressor_none_i4/.zarray", &[]).await;
+    let r = get(&app, "/metrics", &[]).await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    assert!(
+        text.contains("zarrgate_requests_total{route=\"slice\",status=\"200\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("zarrgate_requests_total{route=\"raw\",status=\"200\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("zarrgate_request_duration_seconds_bucket{le="), "{text}");
+}
