@@ -18,6 +18,7 @@ use crate::config::CacheConfig;
 use crate::store::StoreKey;
 use crate::zarr::ArrayMeta;
 use crate::zarr::elements::Elements;
+use crate::zarr::hierarchy::Tree;
 
 /// Identifies a stored object (or an inner chunk of a shard) across mounts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -63,6 +64,8 @@ pub struct Caches {
     pub shard_indexes: Cache<ChunkId, CachedIndex>,
     /// Array metadata by (mount, array path).
     pub metadata: Cache<(Arc<str>, StoreKey), Arc<ArrayMeta>>,
+    /// Whole hierarchies below a node (`None`: no node there), for ZOM and consolidation.
+    pub hierarchies: Cache<(Arc<str>, StoreKey), Option<Arc<Tree>>>,
     /// Counters of `chunks`.
     pub chunk_counters: CacheCounters,
     /// Counters of `shard_indexes`.
@@ -72,6 +75,9 @@ pub struct Caches {
     /// Chunks (and inner chunks) decoded, cached or not.
     pub decodes: AtomicU64,
 }
+
+/// Capacity of the hierarchy cache, estimated at 1 KiB a node.
+const HIERARCHY_BYTES: u64 = 128 << 20;
 
 fn weight(bytes: usize) -> u32 {
     u32::try_from(bytes.saturating_add(64)).unwrap_or(u32::MAX)
@@ -109,8 +115,16 @@ impl Caches {
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(metadata_counters.evictions.clone()))
             .build();
+        let hierarchies = Cache::builder()
+            .max_capacity(HIERARCHY_BYTES)
+            .weigher(|_: &(Arc<str>, StoreKey), v: &Option<Arc<Tree>>| {
+                weight(v.as_ref().map_or(0, |t| t.node_count() * 1024))
+            })
+            .time_to_live(ttl)
+            .build();
         Self {
             chunks,
+            hierarchies,
             shard_indexes,
             metadata,
             chunk_counters,

@@ -53,7 +53,7 @@ pub fn route_of(path: &str) -> &'static str {
         "raw"
     } else if path.starts_with("/api/v1/slice/") {
         "slice"
-    } else if path.starts_with("/api/v1/zom") {
+    } else if path.starts_with("/api/v1/zom") || path.starts_with("/api/v1/list/") {
         "zom"
     } else if path.starts_with("/api/v1/validate") {
         "validate"

@@ -11,11 +11,11 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::Response;
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use crate::http::{api, raw, slice};
+use crate::http::{api, raw, slice, zom};
 use crate::state::AppState;
 
 /// Headers a browser client may read from our responses.
@@ -93,6 +93,16 @@ pub fn app(state: AppState) -> Router {
         .route("/api/v1/mounts", get(api::mounts))
         .route("/api/v1/slice/{mount}/{*path}", get(slice::slice))
         .route("/metrics", get(api::metrics))
+        .route("/api/v1/zom/{mount}", get(zom::zom))
+        .route("/api/v1/zom/{mount}/", get(zom::zom))
+        .route("/api/v1/zom/{mount}/{*path}", get(zom::zom))
+        .route("/api/v1/list/{mount}", get(zom::list))
+        .route("/api/v1/list/{mount}/", get(zom::list))
+        .route("/api/v1/list/{mount}/{*path}", get(zom::list))
+        .route("/api/v1/zom-schema", get(zom::zom_schema))
+        .route("/api/v1/validate/{mount}", post(zom::validate))
+        .route("/api/v1/validate/{mount}/", post(zom::validate))
+        .route("/api/v1/validate/{mount}/{*path}", post(zom::validate))
         .route("/zarr/{mount}", any(raw::raw_key))
         .route("/zarr/{mount}/", any(raw::raw_key))
         .route("/zarr/{mount}/{*key}", any(raw::raw_key))

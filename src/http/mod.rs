@@ -3,3 +3,4 @@
 pub mod api;
 pub mod raw;
 pub mod slice;
+pub mod zom;

@@ -1,15 +1,18 @@
 //! `GET HEAD OPTIONS /zarr/{mount}/{key...}`: store keys byte for byte, behaving like a
 //! well-run bucket because Zarr clients depend on it (see DESIGN.md "Raw keys").
 
+use std::hash::{Hash, Hasher};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
+use bytes::Bytes;
 
+use super::zom;
 use crate::error::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Mount};
 use crate::store::{ByteRange, ObjectMeta, StoreKey};
 
 const ALLOW: &str = "GET, HEAD, OPTIONS";
@@ -103,6 +106,58 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// What a raw-key response serves: a stored object, or a document zarrgate synthesized.
+enum Content {
+    /// Stream the stored object.
+    Stored,
+    /// Serve these bytes (synthesized consolidated metadata).
+    Memory(Bytes),
+}
+
+/// A representation's validators and content.
+struct Representation {
+    size: u64,
+    etag: String,
+    last_modified: Option<SystemTime>,
+    content: Content,
+}
+
+/// A strong ETag for synthesized content: a hash of the bytes.
+fn content_etag(bytes: &[u8]) -> String {
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
+    format!("\"zg-{:016x}-{:x}\"", h.finish(), bytes.len())
+}
+
+/// The representation of `key`: stored as is, or with consolidated metadata added when the
+/// mount synthesizes it and the store has none.
+async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Result<Option<Representation>, ApiError> {
+    let stored = mount.store.head(key).await?;
+    if mount.consolidated {
+        let synthesized = match (key.name(), &stored) {
+            (".zmetadata", None) => zom::synthesized_zmetadata(state, mount, &key.parent()).await?,
+            ("zarr.json", Some(meta)) if meta.size <= zom::MAX_GROUP_DOC => {
+                zom::synthesized_zarr_json(state, mount, &key.parent()).await?
+            }
+            _ => None,
+        };
+        if let Some(bytes) = synthesized {
+            return Ok(Some(Representation {
+                size: bytes.len() as u64,
+                etag: content_etag(&bytes),
+                last_modified: None,
+                content: Content::Memory(bytes),
+            }));
+        }
+    }
+    Ok(stored.map(|meta| Representation {
+        size: meta.size,
+        etag: etag_of(&meta),
+        last_modified: meta.last_modified.map(whole_seconds),
+        content: Content::Stored,
+    }))
+}
+
 async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMap) -> Result<Response, ApiError> {
     let (mount_name, rest) = split_path(path);
     let mount = state.mount(mount_name)?;
@@ -111,9 +166,9 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
     if names_directory || key.is_root() {
         return Err(missing());
     }
-    let meta = mount.store.head(&key).await?.ok_or_else(missing)?;
-    let etag = etag_of(&meta);
-    let last_modified = meta.last_modified.map(whole_seconds);
+    let rep = representation(state, mount, &key).await?.ok_or_else(missing)?;
+    let etag = rep.etag.clone();
+    let last_modified = rep.last_modified;
 
     let mut response = Response::builder()
         .header(header::ETAG, &etag)
@@ -158,14 +213,14 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
         .filter(|_| if_range_ok)
         .and_then(parse_range);
     let (status, range) = match requested {
-        None => (StatusCode::OK, 0..meta.size),
+        None => (StatusCode::OK, 0..rep.size),
         Some(r) => {
             let range = r
-                .resolve(meta.size)
-                .ok_or(ApiError::RangeNotSatisfiable { size: meta.size })?;
+                .resolve(rep.size)
+                .ok_or(ApiError::RangeNotSatisfiable { size: rep.size })?;
             response = response.header(
                 header::CONTENT_RANGE,
-                format!("bytes {}-{}/{}", range.start, range.end - 1, meta.size),
+                format!("bytes {}-{}/{}", range.start, range.end - 1, rep.size),
             );
             (StatusCode::PARTIAL_CONTENT, range)
         }
@@ -177,13 +232,18 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
     let body = if *method == Method::HEAD || range.is_empty() {
         Body::empty()
     } else {
-        // The object may have vanished since the HEAD: that is a 404 like any other.
-        let object = mount
-            .store
-            .get(&key, Some(ByteRange::Bounded(range.start, range.end)))
-            .await?
-            .ok_or_else(missing)?;
-        Body::from_stream(object.body)
+        match rep.content {
+            Content::Memory(bytes) => Body::from(bytes.slice(range.start as usize..range.end as usize)),
+            Content::Stored => {
+                // The object may have vanished since the HEAD: that is a 404 like any other.
+                let object = mount
+                    .store
+                    .get(&key, Some(ByteRange::Bounded(range.start, range.end)))
+                    .await?
+                    .ok_or_else(missing)?;
+                Body::from_stream(object.body)
+            }
+        }
     };
     response.body(body).map_err(|_| ApiError::Internal)
 }

@@ -4,6 +4,7 @@
 pub mod dtype;
 pub mod elements;
 pub mod fill;
+pub mod hierarchy;
 
 use serde_json::{Map, Value};
 

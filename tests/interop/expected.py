@@ -1,4 +1,5 @@
-"""Expected values written by tests/fixtures/make_fixtures.py (.npy, or .json for vlen data)."""
+"""Expected values written by tests/fixtures/make_fixtures.py (.npy, or .json for vlen data), and
+a value comparison that every suite shares (numpy only: both venvs import it)."""
 import base64
 import json
 import pathlib
@@ -14,23 +15,68 @@ def load(path: pathlib.Path):
     values = doc["values"]
     if doc.get("kind") == "bytes":
         values = [None if v is None else base64.b64decode(v) for v in values]
-    out = np.empty(len(values), dtype=object)
-    out[:] = values
-    return out.reshape(doc["shape"])
+    return object_array(values, doc["shape"])
+
+
+def kind(path: pathlib.Path) -> str:
+    """"npy" for fixed-size values, else the .json kind: "string", "bytes" or "object"."""
+    if path.suffix == ".npy":
+        return "npy"
+    return json.loads(path.read_text()).get("kind", "object")
+
+
+def object_array(flat, shape):
+    out = np.empty(len(flat), dtype=object)
+    out[:] = flat
+    return out.reshape(shape)
+
+
+def nested_to_object(data, shape):
+    """A nested JSON list of `shape` (or a scalar for shape []) as an object array."""
+    flat = []
+
+    def walk(x, depth):
+        if depth == len(shape):
+            flat.append(x)
+        else:
+            for y in x:
+                walk(y, depth + 1)
+
+    walk(data, 0)
+    return object_array(flat, shape)
 
 
 def same(actual, expected) -> bool:
-    """Value equality that treats NaN == NaN and compares strings/bytes element-wise."""
+    """Value equality that treats NaN == NaN (NaT == NaT), ignores byte order, compares structured
+    arrays field by field and strings/bytes/objects element-wise."""
     actual = np.asarray(actual)
+    expected = np.asarray(expected)
     if actual.shape != expected.shape:
         return False
-    if expected.dtype == object or actual.dtype.kind in "OT":
+    if expected.dtype.names or actual.dtype.names:
+        if expected.dtype.names != actual.dtype.names:
+            return False
+        return all(same(actual[n], expected[n]) for n in expected.dtype.names)
+    if expected.dtype.kind in "OT" or actual.dtype.kind in "OT":
         return all(_eq(a, e) for a, e in zip(actual.ravel().tolist(), expected.ravel().tolist()))
+    if expected.dtype.kind in "mM" or actual.dtype.kind in "mM":
+        if actual.dtype.kind != expected.dtype.kind:
+            return False
+        if np.datetime_data(actual.dtype) != np.datetime_data(expected.dtype):
+            return False
+        return bool(np.array_equal(_native(actual).view("i8"), _native(expected).view("i8")))
     if expected.dtype.kind in "fc":
         return bool(np.array_equal(actual, expected, equal_nan=True))
-    if expected.dtype.kind in "mM":
-        return bool(np.array_equal(actual.view("i8"), expected.view("i8")))
     return bool(np.array_equal(actual, expected))
+
+
+def same_dtype(a, b) -> bool:
+    """dtype equality up to byte order."""
+    return np.dtype(a).newbyteorder("<") == np.dtype(b).newbyteorder("<")
+
+
+def _native(a):
+    return a.astype(a.dtype.newbyteorder("="))
 
 
 def _eq(a, e):

@@ -1,0 +1,204 @@
+//! Hierarchies over HTTP: `GET /api/v1/zom/{mount}[/{path}]?depth=N` (Zarr Object Model JSON,
+//! ZEP0006), `GET /api/v1/list/{mount}[/{path}]` (the nodes in a directory, for browsing mounts
+//! whose root is not a node), `GET /api/v1/zom-schema?zarr_format=2|3`,
+//! `POST /api/v1/validate/{mount}[/{path}]`, and the consolidated metadata the raw-key route
+//! synthesizes.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::Uri;
+use futures::{StreamExt, TryStreamExt, stream};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::state::{AppState, Mount};
+use crate::store::StoreKey;
+use crate::zarr::hierarchy::{HierarchyError, Tree, find_node, prune, walk};
+
+/// Group documents larger than this are served as stored, never parsed for consolidation.
+pub const MAX_GROUP_DOC: u64 = 1 << 20;
+
+impl From<HierarchyError> for ApiError {
+    fn from(e: HierarchyError) -> Self {
+        match e {
+            HierarchyError::Invalid { key, message } => {
+                tracing::warn!(%key, %message, "invalid metadata");
+                ApiError::CorruptData { key }
+            }
+            HierarchyError::CannotList(m) => ApiError::Unsupported(m),
+            HierarchyError::Store(s) => s.into(),
+        }
+    }
+}
+
+/// The whole hierarchy below `path` (cached; `None` when no node is there).
+pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
+    let mut loaded = false;
+    let got = state
+        .caches
+        .hierarchies
+        .try_get_with((Arc::from(mount.name.as_str()), path.clone()), async {
+            loaded = true;
+            walk(&mount.store, path, None).await.map(|t| t.map(Arc::new))
+        })
+        .await
+        .map_err(|e| ApiError::from((*e).clone()));
+    state.caches.metadata_counters.record(loaded);
+    got
+}
+
+/// A `.zmetadata` for the v2 group at `group`, if it is one.
+pub async fn synthesized_zmetadata(
+    state: &AppState,
+    mount: &Mount,
+    group: &StoreKey,
+) -> Result<Option<Bytes>, ApiError> {
+    match tree(state, mount, group).await? {
+        Some(t) if t.node.zarr_format == 2 && t.node.is_group => Ok(Some(Bytes::from(t.zmetadata().to_string()))),
+        _ => Ok(None),
+    }
+}
+
+/// The `zarr.json` of the v3 group at `group` with `consolidated_metadata`, if it is a group
+/// whose stored document has none.
+pub async fn synthesized_zarr_json(
+    state: &AppState,
+    mount: &Mount,
+    group: &StoreKey,
+) -> Result<Option<Bytes>, ApiError> {
+    // Look at the stored document first: arrays and already consolidated groups are served as
+    // stored without walking anything.
+    match find_node(&mount.store, group).await {
+        Ok(Some(n)) if n.zarr_format == 3 && n.is_group && !n.doc.contains_key("consolidated_metadata") => {}
+        _ => return Ok(None),
+    }
+    match tree(state, mount, group).await? {
+        Some(t) => Ok(Some(Bytes::from(t.consolidated_zarr_json().to_string()))),
+        None => Ok(None),
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ZomQuery {
+    depth: Option<String>,
+}
+
+/// Splits `/api/v1/{route}/{mount}[/{path}]` into the mount and the decoded key.
+fn mount_and_path<'a>(state: &'a AppState, uri: &Uri, route: &str) -> Result<(&'a Mount, StoreKey), ApiError> {
+    let tail = uri.path().strip_prefix(route).unwrap_or("");
+    let (name, rest) = tail.split_once('/').unwrap_or((tail, ""));
+    let mount = state.mount(name)?;
+    let (key, _) = StoreKey::from_url_path(rest)?;
+    Ok((mount, key))
+}
+
+async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Option<u32>) -> Result<Value, ApiError> {
+    let not_found = || ApiError::NotFound(format!("no Zarr node at '{path}' in mount '{}'", mount.name));
+    let tree = match depth {
+        None => tree(state, mount, path).await?.ok_or_else(not_found)?,
+        Some(d) => {
+            let cached = state
+                .caches
+                .hierarchies
+                .get(&(Arc::from(mount.name.as_str()), path.clone()))
+                .await;
+            match cached {
+                Some(Some(t)) => Arc::new(prune((*t).clone(), Some(d))),
+                Some(None) => return Err(not_found()),
+                None => Arc::new(walk(&mount.store, path, Some(d)).await?.ok_or_else(not_found)?),
+            }
+        }
+    };
+    Ok(tree.zom())
+}
+
+/// `GET /api/v1/zom/{mount}[/{path}]?depth=N`
+pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let query: ZomQuery = serde_urlencoded::from_str(uri.query().unwrap_or(""))
+        .map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let depth = match query.depth.as_deref() {
+        None | Some("") => None,
+        Some(d) => Some(
+            d.parse::<u32>()
+                .map_err(|_| ApiError::BadRequest(format!("depth must be a non-negative integer, got '{d}'")))?,
+        ),
+    };
+    let (mount, path) = mount_and_path(&state, &uri, "/api/v1/zom/")?;
+    Ok(Json(zom_value(&state, mount, &path, depth).await?))
+}
+
+/// `GET /api/v1/list/{mount}[/{path}]`: the node at a path (if any) and the nodes and plain
+/// directories below it.
+pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/")?;
+    let describe = |n: &crate::zarr::hierarchy::Node| json!({"zarr_format": n.zarr_format, "node_type": if n.is_group { "group" } else { "array" }});
+    let node = find_node(&mount.store, &path).await?;
+    let listing = mount.store.list(&path).await?;
+    let store = &mount.store;
+    let children: Vec<Value> = stream::iter(listing.prefixes)
+        .map(|name| {
+            let path = &path;
+            async move {
+                let key = path.join(&name).map_err(ApiError::from)?;
+                let node = find_node(store, &key).await?;
+                let mut entry = match &node {
+                    Some(n) => describe(n),
+                    None => json!({"node_type": "directory"}),
+                };
+                entry["name"] = Value::from(name);
+                Ok::<Value, ApiError>(entry)
+            }
+        })
+        .buffered(32)
+        .try_collect()
+        .await?;
+    Ok(Json(json!({
+        "mount": mount.name,
+        "path": path.as_str(),
+        "node": node.as_ref().map(describe),
+        "children": children,
+    })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SchemaQuery {
+    zarr_format: Option<String>,
+}
+
+/// `GET /api/v1/zom-schema?zarr_format=2|3`: the JSON Schema of ZOM nodes of that version.
+pub async fn zom_schema(uri: Uri) -> Result<Json<Value>, ApiError> {
+    let query: SchemaQuery = serde_urlencoded::from_str(uri.query().unwrap_or(""))
+        .map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let text = match query.zarr_format.as_deref() {
+        Some("2") => include_str!("../../schemas/zom-v2.json"),
+        Some("3") | None => include_str!("../../schemas/zom-v3.json"),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "zarr_format must be 2 or 3, got '{other}'"
+            )));
+        }
+    };
+    serde_json::from_str(text).map(Json).map_err(|_| ApiError::Internal)
+}
+
+/// `POST /api/v1/validate/{mount}[/{path}]` with a JSON Schema body: validates the node's ZOM
+/// JSON against it.
+pub async fn validate(State(state): State<AppState>, uri: Uri, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let schema: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::BadRequest(format!("the body is not a JSON Schema: {e}")))?;
+    let validator =
+        jsonschema::validator_for(&schema).map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
+    let (mount, path) = mount_and_path(&state, &uri, "/api/v1/validate/")?;
+    let zom = zom_value(&state, mount, &path, None).await?;
+    let errors: Vec<Value> = validator
+        .iter_errors(&zom)
+        .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
+        .collect();
+    Ok(Json(json!({"valid": errors.is_empty(), "errors": errors})))
+}

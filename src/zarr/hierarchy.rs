@@ -1,0 +1,411 @@
+//! Hierarchies: finding nodes, walking groups (by listing the store, concurrently, or from
+//! consolidated metadata where the store cannot list), and rendering them as Zarr Object Model
+//! JSON (ZEP0006) or as consolidated metadata.
+//!
+//! A node is what its stored metadata document says: v3 `zarr.json`; v2 `.zarray` / `.zgroup`
+//! with `.zattrs` as `attributes`; v1 `meta` with `attrs`. v3 directories without `zarr.json`
+//! are not nodes. Members of a group are nodes of the same format family (v1/v2 under v2).
+//! Spec: <https://zarr.dev/zeps/draft/ZEP0006.html>
+
+use std::collections::BTreeMap;
+
+use futures::{StreamExt, TryStreamExt, stream};
+use serde_json::{Map, Value, json};
+
+use crate::store::{Store, StoreError, StoreKey};
+
+/// Errors of reading a hierarchy.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HierarchyError {
+    /// A metadata document is not valid JSON (or not an object).
+    #[error("metadata at '{key}' is invalid: {message}")]
+    Invalid {
+        /// The store key.
+        key: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The store cannot list and has no consolidated metadata to go by.
+    #[error("{0}")]
+    CannotList(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One node's stored documents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// 1, 2 or 3.
+    pub zarr_format: u8,
+    /// Whether it is a group.
+    pub is_group: bool,
+    /// The main document (`zarr.json`, `.zarray`, `.zgroup`, `meta`).
+    pub doc: Map<String, Value>,
+    /// The attributes document (v1 `attrs`, v2 `.zattrs`), if stored.
+    pub attrs: Option<Map<String, Value>>,
+}
+
+/// A node with the members found below it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tree {
+    /// The node.
+    pub node: Node,
+    /// Members by name (empty for arrays and beyond the walked depth).
+    pub members: BTreeMap<String, Tree>,
+}
+
+async fn json_object(store: &Store, key: &StoreKey) -> Result<Option<Map<String, Value>>, HierarchyError> {
+    let Some(bytes) = store.get_bytes(key).await? else {
+        return Ok(None);
+    };
+    let invalid = |message: String| HierarchyError::Invalid {
+        key: key.to_string(),
+        message,
+    };
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(o)) => Ok(Some(o)),
+        // v1 stored `attrs` as a JSON string holding the JSON object.
+        Ok(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
+            Ok(Value::Object(o)) => Ok(Some(o)),
+            _ => Err(invalid("not a JSON object".into())),
+        },
+        Ok(_) => Err(invalid("not a JSON object".into())),
+        Err(e) => Err(invalid(format!("not JSON: {e}"))),
+    }
+}
+
+fn child(path: &StoreKey, name: &str) -> Result<StoreKey, HierarchyError> {
+    path.join(name).map_err(|e| HierarchyError::Invalid {
+        key: format!("{path}/{name}"),
+        message: e.to_string(),
+    })
+}
+
+/// Finds the node at `path`: v3, then v2, then v1. `None` when nothing is there.
+pub async fn find_node(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
+    if let Some(doc) = json_object(store, &child(path, "zarr.json")?).await? {
+        let is_group = doc.get("node_type").and_then(Value::as_str) == Some("group");
+        return Ok(Some(Node {
+            zarr_format: 3,
+            is_group,
+            doc,
+            attrs: None,
+        }));
+    }
+    let (zarray_key, zgroup_key) = (child(path, ".zarray")?, child(path, ".zgroup")?);
+    let (zarray, zgroup) = futures::try_join!(json_object(store, &zarray_key), json_object(store, &zgroup_key))?;
+    if let Some((doc, is_group)) = zarray.map(|d| (d, false)).or(zgroup.map(|d| (d, true))) {
+        let attrs = json_object(store, &child(path, ".zattrs")?).await?;
+        return Ok(Some(Node {
+            zarr_format: 2,
+            is_group,
+            doc,
+            attrs,
+        }));
+    }
+    if let Some(doc) = json_object(store, &child(path, "meta")?).await? {
+        if doc.get("zarr_format").and_then(Value::as_u64) == Some(1) {
+            let attrs = json_object(store, &child(path, "attrs")?).await?;
+            return Ok(Some(Node {
+                zarr_format: 1,
+                is_group: false,
+                doc,
+                attrs,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// How many member lookups run at once while walking.
+const WALK_CONCURRENCY: usize = 32;
+
+/// Walks the hierarchy at `path` down to `depth` levels of members (`None`: all of them).
+pub async fn walk(store: &Store, path: &StoreKey, depth: Option<u32>) -> Result<Option<Tree>, HierarchyError> {
+    let Some(node) = find_node(store, path).await? else {
+        return Ok(None);
+    };
+    let members = if node.is_group && depth != Some(0) {
+        members(store, path, &node, depth.map(|d| d - 1)).await?
+    } else {
+        BTreeMap::new()
+    };
+    Ok(Some(Tree { node, members }))
+}
+
+fn members<'a>(
+    store: &'a Store,
+    path: &'a StoreKey,
+    node: &'a Node,
+    depth: Option<u32>,
+) -> futures::future::BoxFuture<'a, Result<BTreeMap<String, Tree>, HierarchyError>> {
+    Box::pin(async move {
+        let listing = match store.list(path).await {
+            Ok(l) => l,
+            Err(StoreError::NotSupported(_)) => {
+                return from_consolidated(node, depth).ok_or_else(|| {
+                    HierarchyError::CannotList(format!(
+                        "this store cannot list '{path}' and the group has no consolidated metadata"
+                    ))
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let found: Vec<Option<(String, Tree)>> = stream::iter(listing.prefixes)
+            .map(|name| async move {
+                let key = child(path, &name)?;
+                let Some(child_node) = find_node(store, &key).await? else {
+                    return Ok(None);
+                };
+                let same_family = (child_node.zarr_format == 3) == (node.zarr_format == 3);
+                if !same_family {
+                    return Ok(None);
+                }
+                let members = if child_node.is_group && depth != Some(0) {
+                    members(store, &key, &child_node, depth.map(|d| d - 1)).await?
+                } else {
+                    BTreeMap::new()
+                };
+                Ok::<_, HierarchyError>(Some((
+                    name,
+                    Tree {
+                        node: child_node,
+                        members,
+                    },
+                )))
+            })
+            .buffer_unordered(WALK_CONCURRENCY)
+            .try_collect()
+            .await?;
+        Ok(found.into_iter().flatten().collect())
+    })
+}
+
+/// Members from a group's own consolidated metadata (v2 `.zmetadata` is not consulted here:
+/// callers that cannot list pass v3 groups; v2 is handled by [`tree_from_zmetadata`]).
+fn from_consolidated(node: &Node, depth: Option<u32>) -> Option<BTreeMap<String, Tree>> {
+    let metadata = node.doc.get("consolidated_metadata")?.get("metadata")?.as_object()?;
+    let mut root = Tree {
+        node: node.clone(),
+        members: BTreeMap::new(),
+    };
+    let mut keys: Vec<&String> = metadata.keys().collect();
+    keys.sort();
+    for key in keys {
+        let Some(Value::Object(doc)) = metadata.get(key) else {
+            continue;
+        };
+        let is_group = doc.get("node_type").and_then(Value::as_str) == Some("group");
+        insert(
+            &mut root,
+            key,
+            Node {
+                zarr_format: 3,
+                is_group,
+                doc: doc.clone(),
+                attrs: None,
+            },
+        );
+    }
+    Some(prune(root, depth.map(|d| d + 1)).members)
+}
+
+/// A tree built from a v2 `.zmetadata` document (for stores that cannot list).
+pub fn tree_from_zmetadata(zmetadata: &Value) -> Option<Tree> {
+    let metadata = zmetadata.get("metadata")?.as_object()?;
+    let doc = |k: &str| metadata.get(k).and_then(Value::as_object).cloned();
+    let root_doc = doc(".zgroup")?;
+    let mut root = Tree {
+        node: Node {
+            zarr_format: 2,
+            is_group: true,
+            doc: root_doc,
+            attrs: doc(".zattrs"),
+        },
+        members: BTreeMap::new(),
+    };
+    let mut keys: Vec<&String> = metadata.keys().collect();
+    keys.sort();
+    for key in keys {
+        for (suffix, is_group) in [("/.zgroup", true), ("/.zarray", false)] {
+            if let Some(path) = key.strip_suffix(suffix) {
+                let Some(node_doc) = doc(key) else { continue };
+                let attrs = doc(&format!("{path}/.zattrs"));
+                insert(
+                    &mut root,
+                    path,
+                    Node {
+                        zarr_format: 2,
+                        is_group,
+                        doc: node_doc,
+                        attrs,
+                    },
+                );
+            }
+        }
+    }
+    Some(root)
+}
+
+/// Inserts a node at a relative `/`-separated path (parents must come first; keys sort so).
+fn insert(root: &mut Tree, path: &str, node: Node) {
+    let mut at = root;
+    let mut parts = path.split('/').peekable();
+    while let Some(name) = parts.next() {
+        if parts.peek().is_none() {
+            at.members.insert(
+                name.to_owned(),
+                Tree {
+                    node,
+                    members: BTreeMap::new(),
+                },
+            );
+            return;
+        }
+        match at.members.get_mut(name) {
+            Some(next) => at = next,
+            None => return, // a parent that is not a node: not part of the hierarchy
+        }
+    }
+}
+
+/// Drops members deeper than `depth`.
+pub fn prune(mut tree: Tree, depth: Option<u32>) -> Tree {
+    match depth {
+        None => tree,
+        Some(0) => {
+            tree.members.clear();
+            tree
+        }
+        Some(d) => {
+            tree.members = tree
+                .members
+                .into_iter()
+                .map(|(k, t)| (k, prune(t, Some(d - 1))))
+                .collect();
+            tree
+        }
+    }
+}
+
+impl Node {
+    /// The ZOM fields of this node (without `members`): the stored document with `attributes`.
+    pub fn zom(&self) -> Map<String, Value> {
+        let mut out = self.doc.clone();
+        match self.zarr_format {
+            3 => {
+                out.entry("attributes").or_insert_with(|| json!({}));
+            }
+            _ => {
+                out.insert(
+                    "attributes".into(),
+                    Value::Object(self.attrs.clone().unwrap_or_default()),
+                );
+            }
+        }
+        out
+    }
+}
+
+impl Tree {
+    /// Nodes in the tree, this one included.
+    pub fn node_count(&self) -> usize {
+        1 + self.members.values().map(Tree::node_count).sum::<usize>()
+    }
+
+    /// ZOM JSON: the node's fields, and for groups `members` mapping names to nodes.
+    pub fn zom(&self) -> Value {
+        let mut out = self.node.zom();
+        if self.node.is_group {
+            let members: Map<String, Value> = self.members.iter().map(|(k, t)| (k.clone(), t.zom())).collect();
+            out.insert("members".into(), Value::Object(members));
+        }
+        Value::Object(out)
+    }
+
+    /// Every descendant with its path relative to this node, parents first.
+    fn descendants(&self) -> Vec<(String, &Tree)> {
+        let mut out = Vec::new();
+        for (name, t) in &self.members {
+            out.push((name.clone(), t));
+            for (sub, d) in t.descendants() {
+                out.push((format!("{name}/{sub}"), d));
+            }
+        }
+        out
+    }
+
+    /// A v2 `.zmetadata` document for this (v2 group) tree.
+    pub fn zmetadata(&self) -> Value {
+        let mut metadata = Map::new();
+        let mut add = |prefix: &str, node: &Node| {
+            let name = if node.is_group { ".zgroup" } else { ".zarray" };
+            metadata.insert(format!("{prefix}{name}"), Value::Object(node.doc.clone()));
+            if let Some(attrs) = &node.attrs {
+                metadata.insert(format!("{prefix}.zattrs"), Value::Object(attrs.clone()));
+            }
+        };
+        add("", &self.node);
+        for (path, t) in self.descendants() {
+            if t.node.zarr_format == 2 {
+                add(&format!("{path}/"), &t.node);
+            }
+        }
+        json!({"metadata": metadata, "zarr_consolidated_format": 1})
+    }
+
+    /// This (v3 group) node's `zarr.json` with `consolidated_metadata` describing every
+    /// descendant, as zarr-python writes it. Stored fields are untouched.
+    pub fn consolidated_zarr_json(&self) -> Value {
+        let mut metadata = Map::new();
+        for (path, t) in self.descendants() {
+            let mut doc = t.node.doc.clone();
+            if t.node.is_group {
+                doc.entry("consolidated_metadata")
+                    .or_insert_with(|| json!({"kind": "inline", "must_understand": false, "metadata": {}}));
+            }
+            metadata.insert(path, Value::Object(doc));
+        }
+        let mut out = self.node.doc.clone();
+        out.insert(
+            "consolidated_metadata".into(),
+            json!({"kind": "inline", "must_understand": false, "metadata": metadata}),
+        );
+        Value::Object(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(is_group: bool, fmt: u8, doc: Value) -> Node {
+        Node {
+            zarr_format: fmt,
+            is_group,
+            doc: doc.as_object().cloned().unwrap(),
+            attrs: None,
+        }
+    }
+
+    #[test]
+    fn zmetadata_round_trips() {
+        let mut tree = Tree {
+            node: node(true, 2, json!({"zarr_format": 2})),
+            members: BTreeMap::new(),
+        };
+        let mut arr = node(false, 2, json!({"zarr_format": 2, "shape": [1]}));
+        arr.attrs = Some(json!({"a": 1}).as_object().cloned().unwrap());
+        insert(&mut tree, "sub", node(true, 2, json!({"zarr_format": 2})));
+        insert(&mut tree, "sub/x", arr);
+        let z = tree.zmetadata();
+        assert_eq!(z["metadata"]["sub/x/.zarray"]["shape"], json!([1]));
+        assert_eq!(z["metadata"]["sub/x/.zattrs"], json!({"a": 1}));
+        assert_eq!(tree_from_zmetadata(&z).unwrap(), tree);
+        let zom = tree.zom();
+        assert_eq!(zom["members"]["sub"]["members"]["x"]["attributes"], json!({"a": 1}));
+        assert_eq!(zom["attributes"], json!({}));
+        assert_eq!(prune(tree, Some(1)).zom()["members"]["sub"]["members"], json!({}));
+    }
+}

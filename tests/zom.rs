@@ -1,0 +1,263 @@
+//! Hierarchies: ZOM JSON against the documents on disk, depth, listing, consolidated metadata
+//! on the raw-key routes, and JSON Schema validation.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use serde_json::{Map, Value, json};
+
+fn read_json(path: &Path) -> Option<Value> {
+    std::fs::read(path).ok().map(|b| serde_json::from_slice(&b).unwrap())
+}
+
+/// The ZOM node a directory should produce, built from the files independently of the server.
+fn expected_node(dir: &Path, format: u8) -> Option<Value> {
+    let (mut doc, attrs, is_group) = if format == 3 {
+        let doc = read_json(&dir.join("zarr.json"))?;
+        let is_group = doc["node_type"] == "group";
+        (doc.as_object().unwrap().clone(), None, is_group)
+    } else if let Some(doc) = read_json(&dir.join(".zarray")) {
+        (doc.as_object().unwrap().clone(), read_json(&dir.join(".zattrs")), false)
+    } else {
+        let doc = read_json(&dir.join(".zgroup"))?;
+        (doc.as_object().unwrap().clone(), read_json(&dir.join(".zattrs")), true)
+    };
+    if format != 3 {
+        doc.insert("attributes".into(), attrs.unwrap_or(json!({})));
+    }
+    if is_group {
+        let mut members = Map::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_dir() {
+                if let Some(m) = expected_node(&entry.path(), format) {
+                    members.insert(entry.file_name().to_string_lossy().into_owned(), m);
+                }
+            }
+        }
+        doc.insert("members".into(), Value::Object(members));
+    }
+    Some(Value::Object(doc))
+}
+
+#[tokio::test]
+async fn zom_equals_the_documents_on_disk() {
+    let app = fixture_app();
+    for (path, format) in [
+        ("v2/group_nested", 2),
+        ("v3/group_nested", 3),
+        ("v2/group_consolidated", 2),
+        ("v2/compressor_zstd_i4", 2),
+    ] {
+        let r = get(&app, &format!("/api/v1/zom/fx/{path}"), &[]).await;
+        assert_eq!(r.status, 200, "{path}: {:?}", r.body);
+        let want = expected_node(&fixtures().join(path), format).unwrap();
+        assert_eq!(r.json(), want, "{path}");
+    }
+    // A v1 array: meta fields plus attrs.
+    let r = get(&app, "/api/v1/zom/fx/v1/zlib_f8_2d", &[]).await;
+    let v = r.json();
+    assert_eq!(v["zarr_format"], 1);
+    assert_eq!(v["compression"], "zlib");
+    assert!(v["attributes"].is_object());
+    assert!(v.get("members").is_none());
+}
+
+#[tokio::test]
+async fn depth_limits_members() {
+    let app = fixture_app();
+    let r = get(&app, "/api/v1/zom/fx/v2/group_nested?depth=0", &[]).await;
+    assert_eq!(r.json()["members"], json!({}));
+    let v = get(&app, "/api/v1/zom/fx/v2/group_nested?depth=1", &[]).await.json();
+    assert_eq!(v["members"]["sub"]["members"], json!({}));
+    assert!(v["members"]["top"]["shape"].is_array());
+    let v = get(&app, "/api/v1/zom/fx/v2/group_nested?depth=2", &[]).await.json();
+    assert_eq!(v["members"]["sub"]["members"]["subsub"]["members"], json!({}));
+    assert!(v["members"]["sub"]["members"]["inner"].is_object());
+    // The same after the full tree is cached.
+    let full = get(&app, "/api/v1/zom/fx/v2/group_nested", &[]).await.json();
+    assert!(full["members"]["sub"]["members"]["subsub"]["members"]["deep"].is_object());
+    let v2 = get(&app, "/api/v1/zom/fx/v2/group_nested?depth=2", &[]).await.json();
+    assert_eq!(v2, v);
+    let r = get(&app, "/api/v1/zom/fx/v2/group_nested?depth=-1", &[]).await;
+    assert_eq!(r.status, 400);
+}
+
+#[tokio::test]
+async fn unknown_paths_and_listing() {
+    let app = fixture_app();
+    for uri in ["/api/v1/zom/fx/v2/nothing", "/api/v1/zom/demo", "/api/v1/zom/fx/v2"] {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(r.status, 404, "{uri}");
+        assert_eq!(r.error_code(), "not_found");
+    }
+    assert_eq!(get(&app, "/api/v1/zom/nope", &[]).await.error_code(), "unknown_mount");
+    let v = get(&app, "/api/v1/list/demo", &[]).await.json();
+    assert_eq!(v["node"], Value::Null);
+    assert_eq!(
+        v["children"],
+        json!([
+            {"name": "v2.zarr", "zarr_format": 2, "node_type": "group"},
+            {"name": "v3.zarr", "zarr_format": 3, "node_type": "group"}
+        ])
+    );
+    let v = get(&app, "/api/v1/list/fx/v3/group_nested", &[]).await.json();
+    assert_eq!(v["node"], json!({"zarr_format": 3, "node_type": "group"}));
+}
+
+#[tokio::test]
+async fn v2_groups_get_a_synthesized_zmetadata() {
+    let app = fixture_app();
+    let demo = repo().join("data/demo/v2.zarr");
+    let r = get(&app, "/zarr/demo/v2.zarr/.zmetadata", &[]).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["zarr_consolidated_format"], 1);
+    assert_eq!(v["metadata"][".zgroup"], read_json(&demo.join(".zgroup")).unwrap());
+    assert_eq!(v["metadata"][".zattrs"], read_json(&demo.join(".zattrs")).unwrap());
+    for name in ["image", "counts", "labels"] {
+        assert_eq!(
+            v["metadata"][format!("{name}/.zarray")],
+            read_json(&demo.join(name).join(".zarray")).unwrap()
+        );
+    }
+    // Validators and length match the synthesized body; ranges and 304s work on it.
+    let etag = r.header("etag").unwrap().to_owned();
+    let head = request(&app, "HEAD", "/zarr/demo/v2.zarr/.zmetadata", &[]).await;
+    assert_eq!(head.header("etag"), Some(etag.as_str()));
+    assert_eq!(head.header("content-length"), Some(r.body.len().to_string().as_str()));
+    assert_eq!(
+        get(&app, "/zarr/demo/v2.zarr/.zmetadata", &[("if-none-match", &etag)])
+            .await
+            .status,
+        304
+    );
+    let part = get(&app, "/zarr/demo/v2.zarr/.zmetadata", &[("range", "bytes=-10")]).await;
+    assert_eq!(part.status, 206);
+    assert_eq!(&part.body[..], &r.body[r.body.len() - 10..]);
+    // A stored .zmetadata is served as stored; never v2 metadata for a v3 node.
+    let stored = std::fs::read(fixtures().join("v2/group_consolidated/.zmetadata")).unwrap();
+    assert_eq!(
+        &get(&app, "/zarr/fx/v2/group_consolidated/.zmetadata", &[]).await.body[..],
+        &stored[..]
+    );
+    assert_eq!(get(&app, "/zarr/demo/v3.zarr/.zmetadata", &[]).await.status, 404);
+    assert_eq!(
+        get(&app, "/zarr/fx/v2/compressor_zstd_i4/.zmetadata", &[]).await.status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn v3_groups_get_consolidated_metadata_and_stored_fields_stay() {
+    let app = fixture_app();
+    let dir = fixtures().join("v3/group_nested");
+    let stored = read_json(&dir.join("zarr.json")).unwrap();
+    let r = get(&app, "/zarr/fx/v3/group_nested/zarr.json", &[]).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    for (k, val) in stored.as_object().unwrap() {
+        assert_eq!(&v[k], val, "stored field {k} untouched");
+    }
+    let cm = &v["consolidated_metadata"];
+    assert_eq!(cm["kind"], "inline");
+    assert_eq!(
+        cm["metadata"]["sub/inner"],
+        read_json(&dir.join("sub/inner/zarr.json")).unwrap()
+    );
+    assert_eq!(cm["metadata"]["sub/subsub/deep"]["node_type"], "array");
+    assert_eq!(cm["metadata"]["sub"]["node_type"], "group");
+    assert_eq!(r.header("content-length"), Some(r.body.len().to_string().as_str()));
+    // Arrays are served byte for byte; no v3 document for a v2 node.
+    let arr = std::fs::read(dir.join("top/zarr.json")).unwrap();
+    assert_eq!(
+        &get(&app, "/zarr/fx/v3/group_nested/top/zarr.json", &[]).await.body[..],
+        &arr[..]
+    );
+    assert_eq!(get(&app, "/zarr/demo/v2.zarr/zarr.json", &[]).await.status, 404);
+}
+
+#[tokio::test]
+async fn consolidation_can_be_turned_off() {
+    let mut config = config_with(&[("fx", &fixtures())]);
+    config.mounts.get_mut("fx").unwrap().consolidated = false;
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    assert_eq!(get(&app, "/zarr/fx/v2/group_nested/.zmetadata", &[]).await.status, 404);
+    let stored = std::fs::read(fixtures().join("v3/group_nested/zarr.json")).unwrap();
+    assert_eq!(
+        &get(&app, "/zarr/fx/v3/group_nested/zarr.json", &[]).await.body[..],
+        &stored[..]
+    );
+}
+
+async fn validate(app: &axum::Router, path: &str, schema: &[u8]) -> Reply {
+    let req = axum::http::Request::post(format!("/api/v1/validate/{path}"))
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(schema.to_vec()))
+        .unwrap();
+    send(app, req).await
+}
+
+#[tokio::test]
+async fn zom_validates_against_its_own_schemas() {
+    let app = fixture_app();
+    for (fmt, paths) in [
+        (2, ["fx/v2/group_nested", "demo/v2.zarr", "fx/v1/zlib_f8_2d"]),
+        (3, ["fx/v3/group_nested", "demo/v3.zarr", "fx/v3/sharding_nested_i4"]),
+    ] {
+        let schema = get(&app, &format!("/api/v1/zom-schema?zarr_format={fmt}"), &[]).await;
+        assert_eq!(schema.status, 200);
+        for path in paths {
+            let r = validate(&app, path, &schema.body).await;
+            assert_eq!(r.json()["valid"], true, "{path}: {}", r.json());
+        }
+    }
+    // A v3 node does not pass as v2.
+    let v2 = get(&app, "/api/v1/zom-schema?zarr_format=2", &[]).await;
+    assert_eq!(
+        validate(&app, "fx/v3/group_nested", &v2.body).await.json()["valid"],
+        false
+    );
+    assert_eq!(get(&app, "/api/v1/zom-schema?zarr_format=4", &[]).await.status, 400);
+}
+
+#[tokio::test]
+async fn example_schemas_pass_and_fail() {
+    let xarray = std::fs::read(repo().join("schemas/xarray.json")).unwrap();
+    let ome = std::fs::read(repo().join("schemas/ome-multiscales.json")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img.zarr");
+    std::fs::create_dir_all(img.join("0")).unwrap();
+    std::fs::write(img.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(
+        img.join(".zattrs"),
+        br#"{"multiscales": [{"version": "0.4", "datasets": [{"path": "0"}]}]}"#,
+    )
+    .unwrap();
+    std::fs::write(img.join("0/.zarray"), br#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<u1", "fill_value": 0, "order": "C", "filters": null, "compressor": null}"#).unwrap();
+    let demo = repo().join("data/demo");
+    let app = app_for(&[("t", dir.path()), ("demo", &demo), ("fx", &fixtures())]);
+
+    let ok = validate(&app, "demo/v2.zarr", &xarray).await.json();
+    assert_eq!(ok, json!({"valid": true, "errors": []}));
+    assert_eq!(validate(&app, "demo/v3.zarr", &xarray).await.json()["valid"], true);
+    let bad = validate(&app, "t/img.zarr", &xarray).await.json();
+    assert_eq!(bad["valid"], false);
+    assert!(
+        bad["errors"][0]["path"].as_str().unwrap().contains("/members/0"),
+        "{bad}"
+    );
+    assert!(!bad["errors"][0]["message"].as_str().unwrap().is_empty());
+
+    assert_eq!(validate(&app, "t/img.zarr", &ome).await.json()["valid"], true);
+    let not_ome = validate(&app, "demo/v2.zarr", &ome).await.json();
+    assert_eq!(not_ome["valid"], false);
+
+    let r = validate(&app, "demo/v2.zarr", br#"{"type": 12}"#).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (400, "bad_request"));
+    let r = validate(&app, "demo/v2.zarr", b"not json").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(validate(&app, "demo/nothing", &xarray).await.status, 404);
+}
