@@ -131,6 +131,27 @@ pub struct MountConfig {
     /// Synthesize consolidated metadata where the store has none.
     #[serde(default = "yes")]
     pub consolidated: bool,
+    /// Bucket region (S3).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Endpoint of an S3-compatible store (or a custom Azure endpoint).
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// Send unsigned requests (public buckets).
+    #[serde(default)]
+    pub anonymous: bool,
+    /// Allow plain http:// endpoints and origins.
+    #[serde(default)]
+    pub allow_http: bool,
+    /// Seconds one upstream request may take.
+    #[serde(default = "default_timeout")]
+    pub timeout_s: f64,
+    /// Retries of transient upstream failures, with exponential backoff.
+    #[serde(default = "default_retries")]
+    pub retries: usize,
+    /// Upstream requests in flight at once for this mount.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
     /// Directory that a relative `url` is relative to (the config file's, or the working
     /// directory for `--mount`).
     #[serde(skip)]
@@ -141,31 +162,110 @@ fn yes() -> bool {
     true
 }
 
+fn default_timeout() -> f64 {
+    30.0
+}
+
+fn default_retries() -> usize {
+    3
+}
+
+fn default_concurrency() -> usize {
+    64
+}
+
+impl MountConfig {
+    /// A mount of `url` with default options.
+    pub fn new(url: impl Into<String>, base_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            url: url.into(),
+            consolidated: true,
+            region: None,
+            endpoint: None,
+            anonymous: false,
+            allow_http: false,
+            timeout_s: default_timeout(),
+            retries: default_retries(),
+            concurrency: default_concurrency(),
+            base_dir: base_dir.into(),
+        }
+    }
+}
+
+/// Remote stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Remote {
+    /// `s3://bucket/prefix`
+    S3,
+    /// `gs://bucket/prefix`
+    Gcs,
+    /// `az://container/prefix`
+    Azure,
+    /// `http(s)://host/prefix`
+    Http,
+}
+
 /// Where a mount's data lives, resolved from its URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MountSource {
     /// A local directory (absolute path).
     Local(PathBuf),
+    /// A bucket, container or HTTP origin: the URL of the mount root.
+    Remote(Remote, String),
+    /// A zip archive: the directory or bucket holding it, and its name there.
+    Zip(Box<MountSource>, String),
 }
 
 impl MountConfig {
     /// Resolves the URL to a source, checking what can be checked before start.
     pub fn source(&self, name: &str) -> Result<MountSource, ConfigError> {
         let invalid = |msg: String| ConfigError::Invalid(format!("mount '{name}': {msg}"));
-        let url = self.url.trim();
-        let path = if let Some(rest) = url.strip_prefix("file://") {
-            if !rest.starts_with('/') {
-                return Err(invalid(format!("file URL must be absolute: {url}")));
+        let url = self.url.trim().trim_end_matches('/');
+        if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) || self.concurrency == 0 {
+            return Err(invalid("timeout_s and concurrency must be positive".into()));
+        }
+        let is_zip = url.to_ascii_lowercase().ends_with(".zip");
+        if let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| *s != "file") {
+            let remote = match scheme {
+                "s3" => Remote::S3,
+                "gs" | "gcs" => Remote::Gcs,
+                "az" | "azure" | "abfs" => Remote::Azure,
+                "http" | "https" => Remote::Http,
+                other => return Err(invalid(format!("unsupported URL scheme '{other}' in {url}"))),
+            };
+            if rest.split('/').next().unwrap_or("").is_empty() {
+                return Err(invalid(format!("{url} names no bucket, container or host")));
             }
-            PathBuf::from(rest)
-        } else if let Some((scheme, _)) = url.split_once("://") {
-            return Err(invalid(format!("unsupported URL scheme '{scheme}' in {url}")));
-        } else {
-            self.base_dir.join(url)
+            if remote == Remote::Http && scheme == "http" && !self.allow_http {
+                return Err(invalid(format!("{url} is plain http: set allow_http = true to use it")));
+            }
+            return Ok(match (is_zip, url.rsplit_once('/')) {
+                (true, Some((parent, file))) => MountSource::Zip(
+                    Box::new(MountSource::Remote(remote, parent.to_owned())),
+                    file.to_owned(),
+                ),
+                _ => MountSource::Remote(remote, url.to_owned()),
+            });
+        }
+        let path = match url.strip_prefix("file://") {
+            Some(rest) if !rest.starts_with('/') => return Err(invalid(format!("file URL must be absolute: {url}"))),
+            Some(rest) => PathBuf::from(rest),
+            None => self.base_dir.join(url),
         };
         match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => Ok(MountSource::Local(path)),
-            Ok(_) => Err(invalid(format!("{} is not a directory", path.display()))),
+            Ok(m) if m.is_file() && is_zip => {
+                let parent = path.parent().map(Path::to_owned).unwrap_or_default();
+                let file = path
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Ok(MountSource::Zip(Box::new(MountSource::Local(parent)), file))
+            }
+            Ok(_) => Err(invalid(format!(
+                "{} is neither a directory nor a .zip file",
+                path.display()
+            ))),
             Err(e) => Err(invalid(format!("{}: {e}", path.display()))),
         }
     }
@@ -226,14 +326,9 @@ impl Config {
             let (name, url) = spec
                 .split_once('=')
                 .ok_or_else(|| ConfigError::Invalid(format!("--mount expects NAME=URL, got '{spec}'")))?;
-            config.mounts.insert(
-                name.to_owned(),
-                MountConfig {
-                    url: url.to_owned(),
-                    consolidated: true,
-                    base_dir: cwd.clone(),
-                },
-            );
+            config
+                .mounts
+                .insert(name.to_owned(), MountConfig::new(url, cwd.clone()));
         }
         config.validate()?;
         Ok(config)
@@ -303,11 +398,55 @@ mod tests {
         let c = parse("[mounts.gone]\nurl = \"/definitely/not/here\"\n").unwrap();
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("mount 'gone'"), "{err}");
+        let c = parse("[mounts.plain]\nurl = \"http://example.org/data\"\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("allow_http"));
         let c = parse("[mounts.weird]\nurl = \"ftp://x/y\"\n").unwrap();
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("mount 'weird'") && err.contains("ftp"), "{err}");
         let c = parse("[mounts.\"a/b\"]\nurl = \"/\"\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("a/b"));
+    }
+
+    #[test]
+    fn remote_and_zip_urls() {
+        let m = |url: &str| MountConfig::new(url, "/");
+        assert_eq!(
+            m("s3://bucket/a/b").source("x").unwrap(),
+            MountSource::Remote(Remote::S3, "s3://bucket/a/b".into())
+        );
+        assert_eq!(
+            m("gs://b").source("x").unwrap(),
+            MountSource::Remote(Remote::Gcs, "gs://b".into())
+        );
+        assert_eq!(
+            m("az://c/p/").source("x").unwrap(),
+            MountSource::Remote(Remote::Azure, "az://c/p".into())
+        );
+        assert_eq!(
+            m("s3://bucket/dir/data.zarr.zip").source("x").unwrap(),
+            MountSource::Zip(
+                Box::new(MountSource::Remote(Remote::S3, "s3://bucket/dir".into())),
+                "data.zarr.zip".into()
+            )
+        );
+        assert!(m("s3:///nobucket").source("x").is_err());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.zip"), b"PK").unwrap();
+        assert_eq!(
+            m(&dir.path().join("a.zip").display().to_string()).source("x").unwrap(),
+            MountSource::Zip(Box::new(MountSource::Local(dir.path().to_owned())), "a.zip".into())
+        );
+        let toml = "[mounts.b]\nurl = \"s3://b/p\"\nregion = \"eu-west-1\"\nendpoint = \"http://127.0.0.1:9000\"\nanonymous = true\nallow_http = true\ntimeout_s = 2.5\nretries = 1\nconcurrency = 8\n";
+        let c = parse(toml).unwrap();
+        assert_eq!(c.mounts["b"].region.as_deref(), Some("eu-west-1"));
+        assert_eq!(
+            (
+                c.mounts["b"].timeout_s,
+                c.mounts["b"].retries,
+                c.mounts["b"].concurrency
+            ),
+            (2.5, 1, 8)
+        );
     }
 
     #[test]

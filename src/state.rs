@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use crate::array::{ReadContext, ReadOptions};
 use crate::cache::Caches;
-use crate::config::{Config, ConfigError, MountSource};
+use crate::config::{Config, ConfigError};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreKey, open_local};
+use crate::store::{self, Store, StoreKey};
 use crate::zarr::{ArrayMeta, MetaError, OpenError, open_array};
 
 /// One mounted hierarchy.
@@ -75,12 +75,10 @@ impl AppState {
     pub fn from_config(config: Config) -> Result<Self, ConfigError> {
         let mut mounts = Vec::new();
         for (name, m) in &config.mounts {
-            let (kind, store) = match m.source(name)? {
-                MountSource::Local(dir) => (
-                    "local",
-                    Store::new(open_local(&dir).map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?),
-                ),
-            };
+            let source = m.source(name)?;
+            let kind = store::open::kind(&source);
+            let store =
+                store::open::open(&source, m).map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
             mounts.push(Mount {
                 name: name.clone(),
                 kind,

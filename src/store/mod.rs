@@ -9,6 +9,8 @@
 
 mod key;
 mod object;
+pub mod open;
+pub mod zip;
 
 use std::fmt;
 use std::ops::Range;

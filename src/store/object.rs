@@ -25,6 +25,10 @@ pub struct ObjectStoreBackend {
     prefix: Vec<String>,
     /// For local directories: the canonical root that every resolved file must stay under.
     local_root: Option<PathBuf>,
+    /// Whether the store can list (HTTP origins cannot).
+    can_list: bool,
+    /// Whether the store takes suffix ranges (Azure does not: HEAD, then a bounded range).
+    suffix_ranges: bool,
 }
 
 /// Opens a local directory as a store. The directory must exist.
@@ -39,6 +43,8 @@ pub fn open_local(dir: &FsPath) -> Result<ObjectStoreBackend, String> {
         store: Arc::new(fs),
         prefix: Vec::new(),
         local_root: Some(root),
+        can_list: true,
+        suffix_ranges: true,
     })
 }
 
@@ -49,7 +55,21 @@ impl ObjectStoreBackend {
             store,
             prefix: prefix.split('/').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
             local_root: None,
+            can_list: true,
+            suffix_ranges: true,
         }
+    }
+
+    /// Marks the store as unable to list (HTTP origins).
+    pub fn without_listing(mut self) -> Self {
+        self.can_list = false;
+        self
+    }
+
+    /// Marks the store as unable to serve suffix ranges (Azure).
+    pub fn without_suffix_ranges(mut self) -> Self {
+        self.suffix_ranges = false;
+        self
     }
 
     fn path(&self, key: &StoreKey) -> Result<Path, StoreError> {
@@ -117,6 +137,13 @@ impl Backend for ObjectStoreBackend {
         if key.is_root() || !self.contained(key).await {
             return Ok(None);
         }
+        let range = match range {
+            Some(ByteRange::Suffix(n)) if !self.suffix_ranges => match self.head(key).await? {
+                Some(meta) => Some(ByteRange::Bounded(meta.size.saturating_sub(n), meta.size)),
+                None => return Ok(None),
+            },
+            r => r,
+        };
         let options = GetOptions {
             range: range.map(|r| match r {
                 ByteRange::Bounded(a, b) => GetRange::Bounded(a..b),
@@ -147,6 +174,9 @@ impl Backend for ObjectStoreBackend {
     }
 
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
+        if !self.can_list {
+            return Err(StoreError::NotSupported("an HTTP origin cannot be listed".into()));
+        }
         if !prefix.is_root() && !self.contained(prefix).await {
             return Ok(Listing::default());
         }

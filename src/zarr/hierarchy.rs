@@ -144,7 +144,14 @@ fn members<'a>(
         let listing = match store.list(path).await {
             Ok(l) => l,
             Err(StoreError::NotSupported(_)) => {
-                return from_consolidated(node, depth).ok_or_else(|| {
+                let consolidated = match node.zarr_format {
+                    3 => from_consolidated(node, depth),
+                    _ => json_object(store, &child(path, ".zmetadata")?)
+                        .await?
+                        .and_then(|z| tree_from_zmetadata(&Value::Object(z)))
+                        .map(|t| prune(t, depth.map(|d| d + 1)).members),
+                };
+                return consolidated.ok_or_else(|| {
                     HierarchyError::CannotList(format!(
                         "this store cannot list '{path}' and the group has no consolidated metadata"
                     ))
@@ -182,8 +189,8 @@ fn members<'a>(
     })
 }
 
-/// Members from a group's own consolidated metadata (v2 `.zmetadata` is not consulted here:
-/// callers that cannot list pass v3 groups; v2 is handled by [`tree_from_zmetadata`]).
+/// Members from a v3 group's own `consolidated_metadata` (v2 groups use their `.zmetadata`,
+/// through [`tree_from_zmetadata`]).
 fn from_consolidated(node: &Node, depth: Option<u32>) -> Option<BTreeMap<String, Tree>> {
     let metadata = node.doc.get("consolidated_metadata")?.get("metadata")?.as_object()?;
     let mut root = Tree {

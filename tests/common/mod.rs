@@ -26,14 +26,9 @@ pub fn fixtures() -> PathBuf {
 pub fn config_with(mounts: &[(&str, &Path)]) -> Config {
     let mut config = Config::default();
     for (name, dir) in mounts {
-        config.mounts.insert(
-            (*name).to_owned(),
-            MountConfig {
-                url: dir.display().to_string(),
-                consolidated: true,
-                base_dir: PathBuf::from("/"),
-            },
-        );
+        config
+            .mounts
+            .insert((*name).to_owned(), MountConfig::new(dir.display().to_string(), "/"));
     }
     config
 }
@@ -95,6 +90,7 @@ pub async fn request(app: &Router, method: &str, uri: &str, headers: &[(&str, &s
     }
     send(app, builder.body(Body::empty()).expect("request")).await
 }
+pub mod cases;
 pub mod expected;
 
 /// A store wrapper that counts reads, to prove what the caches save.

@@ -1,0 +1,151 @@
+//! Opening a mount's store from its configuration: local directories, buckets (S3, GCS,
+//! Azure) and HTTP origins through object_store, zip archives through [`super::zip`].
+//! Credentials come from each cloud's standard environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`),
+//! never from the config file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::http::HttpBuilder;
+use object_store::limit::LimitStore;
+use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
+
+use super::zip::ZipBackend;
+use super::{ObjectStoreBackend, Store, StoreKey, open_local};
+use crate::config::{MountConfig, MountSource, Remote};
+
+/// What kind of mount a source is (shown by /api/v1/mounts).
+pub fn kind(source: &MountSource) -> &'static str {
+    match source {
+        MountSource::Local(_) => "local",
+        MountSource::Remote(Remote::S3, _) => "s3",
+        MountSource::Remote(Remote::Gcs, _) => "gcs",
+        MountSource::Remote(Remote::Azure, _) => "azure",
+        MountSource::Remote(Remote::Http, _) => "http",
+        MountSource::Zip(..) => "zip",
+    }
+}
+
+fn client_options(config: &MountConfig) -> ClientOptions {
+    let timeout = Duration::from_secs_f64(config.timeout_s);
+    ClientOptions::new()
+        .with_timeout(timeout)
+        .with_connect_timeout(timeout.min(Duration::from_secs(5)))
+        .with_allow_http(config.allow_http)
+}
+
+fn retry(config: &MountConfig) -> RetryConfig {
+    RetryConfig {
+        backoff: BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            base: 2.0,
+        },
+        max_retries: config.retries,
+        retry_timeout: Duration::from_secs_f64(config.timeout_s * (config.retries as f64 + 1.0)),
+    }
+}
+
+/// `bucket` and `prefix` of `scheme://bucket/prefix`.
+fn bucket_and_prefix(url: &str) -> (&str, &str) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split_once('/').unwrap_or((rest, ""))
+}
+
+fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStoreBackend, String> {
+    let (bucket, prefix) = bucket_and_prefix(url);
+    let (store, prefix): (Arc<dyn ObjectStore>, &str) = match remote {
+        Remote::S3 => {
+            let mut b = AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .with_client_options(client_options(config))
+                .with_retry(retry(config))
+                .with_allow_http(config.allow_http)
+                .with_skip_signature(config.anonymous);
+            if let Some(r) = &config.region {
+                b = b.with_region(r);
+            }
+            if let Some(e) = &config.endpoint {
+                b = b.with_endpoint(e);
+            }
+            (Arc::new(b.build().map_err(|e| e.to_string())?), prefix)
+        }
+        Remote::Gcs => {
+            let b = GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket)
+                .with_client_options(client_options(config))
+                .with_retry(retry(config))
+                .with_skip_signature(config.anonymous);
+            (Arc::new(b.build().map_err(|e| e.to_string())?), prefix)
+        }
+        Remote::Azure => {
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_container_name(bucket)
+                .with_client_options(client_options(config))
+                .with_retry(retry(config))
+                .with_allow_http(config.allow_http)
+                .with_skip_signature(config.anonymous);
+            if let Some(e) = &config.endpoint {
+                b = b.with_endpoint(e.clone());
+            }
+            (Arc::new(b.build().map_err(|e| e.to_string())?), prefix)
+        }
+        Remote::Http => {
+            // The origin URL includes the prefix.
+            let b = HttpBuilder::new()
+                .with_url(url)
+                .with_client_options(client_options(config))
+                .with_retry(retry(config));
+            (Arc::new(b.build().map_err(|e| e.to_string())?), "")
+        }
+    };
+    let limited: Arc<dyn ObjectStore> = Arc::new(LimitStore::new(store, config.concurrency));
+    let backend = ObjectStoreBackend::new(limited, prefix);
+    Ok(match remote {
+        Remote::Http => backend.without_listing(),
+        Remote::Azure => backend.without_suffix_ranges(),
+        _ => backend,
+    })
+}
+
+/// Opens a mount's store. Remote stores are not contacted here: a mount whose bucket is
+/// unreachable still starts, and its requests answer 502/504 until the bucket answers.
+pub fn open(source: &MountSource, config: &MountConfig) -> Result<Store, String> {
+    Ok(match source {
+        MountSource::Local(dir) => Store::new(open_local(dir)?),
+        MountSource::Remote(r, url) => Store::new(remote(*r, url, config)?),
+        MountSource::Zip(container, name) => {
+            let container = open(container, config)?;
+            let key = StoreKey::new(name).map_err(|e| format!("archive name '{name}': {e}"))?;
+            Store::new(ZipBackend::new(container, key))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split() {
+        assert_eq!(bucket_and_prefix("s3://b/a/c"), ("b", "a/c"));
+        assert_eq!(bucket_and_prefix("gs://b"), ("b", ""));
+    }
+
+    #[test]
+    fn remote_stores_open_without_network() {
+        let mut c = MountConfig::new("s3://bucket/prefix", "/");
+        c.region = Some("us-east-1".into());
+        c.anonymous = true;
+        let src = c.source("s").unwrap();
+        assert_eq!(kind(&src), "s3");
+        assert!(open(&src, &c).is_ok());
+        let mut h = MountConfig::new("http://127.0.0.1:9/data", "/");
+        h.allow_http = true;
+        let src = h.source("h").unwrap();
+        assert!(open(&src, &h).is_ok());
+    }
+}

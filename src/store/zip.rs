@@ -1,0 +1,407 @@
+//! Zip archives as stores. The central directory is read once (a suffix range for the end
+//! record, then one range for the directory) and kept; stored entries are served with byte
+//! ranges straight from the archive, deflated entries by inflating the entry. The archive may
+//! live in any store (a local directory, a bucket), so a remote zip costs ranged reads only.
+//!
+//! Two layouts are accepted: the hierarchy at the archive root, or inside one top-level folder,
+//! which then becomes the mount root.
+//! Spec: <https://pkware.cachefly.net/webdocs/casestudies/APPNOTE.TXT>
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Read;
+use std::sync::{Arc, OnceLock};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream;
+use tokio::sync::OnceCell;
+
+use super::{Backend, ByteRange, GetObject, Listing, ObjectMeta, Store, StoreError, StoreKey, body_stream};
+
+const EOCD_SIG: u32 = 0x0605_4b50;
+const EOCD64_LOCATOR_SIG: u32 = 0x0706_4b50;
+const EOCD64_SIG: u32 = 0x0606_4b50;
+const CENTRAL_SIG: u32 = 0x0201_4b50;
+const LOCAL_SIG: u32 = 0x0403_4b50;
+/// The end record is 22 bytes plus a comment of up to 65535 bytes.
+const EOCD_SEARCH: u64 = 22 + 65_535;
+/// Largest deflated entry inflated in memory.
+const MAX_INFLATED: u64 = 1 << 30;
+
+fn u16_at(b: &[u8], at: usize) -> Option<u16> {
+    b.get(at..at + 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    b.get(at..at + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    b.get(at..at + 8)
+        .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
+}
+
+fn corrupt(msg: impl Into<String>) -> StoreError {
+    StoreError::Io(format!("zip: {}", msg.into()))
+}
+
+/// One file in the archive.
+#[derive(Debug)]
+struct Entry {
+    header_offset: u64,
+    compressed: u64,
+    size: u64,
+    method: u16,
+    crc: u32,
+    /// Where the data starts, learned from the local header on first use.
+    data_offset: OnceLock<u64>,
+}
+
+/// The parsed central directory.
+#[derive(Debug)]
+struct Directory {
+    /// Files by path below the mount root.
+    entries: HashMap<String, Entry>,
+    /// Children of each directory ("" is the root): (sub-directories, files).
+    tree: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>,
+    /// The archive's metadata.
+    archive: ObjectMeta,
+}
+
+/// Parses the end record(s) and central directory; `tail` is the end of the archive.
+fn parse_end(tail: &[u8], archive_size: u64) -> Result<(u64, u64), StoreError> {
+    let pos = (0..=tail.len().saturating_sub(22))
+        .rev()
+        .find(|&i| u32_at(tail, i) == Some(EOCD_SIG))
+        .ok_or_else(|| corrupt("no end of central directory record (not a zip file?)"))?;
+    let eocd = &tail[pos..];
+    let mut cd_size = u32_at(eocd, 12).ok_or_else(|| corrupt("short end record"))? as u64;
+    let mut cd_offset = u32_at(eocd, 16).ok_or_else(|| corrupt("short end record"))? as u64;
+    if cd_size == 0xFFFF_FFFF || cd_offset == 0xFFFF_FFFF {
+        // ZIP64: the locator sits right before the end record and points to the 64-bit record,
+        // which must also be in the tail we read.
+        let loc = pos.checked_sub(20).ok_or_else(|| corrupt("no zip64 locator"))?;
+        if u32_at(tail, loc) != Some(EOCD64_LOCATOR_SIG) {
+            return Err(corrupt("no zip64 locator"));
+        }
+        let rec_abs = u64_at(tail, loc + 8).ok_or_else(|| corrupt("short zip64 locator"))?;
+        let tail_start = archive_size - tail.len() as u64;
+        let rec = rec_abs
+            .checked_sub(tail_start)
+            .map(|r| r as usize)
+            .ok_or_else(|| corrupt("zip64 record outside the tail"))?;
+        if u32_at(tail, rec) != Some(EOCD64_SIG) {
+            return Err(corrupt("bad zip64 end record"));
+        }
+        cd_size = u64_at(tail, rec + 40).ok_or_else(|| corrupt("short zip64 end record"))?;
+        cd_offset = u64_at(tail, rec + 48).ok_or_else(|| corrupt("short zip64 end record"))?;
+    }
+    if cd_offset.checked_add(cd_size).is_none_or(|end| end > archive_size) {
+        return Err(corrupt("central directory outside the archive"));
+    }
+    Ok((cd_offset, cd_size))
+}
+
+/// Parses central directory records into (name, entry) pairs.
+fn parse_central(cd: &[u8]) -> Result<Vec<(String, Entry)>, StoreError> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while at + 46 <= cd.len() && u32_at(cd, at) == Some(CENTRAL_SIG) {
+        let short = || corrupt("truncated central directory");
+        let flags = u16_at(cd, at + 8).ok_or_else(short)?;
+        let method = u16_at(cd, at + 10).ok_or_else(short)?;
+        let crc = u32_at(cd, at + 16).ok_or_else(short)?;
+        let mut compressed = u32_at(cd, at + 20).ok_or_else(short)? as u64;
+        let mut size = u32_at(cd, at + 24).ok_or_else(short)? as u64;
+        let name_len = u16_at(cd, at + 28).ok_or_else(short)? as usize;
+        let extra_len = u16_at(cd, at + 30).ok_or_else(short)? as usize;
+        let comment_len = u16_at(cd, at + 32).ok_or_else(short)? as usize;
+        let mut header_offset = u32_at(cd, at + 42).ok_or_else(short)? as u64;
+        let name = cd.get(at + 46..at + 46 + name_len).ok_or_else(short)?;
+        let extra = cd
+            .get(at + 46 + name_len..at + 46 + name_len + extra_len)
+            .ok_or_else(short)?;
+        // ZIP64 extra field: the 64-bit values present are those whose 32-bit field is all ones.
+        let mut e = 0;
+        while e + 4 <= extra.len() {
+            let (id, len) = (
+                u16_at(extra, e).unwrap_or(0),
+                u16_at(extra, e + 2).unwrap_or(0) as usize,
+            );
+            if id == 0x0001 {
+                let mut f = e + 4;
+                for field in [&mut size, &mut compressed, &mut header_offset] {
+                    if *field == 0xFFFF_FFFF {
+                        *field = u64_at(extra, f).ok_or_else(|| corrupt("short zip64 extra field"))?;
+                        f += 8;
+                    }
+                }
+            }
+            e += 4 + len;
+        }
+        let name = String::from_utf8_lossy(name).replace('\\', "/");
+        if flags & 1 == 0 && !name.ends_with('/') {
+            out.push((
+                name,
+                Entry {
+                    header_offset,
+                    compressed,
+                    size,
+                    method,
+                    crc,
+                    data_offset: OnceLock::new(),
+                },
+            ));
+        }
+        at += 46 + name_len + extra_len + comment_len;
+    }
+    Ok(out)
+}
+
+/// The shared top-level folder of all names, when there is exactly one and the root itself
+/// holds no files.
+fn single_top_folder(names: &[&str]) -> Option<String> {
+    let mut top: Option<&str> = None;
+    for n in names {
+        let (first, rest) = n.split_once('/')?;
+        if rest.is_empty() || top.is_some_and(|t| t != first) {
+            return None;
+        }
+        top = Some(first);
+    }
+    top.map(|t| format!("{t}/"))
+}
+
+impl Directory {
+    fn build(entries: Vec<(String, Entry)>, archive: ObjectMeta) -> Self {
+        let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
+        let strip = single_top_folder(&names).unwrap_or_default();
+        let mut map = HashMap::new();
+        let mut tree: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+        for (name, entry) in entries {
+            let Some(path) = name.strip_prefix(&strip) else {
+                continue;
+            };
+            if StoreKey::new(path).is_err() {
+                continue; // names that could escape, or are empty, are never served
+            }
+            let mut parent = String::new();
+            let parts: Vec<&str> = path.split('/').collect();
+            for (i, part) in parts.iter().enumerate() {
+                let node = tree.entry(parent.clone()).or_default();
+                if i + 1 == parts.len() {
+                    node.1.insert((*part).to_owned());
+                } else {
+                    node.0.insert((*part).to_owned());
+                    parent = if parent.is_empty() {
+                        (*part).to_owned()
+                    } else {
+                        format!("{parent}/{part}")
+                    };
+                }
+            }
+            map.insert(path.to_owned(), entry);
+        }
+        Directory {
+            entries: map,
+            tree,
+            archive,
+        }
+    }
+}
+
+/// A zip archive in another store.
+#[derive(Debug)]
+pub struct ZipBackend {
+    container: Store,
+    key: StoreKey,
+    directory: OnceCell<Arc<Directory>>,
+}
+
+impl ZipBackend {
+    /// The archive `key` in `container`; nothing is read until the first request.
+    pub fn new(container: Store, key: StoreKey) -> Self {
+        Self {
+            container,
+            key,
+            directory: OnceCell::new(),
+        }
+    }
+
+    async fn directory(&self) -> Result<Arc<Directory>, StoreError> {
+        self.directory
+            .get_or_try_init(|| async {
+                let missing = || StoreError::Io(format!("zip archive '{}' does not exist", self.key));
+                let archive = self.container.head(&self.key).await?.ok_or_else(missing)?;
+                let (tail, size) = self
+                    .container
+                    .get_range_bytes(&self.key, ByteRange::Suffix(EOCD_SEARCH.min(archive.size)))
+                    .await?
+                    .ok_or_else(missing)?;
+                let (cd_offset, cd_size) = parse_end(&tail, size)?;
+                // The directory is usually inside the tail already.
+                let tail_start = size - tail.len() as u64;
+                let cd = if cd_offset >= tail_start {
+                    tail.slice((cd_offset - tail_start) as usize..(cd_offset - tail_start + cd_size) as usize)
+                } else {
+                    self.container
+                        .get_range_bytes(&self.key, ByteRange::Bounded(cd_offset, cd_offset + cd_size))
+                        .await?
+                        .ok_or_else(missing)?
+                        .0
+                };
+                Ok(Arc::new(Directory::build(parse_central(&cd)?, archive)))
+            })
+            .await
+            .cloned()
+    }
+
+    async fn data_offset(&self, entry: &Entry) -> Result<u64, StoreError> {
+        if let Some(o) = entry.data_offset.get() {
+            return Ok(*o);
+        }
+        let (header, _) = self
+            .container
+            .get_range_bytes(
+                &self.key,
+                ByteRange::Bounded(entry.header_offset, entry.header_offset + 30),
+            )
+            .await?
+            .ok_or_else(|| corrupt("archive vanished"))?;
+        if u32_at(&header, 0) != Some(LOCAL_SIG) {
+            return Err(corrupt("bad local header"));
+        }
+        let name_len = u16_at(&header, 26).unwrap_or(0) as u64;
+        let extra_len = u16_at(&header, 28).unwrap_or(0) as u64;
+        let offset = entry.header_offset + 30 + name_len + extra_len;
+        let _ = entry.data_offset.set(offset);
+        Ok(offset)
+    }
+
+    fn meta(dir: &Directory, entry: &Entry) -> ObjectMeta {
+        ObjectMeta {
+            size: entry.size,
+            last_modified: dir.archive.last_modified,
+            // Changes whenever the archive or the entry changes.
+            version: Some(format!(
+                "{}-{:08x}",
+                dir.archive
+                    .version
+                    .clone()
+                    .unwrap_or_else(|| dir.archive.size.to_string()),
+                entry.crc
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl Backend for ZipBackend {
+    async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
+        let dir = self.directory().await?;
+        Ok(dir.entries.get(key.as_str()).map(|e| Self::meta(&dir, e)))
+    }
+
+    async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
+        let dir = self.directory().await?;
+        let Some(entry) = dir.entries.get(key.as_str()) else {
+            return Ok(None);
+        };
+        let meta = Self::meta(&dir, entry);
+        let range = match range {
+            None => 0..entry.size,
+            Some(r) => r.resolve(entry.size).ok_or(StoreError::Range {
+                start: 0,
+                end: 0,
+                size: entry.size,
+            })?,
+        };
+        if range.is_empty() {
+            return Ok(Some(GetObject {
+                meta,
+                range,
+                body: body_stream(stream::empty::<Result<Bytes, StoreError>>()),
+            }));
+        }
+        let data = self.data_offset(entry).await?;
+        let body = match entry.method {
+            0 => {
+                let obj = self
+                    .container
+                    .get(
+                        &self.key,
+                        Some(ByteRange::Bounded(data + range.start, data + range.end)),
+                    )
+                    .await?
+                    .ok_or_else(|| corrupt("archive vanished"))?;
+                obj.body
+            }
+            8 => {
+                if entry.size > MAX_INFLATED {
+                    return Err(StoreError::NotSupported(format!(
+                        "deflated zip entries over {MAX_INFLATED} bytes"
+                    )));
+                }
+                let (compressed, _) = self
+                    .container
+                    .get_range_bytes(&self.key, ByteRange::Bounded(data, data + entry.compressed))
+                    .await?
+                    .ok_or_else(|| corrupt("archive vanished"))?;
+                let size = entry.size;
+                let inflated = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, StoreError> {
+                    let mut out = Vec::with_capacity(size as usize);
+                    flate2::read::DeflateDecoder::new(&compressed[..])
+                        .take(size + 1)
+                        .read_to_end(&mut out)
+                        .map_err(|e| corrupt(format!("inflate: {e}")))?;
+                    if out.len() as u64 != size {
+                        return Err(corrupt("entry inflates to the wrong size"));
+                    }
+                    Ok(out)
+                })
+                .await
+                .map_err(|e| corrupt(format!("inflate task: {e}")))??;
+                let part = Bytes::from(inflated).slice(range.start as usize..range.end as usize);
+                body_stream(stream::iter([Ok::<Bytes, StoreError>(part)]))
+            }
+            m => return Err(StoreError::NotSupported(format!("zip compression method {m}"))),
+        };
+        Ok(Some(GetObject { meta, range, body }))
+    }
+
+    async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
+        let dir = self.directory().await?;
+        Ok(dir
+            .tree
+            .get(prefix.as_str())
+            .map(|(dirs, files)| Listing {
+                prefixes: dirs.iter().cloned().collect(),
+                objects: files.iter().cloned().collect(),
+            })
+            .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_folder_detection() {
+        assert_eq!(single_top_folder(&["d/a", "d/b/c"]), Some("d/".into()));
+        assert_eq!(single_top_folder(&["d/a", "e/b"]), None);
+        assert_eq!(single_top_folder(&["zarr.json", "d/a"]), None);
+        assert_eq!(single_top_folder(&[]), None);
+    }
+
+    #[test]
+    fn garbage_is_not_a_zip() {
+        assert!(parse_end(b"definitely not a zip archive at all", 35).is_err());
+        let mut eocd = vec![0u8; 22];
+        eocd[..4].copy_from_slice(&EOCD_SIG.to_le_bytes());
+        eocd[12..16].copy_from_slice(&100u32.to_le_bytes());
+        eocd[16..20].copy_from_slice(&50u32.to_le_bytes());
+        assert!(parse_end(&eocd, 22).is_err(), "directory past the end");
+        assert!(parse_central(&[0x50, 0x4b, 0x01, 0x02, 0, 0]).unwrap().is_empty());
+    }
+}

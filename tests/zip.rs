@@ -1,0 +1,103 @@
+//! Zip mounts: the zarrita archives (hierarchy at the root, or inside one top-level folder;
+//! stored and deflated entries) read value for value, and an archive of our own fixtures
+//! (ZIP64 records, deflated metadata, stored chunks) served through the HTTP routes.
+
+mod common;
+
+use common::cases::run_manifest_on;
+use common::*;
+use serde_json::json;
+use zarrgate::config::MountConfig;
+use zarrgate::store::Store;
+
+fn zip_store(path: &std::path::Path) -> Store {
+    let config = MountConfig::new(path.display().to_string(), "/");
+    let source = config.source("z").unwrap();
+    assert_eq!(zarrgate::store::open::kind(&source), "zip");
+    zarrgate::store::open::open(&source, &config).unwrap()
+}
+
+#[test]
+fn zarrita_zips_match_zarr_python() {
+    let root = repo().join("../shared/fixtures/zarrita");
+    if !root.is_dir() {
+        eprintln!("skipped: ../shared/fixtures/zarrita is absent");
+        return;
+    }
+    let manifest = repo().join("tests/fixtures/zarrita_expected/cases.json");
+    let mut total = 0;
+    for (version, archive) in [
+        ("v2", "data.zipped_from_parent.zarr.zip"),
+        ("v2", "data.zipped_from_within.zarr.zip"),
+        ("v3", "data.zipped_from_parent.zarr.zip"),
+        ("v3", "data.zipped_from_within.zarr.zip"),
+        ("v3", "data.uncompressed.zarr.zip"),
+    ] {
+        let store = zip_store(&root.join(version).join(archive));
+        let prefix = format!("{version}/data.zarr/");
+        let (n, failures) = run_manifest_on(&store, &manifest, |p| p.strip_prefix(&prefix).map(str::to_owned));
+        assert!(n > 20, "{version}/{archive}: {n} cases");
+        assert!(
+            failures.is_empty(),
+            "{version}/{archive}: {} failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        );
+        total += n;
+    }
+    assert!(total > 150);
+}
+
+#[tokio::test]
+async fn our_zip_serves_keys_slices_and_zom() {
+    let zip = repo().join("tests/fixtures/zips/fixtures.zip");
+    let app = app_for(&[("z", &zip), ("fx", &fixtures())]);
+    // Raw keys equal the files they were zipped from: deflated metadata and stored chunks.
+    for key in [
+        "v3/sharding_start_i4/zarr.json",
+        "v3/sharding_start_i4/c/0/1",
+        "v2/compressor_zstd_i4/.zarray",
+        "v2/compressor_zstd_i4/1.1",
+    ] {
+        let want = std::fs::read(fixtures().join(key)).unwrap();
+        let r = get(&app, &format!("/zarr/z/{key}"), &[]).await;
+        assert_eq!(r.status, 200, "{key}");
+        assert_eq!(&r.body[..], &want[..], "{key}");
+        let r = get(&app, &format!("/zarr/z/{key}"), &[("range", "bytes=-5")]).await;
+        assert_eq!(r.status, 206);
+        assert_eq!(&r.body[..], &want[want.len() - 5..], "{key}");
+        assert_eq!(
+            r.header("content-range"),
+            Some(format!("bytes {}-{}/{}", want.len() - 5, want.len() - 1, want.len()).as_str())
+        );
+    }
+    assert_eq!(get(&app, "/zarr/z/v3/nothing/zarr.json", &[]).await.status, 404);
+    assert_eq!(get(&app, "/zarr/z/v3", &[]).await.status, 404);
+    // Slices and ZOM equal those of the unzipped fixtures.
+    for uri in [
+        "slice/{}/v3/sharding_start_i4?select=1:,::2",
+        "slice/{}/v3/vlen_utf8",
+        "zom/{}/v3/group_nested",
+        "zom/{}/v2/group_nested",
+    ] {
+        let from_zip = get(&app, &format!("/api/v1/{}", uri.replace("{}", "z")), &[]).await;
+        let from_dir = get(&app, &format!("/api/v1/{}", uri.replace("{}", "fx")), &[]).await;
+        assert_eq!(from_zip.status, 200, "{uri}: {:?}", from_zip.body);
+        assert_eq!(from_zip.json(), from_dir.json(), "{uri}");
+    }
+    let mounts = get(&app, "/api/v1/mounts", &[]).await.json();
+    assert_eq!(
+        mounts["mounts"][1],
+        json!({"name": "z", "kind": "zip", "url": zip.display().to_string(), "consolidated": true})
+    );
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_zip_is_an_upstream_error_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("bad.zip"), b"this is not a zip archive").unwrap();
+    let app = app_for(&[("b", &dir.path().join("bad.zip"))]);
+    let r = get(&app, "/zarr/b/zarr.json", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_error"));
+    assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+}
