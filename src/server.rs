@@ -64,11 +64,13 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let response = next.run(request).await;
+    // Bodies built in memory get their Content-Length from hyper later; their size is exact.
     let bytes = response
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+        .and_then(|v| v.parse::<u64>().ok())
+        .or_else(|| http_body::Body::size_hint(response.body()).exact());
     tracing::info!(
         target: "zarrgate::access",
         %method,

@@ -298,10 +298,13 @@ pub fn prune(mut tree: Tree, depth: Option<u32>) -> Tree {
 
 impl Node {
     /// The ZOM fields of this node (without `members`): the stored document with `attributes`.
+    /// A v3 group's `consolidated_metadata` is left out: `members` says the same, and the ZOM
+    /// of a hierarchy does not depend on whether its store happens to be consolidated.
     pub fn zom(&self) -> Map<String, Value> {
         let mut out = self.doc.clone();
         match self.zarr_format {
             3 => {
+                out.remove("consolidated_metadata");
                 out.entry("attributes").or_insert_with(|| json!({}));
             }
             _ => {

@@ -1,0 +1,358 @@
+//! Remote mounts against real protocol servers on 127.0.0.1: an S3 server (moto, installed by
+//! scripts/python-env.sh and started here; the test skips with a message when it cannot be
+//! installed) and an HTTP origin (a zarrgate serving the fixtures). What comes through them must
+//! equal what the local fixtures give, with the upstream requests counted.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::cases::run_manifest_on;
+use common::*;
+use object_store::ObjectStoreExt;
+use zarrgate::config::{Config, MountConfig};
+use zarrgate::state::Mount;
+use zarrgate::store::{Store, open_local};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn wait_for_port(port: u16, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// The moto venv, installed by the project's script; `None` (test skipped) when it cannot be.
+fn moto_venv() -> Option<PathBuf> {
+    let out = Command::new(repo().join("scripts/python-env.sh"))
+        .args(["moto", "tests/remote/requirements-moto.txt"])
+        .current_dir(repo())
+        .stderr(Stdio::inherit())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!("skipped: moto could not be installed (scripts/python-env.sh moto failed)");
+        return None;
+    }
+    let venv = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    venv.join("bin/moto_server").exists().then_some(venv)
+}
+
+/// A moto server process, stopped on drop.
+struct Moto {
+    child: Option<Child>,
+    venv: PathBuf,
+    port: u16,
+}
+
+impl Moto {
+    fn start(venv: &Path, port: u16) -> Moto {
+        let child = Command::new(venv.join("bin/moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("moto_server starts");
+        assert!(wait_for_port(port, Duration::from_secs(30)), "moto listens on {port}");
+        Moto {
+            child: Some(child),
+            venv: venv.to_owned(),
+            port,
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn restart(&mut self) {
+        self.stop();
+        *self = Moto::start(&self.venv.clone(), self.port);
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Creates the bucket and uploads every file below `dir` under `prefix`.
+async fn upload(port: u16, bucket: &str, dir: &Path, prefix: &str) {
+    let url = format!("http://127.0.0.1:{port}/{bucket}");
+    let created = reqwest::Client::new().put(&url).send().await.unwrap();
+    assert!(created.status().is_success(), "bucket created: {}", created.status());
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_bucket_name(bucket)
+        .with_region("us-east-1")
+        .with_endpoint(format!("http://127.0.0.1:{port}"))
+        .with_allow_http(true)
+        .with_access_key_id("testing")
+        .with_secret_access_key("testing")
+        .build()
+        .unwrap();
+    let mut stack = vec![dir.to_owned()];
+    let mut n = 0;
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(dir).unwrap().to_string_lossy().replace('\\', "/");
+                let key = object_store::path::Path::parse(format!("{prefix}/{rel}")).unwrap();
+                s3.put(&key, std::fs::read(&path).unwrap().into()).await.unwrap();
+                n += 1;
+            }
+        }
+    }
+    assert!(n > 100, "uploaded {n} files");
+}
+
+fn counted(store: Store, gets: &Arc<AtomicUsize>) -> Store {
+    Store::new(CountingStore {
+        inner: store,
+        gets: gets.clone(),
+    })
+}
+
+fn app_with(mounts: Vec<Mount>) -> (axum::Router, zarrgate::AppState) {
+    let state = zarrgate::AppState::with_mounts(Config::default(), mounts);
+    (zarrgate::app(state.clone()), state)
+}
+
+fn local_mount() -> Mount {
+    Mount {
+        name: "fx".into(),
+        kind: "local",
+        url: "fx".into(),
+        consolidated: true,
+        store: Store::new(open_local(&fixtures()).unwrap()),
+    }
+}
+
+/// Raw keys, slices and ZOM through `remote` equal those of the local fixtures.
+async fn same_as_local(app: &axum::Router, remote: &str) {
+    for key in [
+        "v3/sharding_start_i4/c/1/0",
+        "v2/compressor_zstd_i4/.zarray",
+        "v3/group_nested/top/zarr.json",
+    ] {
+        let want = std::fs::read(fixtures().join(key)).unwrap();
+        let r = get(app, &format!("/zarr/{remote}/{key}"), &[]).await;
+        assert_eq!(r.status, 200, "{remote} {key}");
+        assert_eq!(&r.body[..], &want[..], "{remote} {key}");
+        let r = get(app, &format!("/zarr/{remote}/{key}"), &[("range", "bytes=-4")]).await;
+        assert_eq!(r.status, 206, "{remote} {key}");
+        assert_eq!(&r.body[..], &want[want.len() - 4..]);
+        let r = request(app, "HEAD", &format!("/zarr/{remote}/{key}"), &[]).await;
+        assert_eq!(r.header("content-length"), Some(want.len().to_string().as_str()));
+    }
+    assert_eq!(
+        get(app, &format!("/zarr/{remote}/v3/nothing/zarr.json"), &[])
+            .await
+            .status,
+        404
+    );
+    for uri in [
+        "slice/{}/v3/sharding_start_i4?select=1:,::2",
+        "slice/{}/v3/sharding_nested_i4",
+        "slice/{}/v2/object_vlen_utf8",
+        "slice/{}/v2/group_nested/sub/inner",
+        "zom/{}/v3/group_nested",
+        "zom/{}/v2/group_nested",
+    ] {
+        let a = get(app, &format!("/api/v1/{}", uri.replace("{}", remote)), &[]).await;
+        let b = get(app, &format!("/api/v1/{}", uri.replace("{}", "fx")), &[]).await;
+        assert_eq!(a.status, 200, "{remote} {uri}: {:?}", a.body);
+        assert_eq!(a.json(), b.json(), "{remote} {uri}");
+    }
+}
+
+#[test]
+fn s3_mounts_behave_like_local_ones() {
+    let Some(venv) = moto_venv() else { return };
+    // Credentials come from the standard environment, as in a deployment. This test binary has
+    // one test, so nothing else reads the environment concurrently.
+    for (k, v) in [
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+    ] {
+        // SAFETY: single-threaded at this point; no other test runs in this binary.
+        unsafe { std::env::set_var(k, v) };
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let port = free_port();
+    let mut moto = Moto::start(&venv, port);
+    rt.block_on(upload(port, "zarr", &fixtures(), "data"));
+
+    let mut config = MountConfig::new("s3://zarr/data", "/");
+    config.endpoint = Some(format!("http://127.0.0.1:{port}"));
+    config.allow_http = true;
+    config.timeout_s = 2.0;
+    config.retries = 1;
+    let source = config.source("s3").unwrap();
+    assert_eq!(zarrgate::store::open::kind(&source), "s3");
+    let s3 = zarrgate::store::open::open(&source, &config).unwrap();
+
+    // Every fixture array, read through S3, equals zarr-python's values.
+    let (n, failures) = run_manifest_on(&s3, &repo().join("tests/fixtures/cases.json"), |p| Some(p.to_owned()));
+    assert!(
+        n > 150 && failures.is_empty(),
+        "{} of {n} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+
+    let gets = Arc::new(AtomicUsize::new(0));
+    let s3_mount = |store: Store| Mount {
+        name: "s3".into(),
+        kind: "s3",
+        url: "s3://zarr/data".into(),
+        consolidated: true,
+        store,
+    };
+    rt.block_on(async {
+        let (app, _) = app_with(vec![s3_mount(s3.clone()), local_mount()]);
+        same_as_local(&app, "s3").await;
+
+        // Upstream requests of a one-chunk slice of a sharded array: metadata, index, one range.
+        let (app, _) = app_with(vec![s3_mount(counted(s3.clone(), &gets)), local_mount()]);
+        let one = "/api/v1/slice/s3/v3/sharding_start_i4?select=0,0";
+        let r = get(&app, one, &[]).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            gets.load(Ordering::SeqCst),
+            3,
+            "zarr.json + shard index + one inner chunk"
+        );
+        get(&app, one, &[]).await;
+        assert_eq!(gets.load(Ordering::SeqCst), 3, "warm: nothing read");
+        let meta: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(fixtures().join("v3/sharding_start_i4/zarr.json")).unwrap()).unwrap();
+        let inner = meta["codecs"][0]["configuration"]["chunk_shape"][1].as_u64().unwrap();
+        let other = format!("/api/v1/slice/s3/v3/sharding_start_i4?select=0,{inner}");
+        assert_eq!(get(&app, &other, &[]).await.status, 200);
+        assert_eq!(
+            gets.load(Ordering::SeqCst),
+            4,
+            "same shard, another inner chunk: the index is cached"
+        );
+        let expected = get(&app, "/api/v1/slice/fx/v3/sharding_start_i4?select=0,0", &[]).await;
+        assert_eq!(r.json(), expected.json());
+
+        // Credentials never show.
+        let mounts = get(&app, "/api/v1/mounts", &[]).await;
+        assert!(!String::from_utf8_lossy(&mounts.body).contains("testing"));
+    });
+
+    // The bucket goes away: quick 502/504s, the server stays up; it comes back: data again.
+    moto.stop();
+    rt.block_on(async {
+        let (app, _) = app_with(vec![s3_mount(s3.clone()), local_mount()]);
+        let start = Instant::now();
+        let r = get(&app, "/zarr/s3/v3/zstd_i4/zarr.json", &[]).await;
+        assert!(matches!(r.status.as_u16(), 502 | 504), "{} {:?}", r.status, r.body);
+        assert!(matches!(r.error_code().as_str(), "upstream_error" | "upstream_timeout"));
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "failed in {:?}",
+            start.elapsed()
+        );
+        let r = get(&app, "/api/v1/slice/s3/v3/zstd_i4", &[]).await;
+        assert!(matches!(r.status.as_u16(), 502 | 504), "{}", r.status);
+        assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+        assert_eq!(get(&app, "/api/v1/slice/fx/v3/zstd_i4", &[]).await.status, 200);
+        moto.restart();
+        upload(moto.port, "zarr", &fixtures(), "data").await;
+        let r = get(&app, "/api/v1/slice/s3/v3/zstd_i4", &[]).await;
+        assert_eq!(r.status, 200, "recovered without a restart: {:?}", r.body);
+        assert_eq!(r.json(), get(&app, "/api/v1/slice/fx/v3/zstd_i4", &[]).await.json());
+    });
+}
+
+/// Serves `app` on a free port from a thread of its own; returns the base URL.
+fn serve_in_background(router: axum::Router) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    listener.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            axum::serve(listener, router).await.unwrap();
+        });
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn http_origins_behave_like_local_ones() {
+    let origin = serve_in_background(app_for(&[("fx", &fixtures())]));
+    let bare = {
+        let mut config = config_with(&[("fx", &fixtures())]);
+        config.mounts.get_mut("fx").unwrap().consolidated = false;
+        serve_in_background(zarrgate::app(zarrgate::AppState::from_config(config).unwrap()))
+    };
+    let mount = |name: &str, base: &str| {
+        let mut config = MountConfig::new(format!("{base}/zarr/fx"), "/");
+        config.allow_http = true;
+        config.timeout_s = 5.0;
+        let source = config.source(name).unwrap();
+        Mount {
+            name: name.into(),
+            kind: "http",
+            url: config.url.clone(),
+            consolidated: true,
+            store: zarrgate::store::open::open(&source, &config).unwrap(),
+        }
+    };
+    let http = mount("web", &origin);
+    let (n, failures) = run_manifest_on(&http.store, &repo().join("tests/fixtures/cases.json"), |p| {
+        Some(p.to_owned())
+    });
+    assert!(
+        n > 150 && failures.is_empty(),
+        "{} of {n} failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (app, _) = app_with(vec![http, mount("bare", &bare), local_mount()]);
+        // ZOM works through the origin's consolidated metadata, since an origin cannot list.
+        same_as_local(&app, "web").await;
+        let r = get(&app, "/api/v1/zom/bare/v3/group_nested", &[]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (422, "unsupported"));
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains("cannot list"));
+    });
+}
