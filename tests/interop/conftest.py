@@ -31,8 +31,8 @@ def _zarr_major():
     return int(zarr.__version__.split(".")[0])
 
 
-# browser/ belongs to the browser suite (run by run.sh through its own script).
-collect_ignore_glob = ["browser/*"]
+# browser/ and webpage/ belong to the Node suites (run through their own scripts).
+collect_ignore_glob = ["browser/*", "webpage/*"]
 if _zarr_major() == 2:
     collect_ignore = [str(p) for p in HERE.glob("test_*.py") if not p.name.startswith("test_v2_")]
 else:

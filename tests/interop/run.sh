@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
 # Interop suite: real Zarr clients read from a running zarrgate.
 #
-# Builds the release binary, serves the demo, the repo's fixtures and (when present)
-# ../shared/fixtures/zarrita on 127.0.0.1, runs the Python suites against it, stops the server
-# by PID, and ends with one line "N passed, N failed". Everything it needs is installed by
-# scripts/python-env.sh into ${ZARRGATE_CACHE:-~/.cache/zarrgate}, outside the repo.
+#   tests/interop/run.sh                               # builds target/release/zarrgate first
+#   ZARRGATE_BIN=/path/to/zarrgate tests/interop/run.sh   # uses that binary, no cargo build
+#
+# Serves the demo (config.toml), the repo's fixtures (fx) and, when present,
+# ../shared/fixtures/zarrita (zarrita) on 127.0.0.1, then runs, against that one server:
+#   1. the zarr 3 venv (requirements.txt): every test_*.py but test_v2_* and the access log;
+#   2. the zarr 2.18 venv (requirements-zarr2.txt): test_v2_*.py;
+#   3. tests/interop/browser/run_browser.sh "$ZARRGATE_URL", when it exists and is executable;
+#   4. the zarr 3 venv again: test_zz_access_log.py, over the access log of everything above.
+# Stops the server by PID, prints one line per suite, and ends with ONE line
+# "N passed, N failed, N skipped" summing all suites; exits non-zero if anything failed.
+# Venvs are made by scripts/python-env.sh under ${ZARRGATE_CACHE:-~/.cache/zarrgate}.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo="$PWD"
@@ -15,11 +23,22 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
+fail_setup() { echo "interop: $1"; echo "0 passed, 1 failed"; exit 1; }
+export PYTHONDONTWRITEBYTECODE=1
+start=$(date +%s)
 
-venv="$(scripts/python-env.sh interop tests/interop/requirements.txt)" || {
-  echo "interop: could not install the Python clients"; echo "0 passed, 1 failed"; exit 1; }
+venv="$(scripts/python-env.sh interop tests/interop/requirements.txt)" \
+  || fail_setup "could not install the zarr 3 Python clients (tests/interop/requirements.txt)"
+venv2="$(scripts/python-env.sh interop-zarr2 tests/interop/requirements-zarr2.txt)" \
+  || fail_setup "could not install the zarr 2 Python clients (tests/interop/requirements-zarr2.txt)"
 
-cargo build --release --bin zarrgate || { echo "0 passed, 1 failed"; exit 1; }
+if [ -n "${ZARRGATE_BIN:-}" ]; then
+  [ -x "$ZARRGATE_BIN" ] || fail_setup "ZARRGATE_BIN=$ZARRGATE_BIN is not an executable file"
+  bin="$ZARRGATE_BIN"
+else
+  cargo build --release --bin zarrgate || fail_setup "cargo build --release failed"
+  bin="target/release/zarrgate"
+fi
 
 port="$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 mounts=(--mount "fx=$repo/tests/fixtures/data")
@@ -29,34 +48,101 @@ if [ -d "$zarrita" ]; then
 else
   echo "interop: ../shared/fixtures/zarrita absent, its cases are skipped"
 fi
-ZARRGATE_LOG=info target/release/zarrgate serve --config config.toml --bind "127.0.0.1:$port" "${mounts[@]}" \
+ZARRGATE_LOG=info "$bin" serve --config config.toml --bind "127.0.0.1:$port" "${mounts[@]}" \
   >"$work/server.out" 2>"$work/access.log" &
 server_pid=$!
-for _ in $(seq 1 100); do
-  curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+up=""
+for _ in $(seq 1 200); do
+  if curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1; then up=1; break; fi
+  kill -0 "$server_pid" 2>/dev/null || break
   sleep 0.1
 done
+if [ -z "$up" ]; then
+  tail -20 "$work/access.log" "$work/server.out"
+  fail_setup "the server did not come up on 127.0.0.1:$port"
+fi
+echo "interop: zarrgate ($bin) on 127.0.0.1:$port"
 
 export ZARRGATE_URL="http://127.0.0.1:$port"
 export ZARRGATE_REPO="$repo"
 export ZARRGATE_ACCESS_LOG="$work/access.log"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider --junitxml="$work/junit.xml" tests/interop
-status=$?
+pytest_args=(-q -p no:cacheprovider -rfE --tb=short)
+
+echo "== zarr 3 clients: zarr-python (fsspec, obstore), xarray, tensorstore, pydantic-zarr, slice API"
+timeout 720 "$venv/bin/python" -m pytest "${pytest_args[@]}" --junitxml="$work/1-zarr3.xml" \
+  --ignore=tests/interop/test_zz_access_log.py tests/interop
+echo $? >"$work/1-zarr3.rc"
+
+echo "== zarr 2.18 clients (test_v2_*.py)"
+timeout 300 "$venv2/bin/python" -m pytest "${pytest_args[@]}" --junitxml="$work/2-zarr2.xml" tests/interop
+echo $? >"$work/2-zarr2.rc"
+
+browser=tests/interop/browser/run_browser.sh
+if [ -x "$browser" ]; then
+  echo "== browser ($browser)"
+  timeout 600 "$browser" "$ZARRGATE_URL" 2>&1 | tee "$work/browser.out"
+  echo "${PIPESTATUS[0]}" >"$work/browser.rc"
+fi
+
+echo "== access log"
+timeout 120 "$venv/bin/python" -m pytest "${pytest_args[@]}" --junitxml="$work/4-access.xml" \
+  tests/interop/test_zz_access_log.py
+echo $? >"$work/4-access.rc"
 
 kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; server_pid=""
-"$venv/bin/python" - "$work/junit.xml" "$status" <<'PY'
-import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root)
-    total = sum(int(s.get("tests", 0)) for s in suites)
-    failed = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) for s in suites)
-    skipped = sum(int(s.get("skipped", 0)) for s in suites)
-except Exception as e:  # no report: pytest itself failed
-    print(f"interop: no test report ({e})")
-    total, failed, skipped = 1, 1, 0
-if int(sys.argv[2]) not in (0, 1) and failed == 0:
-    failed = 1
-print(f"{total - failed - skipped} passed, {failed} failed, {skipped} skipped")
+
+"$venv/bin/python" - "$work" "$(( $(date +%s) - start ))" <<'PY'
+import collections, pathlib, re, sys, xml.etree.ElementTree as ET
+
+work, seconds = pathlib.Path(sys.argv[1]), sys.argv[2]
+rows = []  # (suite, passed, failed, skipped)
+
+
+def junit(xml, rc_file):
+    rc = int(rc_file.read_text().strip() or 1) if rc_file.exists() else 1
+    counts = collections.OrderedDict()
+    try:
+        root = ET.parse(xml).getroot()
+        for tc in root.iter("testcase"):
+            name = tc.get("classname", "").split(".")[-1] or "collection"
+            c = counts.setdefault(name + ".py", [0, 0, 0])
+            if tc.find("failure") is not None or tc.find("error") is not None:
+                c[1] += 1
+            elif tc.find("skipped") is not None:
+                c[2] += 1
+            else:
+                c[0] += 1
+    except Exception as e:  # no report: pytest itself failed
+        print(f"interop: no test report {xml.name} ({e})")
+    if rc not in (0, 1) and not any(c[1] for c in counts.values()):
+        # 2 interrupted, 3 internal error, 4 usage error, 5 no tests, 124 timeout
+        counts[f"{xml.stem} (pytest exit {rc})"] = [0, 1, 0]
+    rows.extend((k, *v) for k, v in counts.items())
+
+
+junit(work / "1-zarr3.xml", work / "1-zarr3.rc")
+junit(work / "2-zarr2.xml", work / "2-zarr2.rc")
+out = work / "browser.out"
+if out.exists():
+    rc = int((work / "browser.rc").read_text().strip() or 1)
+    lines = [l for l in out.read_text(errors="replace").splitlines() if l.strip()]
+    m = re.match(r"\s*browser:\s*(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", lines[-1] if lines else "")
+    if m:
+        p, f, s = int(m[1]), int(m[2]), int(m[3] or 0)
+        if rc != 0 and f == 0:
+            f = 1
+    else:
+        print(f"interop: run_browser.sh printed no 'browser: N passed, N failed' last line (exit {rc})")
+        p, f, s = 0, 1, 0
+    rows.append(("browser", p, f, s))
+junit(work / "4-access.xml", work / "4-access.rc")
+
+print(f"== interop summary ({seconds} s)")
+for name, p, f, s in rows:
+    print(f"suite {name}: {p} passed, {f} failed, {s} skipped")
+P, F, S = (sum(r[i] for r in rows) for i in (1, 2, 3))
+if not rows:
+    F = 1
+print(f"{P} passed, {F} failed, {S} skipped")
+sys.exit(1 if F else 0)
 PY
-[ "$status" -eq 0 ]
