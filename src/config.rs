@@ -72,6 +72,8 @@ pub struct ServerConfig {
     pub bind: String,
     /// Allowed CORS origins; `"*"` allows any.
     pub cors_origins: Vec<String>,
+    /// Bearer token protecting /metrics, as `"env:VAR"` (read at start).
+    pub metrics_token: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +81,7 @@ impl Default for ServerConfig {
         Self {
             bind: "127.0.0.1:8080".into(),
             cors_origins: vec!["*".into()],
+            metrics_token: None,
         }
     }
 }
@@ -89,12 +92,24 @@ impl Default for ServerConfig {
 pub struct LimitsConfig {
     /// Decoded bytes one slice response may hold.
     pub max_slice_bytes: u64,
+    /// Stored objects (chunks or shards) one slice may touch.
+    pub max_chunks_per_slice: u64,
+    /// Requests handled at once; more are answered 503 with Retry-After.
+    pub max_concurrent_requests: usize,
+    /// Seconds a request may take to its response head; then 504.
+    pub request_timeout_s: f64,
+    /// Longest request target (path and query) in bytes; longer is 414.
+    pub max_url_bytes: usize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         Self {
             max_slice_bytes: 256 << 20,
+            max_chunks_per_slice: 100_000,
+            max_concurrent_requests: 1024,
+            request_timeout_s: 60.0,
+            max_url_bytes: 8192,
         }
     }
 }
@@ -152,6 +167,9 @@ pub struct MountConfig {
     /// Upstream requests in flight at once for this mount.
     #[serde(default = "default_concurrency")]
     pub concurrency: usize,
+    /// Bearer tokens that may read this mount, as `"env:VAR"` (read at start). Empty: public.
+    #[serde(default)]
+    pub tokens: Vec<String>,
     /// Directory that a relative `url` is relative to (the config file's, or the working
     /// directory for `--mount`).
     #[serde(skip)]
@@ -187,6 +205,7 @@ impl MountConfig {
             timeout_s: default_timeout(),
             retries: default_retries(),
             concurrency: default_concurrency(),
+            tokens: Vec::new(),
             base_dir: base_dir.into(),
         }
     }
@@ -271,6 +290,41 @@ impl MountConfig {
     }
 }
 
+/// A secret read from the environment: `"env:VAR"` names the variable. Secrets never sit in
+/// the config file, and their Debug form never shows them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Secret {
+    /// Compares with `candidate` in time that depends only on the lengths.
+    pub fn matches(&self, candidate: &[u8]) -> bool {
+        let mut diff = (self.0.len() != candidate.len()) as u8;
+        for (i, b) in self.0.iter().enumerate() {
+            diff |= b ^ candidate.get(i).copied().unwrap_or(0);
+        }
+        diff == 0
+    }
+}
+
+/// Reads an `"env:VAR"` secret; `what` names the setting in errors.
+pub fn secret_from_env(spec: &str, what: &str) -> Result<Secret, ConfigError> {
+    let var = spec
+        .strip_prefix("env:")
+        .ok_or_else(|| ConfigError::Invalid(format!("{what}: write tokens as \"env:VARIABLE\", not literally")))?;
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Ok(Secret(v.into_bytes())),
+        _ => Err(ConfigError::Invalid(format!(
+            "{what}: environment variable {var} is not set"
+        ))),
+    }
+}
+
 fn valid_mount_name(name: &str) -> bool {
     !name.is_empty()
         && name != "."
@@ -338,8 +392,21 @@ impl Config {
     /// mount names and their sources.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.bind_addr()?;
-        if self.limits.max_slice_bytes == 0 {
-            return Err(ConfigError::Invalid("limits.max_slice_bytes must be > 0".into()));
+        let l = &self.limits;
+        if l.max_slice_bytes == 0
+            || l.max_chunks_per_slice == 0
+            || l.max_concurrent_requests == 0
+            || l.max_url_bytes == 0
+        {
+            return Err(ConfigError::Invalid("limits must be positive".into()));
+        }
+        if !(l.request_timeout_s > 0.0 && l.request_timeout_s.is_finite()) {
+            return Err(ConfigError::Invalid(
+                "limits.request_timeout_s must be a positive number".into(),
+            ));
+        }
+        if let Some(t) = &self.server.metrics_token {
+            secret_from_env(t, "server.metrics_token")?;
         }
         for (name, mount) in &self.mounts {
             if !valid_mount_name(name) {
@@ -348,6 +415,9 @@ impl Config {
                 )));
             }
             mount.source(name)?;
+            for t in &mount.tokens {
+                secret_from_env(t, &format!("mount '{name}': tokens"))?;
+            }
         }
         Ok(())
     }
@@ -405,6 +475,26 @@ mod tests {
         assert!(err.contains("mount 'weird'") && err.contains("ftp"), "{err}");
         let c = parse("[mounts.\"a/b\"]\nurl = \"/\"\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("a/b"));
+    }
+
+    #[test]
+    fn secrets_compare_and_hide() {
+        let s = Secret(b"abc".to_vec());
+        assert!(s.matches(b"abc"));
+        assert!(!s.matches(b"abd") && !s.matches(b"ab") && !s.matches(b"abcd") && !s.matches(b""));
+        assert_eq!(format!("{s:?}"), "Secret(..)");
+        assert!(
+            secret_from_env("literal", "x")
+                .unwrap_err()
+                .to_string()
+                .contains("env:")
+        );
+        assert!(
+            secret_from_env("env:ZARRGATE_SURELY_UNSET_VAR", "x")
+                .unwrap_err()
+                .to_string()
+                .contains("not set")
+        );
     }
 
     #[test]

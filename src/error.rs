@@ -25,6 +25,18 @@ pub enum ApiError {
     /// No key, node or array at that path.
     #[error("{0}")]
     NotFound(String),
+    /// The mount needs a bearer token this request did not present.
+    #[error("this resource needs a valid bearer token")]
+    Unauthorized,
+    /// The request target is longer than allowed.
+    #[error("the request URL is longer than {0} bytes")]
+    UriTooLong(usize),
+    /// Too many requests in flight.
+    #[error("the server is busy; retry shortly")]
+    Overloaded,
+    /// The request took longer than allowed.
+    #[error("the request took longer than {0} s")]
+    Timeout(f64),
     /// The method is not allowed on this route.
     #[error("method {method} is not allowed here")]
     MethodNotAllowed { method: String, allow: &'static str },
@@ -64,6 +76,10 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::InvalidPath(_) => StatusCode::BAD_REQUEST,
             ApiError::UnknownMount(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -82,6 +98,10 @@ impl ApiError {
             ApiError::UnknownMount(_) => "unknown_mount",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::UriTooLong(_) => "uri_too_long",
+            ApiError::Overloaded => "overloaded",
+            ApiError::Timeout(_) => "timeout",
             ApiError::PreconditionFailed => "precondition_failed",
             ApiError::RangeNotSatisfiable { .. } => "range_not_satisfiable",
             ApiError::TooLarge(_) => "too_large",
@@ -155,6 +175,12 @@ impl IntoResponse for ApiError {
             }
             ApiError::MethodNotAllowed { allow, .. } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
+            }
+            ApiError::Unauthorized => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::Overloaded => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             _ => {}
         }

@@ -6,15 +6,19 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use axum::Router;
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware::{self, Next};
+use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{any, get, post};
+use axum::{BoxError, Router};
 use tokio::net::TcpListener;
+use tower::ServiceBuilder;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use crate::error::ApiError;
 use crate::http::{api, raw, slice, zom};
 use crate::state::AppState;
 
@@ -86,9 +90,75 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
     response
 }
 
+/// The bearer token of a request, if it presents one.
+pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let (scheme, token) = value.split_at(value.iter().position(|b| *b == b' ')?);
+    scheme.eq_ignore_ascii_case(b"bearer").then(|| token.trim_ascii())
+}
+
+/// The mount a request reads, when its route family names one.
+fn mount_of(path: &str) -> Option<&str> {
+    [
+        "/zarr/",
+        "/api/v1/slice/",
+        "/api/v1/zom/",
+        "/api/v1/list/",
+        "/api/v1/validate/",
+    ]
+    .iter()
+    .find_map(|prefix| path.strip_prefix(prefix))
+    .map(|rest| rest.split('/').next().unwrap_or(""))
+}
+
+/// Refuses what must not reach a handler: overlong URLs (414) and requests without the bearer
+/// token a protected mount or /metrics needs (401). Tokens are never logged.
+async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let max = state.config.limits.max_url_bytes;
+    if request.uri().path_and_query().map_or(0, |pq| pq.as_str().len()) > max {
+        return ApiError::UriTooLong(max).into_response();
+    }
+    let path = request.uri().path();
+    let token = bearer(request.headers());
+    let allowed = if path == "/metrics" {
+        state
+            .metrics_token
+            .as_ref()
+            .is_none_or(|t| token.is_some_and(|b| t.matches(b)))
+    } else {
+        mount_of(path)
+            .and_then(|name| state.mounts.get(name))
+            .is_none_or(|mount| mount.allows(token))
+    };
+    if !allowed {
+        return ApiError::Unauthorized.into_response();
+    }
+    next.run(request).await
+}
+
+/// Maps the errors of the limit layers to JSON responses.
+fn limit_error(timeout: f64) -> impl Fn(BoxError) -> std::future::Ready<ApiError> + Clone {
+    move |e: BoxError| {
+        std::future::ready(if e.is::<tower::load_shed::error::Overloaded>() {
+            ApiError::Overloaded
+        } else if e.is::<tower::timeout::error::Elapsed>() {
+            ApiError::Timeout(timeout)
+        } else {
+            tracing::error!(error = %e, "middleware error");
+            ApiError::Internal
+        })
+    }
+}
+
 /// The whole HTTP service.
 pub fn app(state: AppState) -> Router {
     let cors = cors(&state.config.server.cors_origins);
+    let limits = &state.config.limits;
+    let limit_layers = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(limit_error(limits.request_timeout_s)))
+        .load_shed()
+        .concurrency_limit(limits.max_concurrent_requests)
+        .timeout(Duration::from_secs_f64(limits.request_timeout_s));
     Router::new()
         .route("/", get(api::index))
         .route("/healthz", get(api::healthz))
@@ -111,6 +181,8 @@ pub fn app(state: AppState) -> Router {
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(state.clone())
+        .layer(middleware::from_fn_with_state(state.clone(), guard))
+        .layer(limit_layers)
         .layer(cors)
         .layer(middleware::from_fn_with_state(state, access_log))
 }

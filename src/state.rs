@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::array::{ReadContext, ReadOptions};
 use crate::cache::Caches;
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, Secret, secret_from_env};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::{self, Store, StoreKey};
@@ -27,6 +27,16 @@ pub struct Mount {
     /// The data.
     #[serde(skip)]
     pub store: Store,
+    /// Bearer tokens that may read it; empty for a public mount.
+    #[serde(skip)]
+    pub tokens: Vec<Secret>,
+}
+
+impl Mount {
+    /// Whether a request presenting `bearer` (if any) may read this mount.
+    pub fn allows(&self, bearer: Option<&[u8]>) -> bool {
+        self.tokens.is_empty() || bearer.is_some_and(|b| self.tokens.iter().any(|t| t.matches(b)))
+    }
 }
 
 /// State shared by all handlers.
@@ -46,6 +56,8 @@ pub struct StateInner {
     pub metrics: Metrics,
     /// Read tuning.
     pub read_options: ReadOptions,
+    /// The token protecting /metrics, if any.
+    pub metrics_token: Option<Secret>,
 }
 
 impl std::ops::Deref for AppState {
@@ -79,12 +91,18 @@ impl AppState {
             let kind = store::open::kind(&source);
             let store =
                 store::open::open(&source, m).map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
+            let tokens = m
+                .tokens
+                .iter()
+                .map(|t| secret_from_env(t, &format!("mount '{name}': tokens")))
+                .collect::<Result<Vec<_>, _>>()?;
             mounts.push(Mount {
                 name: name.clone(),
                 kind,
                 url: redact(&m.url),
                 consolidated: m.consolidated,
                 store,
+                tokens,
             });
         }
         Ok(Self::with_mounts(config, mounts))
@@ -94,7 +112,13 @@ impl AppState {
     pub fn with_mounts(config: Config, mounts: Vec<Mount>) -> Self {
         let mounts = mounts.into_iter().map(|m| (m.name.clone(), m)).collect();
         let caches = Arc::new(Caches::new(&config.cache));
+        let metrics_token = config
+            .server
+            .metrics_token
+            .as_deref()
+            .and_then(|t| secret_from_env(t, "server.metrics_token").ok());
         Self(Arc::new(StateInner {
+            metrics_token,
             config,
             mounts,
             caches,

@@ -143,6 +143,7 @@ fn local_mount() -> Mount {
         url: "fx".into(),
         consolidated: true,
         store: Store::new(open_local(&fixtures()).unwrap()),
+        tokens: Vec::new(),
     }
 }
 
@@ -232,6 +233,7 @@ fn s3_mounts_behave_like_local_ones() {
         url: "s3://zarr/data".into(),
         consolidated: true,
         store,
+        tokens: Vec::new(),
     };
     rt.block_on(async {
         let (app, _) = app_with(vec![s3_mount(s3.clone()), local_mount()]);
@@ -330,6 +332,7 @@ fn http_origins_behave_like_local_ones() {
             url: config.url.clone(),
             consolidated: true,
             store: zarrgate::store::open::open(&source, &config).unwrap(),
+            tokens: Vec::new(),
         }
     };
     let http = mount("web", &origin);

@@ -9,11 +9,13 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// `GET /api/v1/mounts`
-pub async fn mounts(State(state): State<AppState>) -> Json<Value> {
+/// `GET /api/v1/mounts`: the mounts this caller may read (protected ones need their token).
+pub async fn mounts(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Json<Value> {
+    let token = crate::server::bearer(&headers);
     let list: Vec<Value> = state
         .mounts
         .values()
+        .filter(|m| m.allows(token))
         .map(|m| json!({"name": m.name, "kind": m.kind, "url": m.url, "consolidated": m.consolidated}))
         .collect();
     Json(json!({ "mounts": list }))

@@ -89,6 +89,19 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         )));
     }
 
+    let touched: u64 = sel
+        .0
+        .iter()
+        .zip(meta.chunk_shape.iter().zip(&meta.shape))
+        .map(|(d, (&c, &n))| cells(*d, c, 0, 0, n).len() as u64)
+        .product();
+    let max_chunks = state.config.limits.max_chunks_per_slice;
+    if touched > max_chunks {
+        return Err(ApiError::TooLarge(format!(
+            "the selection touches {touched} chunks; the limit is {max_chunks}"
+        )));
+    }
+
     let ctx = state.read_context(mount);
     let shape_header = sel.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     let mut response = Response::builder()

@@ -148,6 +148,7 @@ pub fn counting_app(
             inner,
             gets: gets.clone(),
         }),
+        tokens: Vec::new(),
     };
     let state = AppState::with_mounts(config, vec![mount]);
     (zarrgate::app(state.clone()), state, gets)

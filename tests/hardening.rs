@@ -1,0 +1,305 @@
+//! Hardening: access control on every route family, limits (414, 413 on chunk counts, 503 with
+//! Retry-After under overload, 504 on timeouts), and stored data that is corrupt or lies.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use serde_json::json;
+use zarrgate::config::{Config, MountConfig};
+use zarrgate::state::Mount;
+use zarrgate::store::{Backend, ByteRange, GetObject, Listing, ObjectMeta, Store, StoreError, StoreKey, open_local};
+
+#[tokio::test]
+async fn protected_mounts_need_their_token_everywhere() {
+    // SAFETY: the only test in this binary that touches the environment; the variables are
+    // unique to it and set before anything reads them.
+    unsafe {
+        std::env::set_var("ZG_TEST_MOUNT_TOKEN", "s3cr3t-token");
+        std::env::set_var("ZG_TEST_METRICS_TOKEN", "metrics-token");
+    }
+    let mut config = config_with(&[("secret", &fixtures()), ("open", &fixtures())]);
+    config.mounts.get_mut("secret").unwrap().tokens = vec!["env:ZG_TEST_MOUNT_TOKEN".into()];
+    config.server.metrics_token = Some("env:ZG_TEST_METRICS_TOKEN".into());
+    config.validate().unwrap();
+    let app = zarrgate::app(zarrgate::AppState::from_config(config.clone()).unwrap());
+    let good = ("authorization", "Bearer s3cr3t-token");
+    let uris = [
+        "/zarr/secret/v3/zstd_i4/zarr.json",
+        "/api/v1/slice/secret/v3/zstd_i4",
+        "/api/v1/zom/secret/v3/group_nested",
+        "/api/v1/list/secret/v3",
+    ];
+    for uri in uris {
+        for bad in [
+            None,
+            Some("Bearer wrong"),
+            Some("Bearer s3cr3t-toke"),
+            Some("Basic czNjcjN0LXRva2Vu"),
+        ] {
+            let headers: Vec<(&str, &str)> = bad.map(|b| ("authorization", b)).into_iter().collect();
+            let r = get(&app, uri, &headers).await;
+            assert_eq!(r.status, 401, "{uri} {bad:?}");
+            assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+            assert_eq!(r.error_code(), "unauthorized");
+            assert!(!String::from_utf8_lossy(&r.body).contains("s3cr3t"));
+        }
+        assert_eq!(get(&app, uri, &[good]).await.status, 200, "{uri}");
+        assert_eq!(
+            get(&app, uri, &[("authorization", "bearer s3cr3t-token")]).await.status,
+            200,
+            "{uri}"
+        );
+        assert_eq!(
+            get(&app, &uri.replace("/secret/", "/open/"), &[]).await.status,
+            200,
+            "{uri}"
+        );
+    }
+    let want = std::fs::read(fixtures().join("v3/zstd_i4/zarr.json")).unwrap();
+    assert_eq!(&get(&app, uris[0], &[good]).await.body[..], &want[..]);
+    let validate = axum::http::Request::post("/api/v1/validate/secret/v3/group_nested")
+        .body(axum::body::Body::from("{}"))
+        .unwrap();
+    assert_eq!(send(&app, validate).await.status, 401);
+    // Preflights work without a token.
+    let r = request(
+        &app,
+        "OPTIONS",
+        uris[0],
+        &[
+            ("origin", "http://viewer.example"),
+            ("access-control-request-method", "GET"),
+            ("access-control-request-headers", "authorization, range"),
+        ],
+    )
+    .await;
+    assert!(r.status.is_success(), "{}", r.status);
+    assert!(
+        r.header("access-control-allow-headers")
+            .unwrap()
+            .to_ascii_lowercase()
+            .contains("authorization")
+    );
+    // Protected mounts are hidden from anonymous callers.
+    let names = |r: Reply| -> Vec<String> {
+        r.json()["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(get(&app, "/api/v1/mounts", &[]).await), ["open"]);
+    assert_eq!(names(get(&app, "/api/v1/mounts", &[good]).await), ["open", "secret"]);
+    // /metrics has its own token.
+    assert_eq!(get(&app, "/metrics", &[]).await.status, 401);
+    assert_eq!(get(&app, "/metrics", &[good]).await.status, 401);
+    assert_eq!(
+        get(&app, "/metrics", &[("authorization", "Bearer metrics-token")])
+            .await
+            .status,
+        200
+    );
+    // A token variable that is not set stops start-up, naming the mount and the variable.
+    config.mounts.get_mut("open").unwrap().tokens = vec!["env:ZG_TEST_UNSET_TOKEN".into()];
+    let err = config.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("mount 'open'") && err.contains("ZG_TEST_UNSET_TOKEN"),
+        "{err}"
+    );
+    config.mounts.get_mut("open").unwrap().tokens = vec!["plain-text-token".into()];
+    assert!(config.validate().unwrap_err().to_string().contains("env:"));
+}
+
+#[tokio::test]
+async fn long_urls_and_wide_slices_are_refused() {
+    let mut config = config_with(&[("fx", &fixtures())]);
+    config.limits.max_url_bytes = 200;
+    config.limits.max_chunks_per_slice = 3;
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let long = format!("/api/v1/slice/fx/v2/compressor_zstd_i4?select={}", "0:1,".repeat(60));
+    let r = get(&app, &long, &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (414, "uri_too_long"));
+    // compressor_zstd_i4 is 5x6 in 2x4 chunks: 6 chunks in all.
+    let r = get(&app, "/api/v1/slice/fx/v2/compressor_zstd_i4", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("touches 6 chunks")
+    );
+    assert_eq!(
+        get(&app, "/api/v1/slice/fx/v2/compressor_zstd_i4?select=0:2", &[])
+            .await
+            .status,
+        200
+    );
+}
+
+/// A store that takes its time, to hold requests open.
+#[derive(Debug)]
+struct SlowStore {
+    inner: Store,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl Backend for SlowStore {
+    async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.head(key).await
+    }
+    async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.get(key, range).await
+    }
+    async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
+        self.inner.list(prefix).await
+    }
+}
+
+fn slow_app(delay: Duration, config: Config) -> axum::Router {
+    let mount = Mount {
+        name: "slow".into(),
+        kind: "local",
+        url: "slow".into(),
+        consolidated: true,
+        store: Store::new(SlowStore {
+            inner: Store::new(open_local(&fixtures()).unwrap()),
+            delay,
+        }),
+        tokens: Vec::new(),
+    };
+    zarrgate::app(zarrgate::AppState::with_mounts(config, vec![mount]))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_is_503_with_retry_after_and_slowness_is_504() {
+    let mut config = Config::default();
+    config.limits.max_concurrent_requests = 1;
+    let app = slow_app(Duration::from_millis(600), config);
+    let uri = "/zarr/slow/v3/zstd_i4/zarr.json";
+    let (a, b) = tokio::join!(get(&app, uri, &[]), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        get(&app, uri, &[]).await
+    });
+    assert_eq!(a.status, 200);
+    assert_eq!((b.status.as_u16(), b.error_code().as_str()), (503, "overloaded"));
+    assert_eq!(b.header("retry-after"), Some("1"));
+    assert_eq!(get(&app, uri, &[]).await.status, 200, "capacity comes back");
+
+    let mut config = Config::default();
+    config.limits.request_timeout_s = 0.2;
+    let app = slow_app(Duration::from_secs(2), config);
+    let start = std::time::Instant::now();
+    let r = get(&app, uri, &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (504, "timeout"));
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+fn copy_case(dir: &std::path::Path, case: &str) -> std::path::PathBuf {
+    let dst = dir.join(case);
+    let mut stack = vec![fixtures().join(case)];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            let rel = p.strip_prefix(fixtures().join(case)).unwrap();
+            if p.is_dir() {
+                stack.push(p.clone());
+                std::fs::create_dir_all(dst.join(rel)).unwrap();
+            } else {
+                std::fs::create_dir_all(dst.join(rel).parent().unwrap()).unwrap();
+                std::fs::copy(&p, dst.join(rel)).unwrap();
+            }
+        }
+    }
+    dst
+}
+
+#[tokio::test]
+async fn corrupt_stored_data_is_a_named_error_never_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    // A truncated zstd chunk; flipped bits in a zstd frame with a checksum (without one, zstd
+    // cannot tell); a wrong crc32c; a truncated shard.
+    let zstd = copy_case(dir.path(), "v3/zstd_i4");
+    let b = std::fs::read(zstd.join("c/0/0")).unwrap();
+    std::fs::write(zstd.join("c/0/0"), &b[..b.len() - 3]).unwrap();
+    let summed = copy_case(dir.path(), "v3/zstd_checksum_f8");
+    let first = std::fs::read_dir(summed.join("c"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let first = if first.is_dir() { first.join("0") } else { first };
+    let rel = first.strip_prefix(dir.path()).unwrap().to_string_lossy().into_owned();
+    let mut b = std::fs::read(&first).unwrap();
+    let n = b.len();
+    b[n / 2] ^= 0x10;
+    std::fs::write(&first, b).unwrap();
+    let crc = copy_case(dir.path(), "v3/crc32c_i4");
+    let mut b = std::fs::read(crc.join("c/0/0")).unwrap();
+    b[0] ^= 1;
+    std::fs::write(crc.join("c/0/0"), b).unwrap();
+    let shard = copy_case(dir.path(), "v3/sharding_end_i4");
+    let b = std::fs::read(shard.join("c/0/0")).unwrap();
+    std::fs::write(shard.join("c/0/0"), &b[..b.len() / 3]).unwrap();
+    // A decompression bomb: a 4-element int32 array whose chunk inflates to 64 MiB.
+    let bytes_gzip = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 9}}]);
+    write_v3_array(&dir.path().join("bomb"), &[4], &[4], "int32", json!(0), bytes_gzip);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, &vec![0u8; 64 << 20]).unwrap();
+    std::fs::create_dir_all(dir.path().join("bomb/c")).unwrap();
+    std::fs::write(dir.path().join("bomb/c/0"), gz.finish().unwrap()).unwrap();
+    // Metadata that lies: says chunks of 8 where 4 elements are stored.
+    let raw = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    write_v3_array(&dir.path().join("liar"), &[8], &[8], "int32", json!(0), raw);
+    std::fs::create_dir_all(dir.path().join("liar/c")).unwrap();
+    std::fs::write(dir.path().join("liar/c/0"), [0u8; 16]).unwrap();
+
+    let app = app_for(&[("t", dir.path()), ("fx", &fixtures())]);
+    for (path, key) in [
+        ("v3/zstd_i4", "v3/zstd_i4/c/0/0"),
+        ("v3/zstd_checksum_f8", rel.as_str()),
+        ("v3/crc32c_i4", "v3/crc32c_i4/c/0/0"),
+        ("v3/sharding_end_i4", "v3/sharding_end_i4/c/0/0"),
+        ("bomb", "bomb/c/0"),
+        ("liar", "liar/c/0"),
+    ] {
+        let start = std::time::Instant::now();
+        let r = get(&app, &format!("/api/v1/slice/t/{path}"), &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (500, "corrupt_data"),
+            "{path}: {:?}",
+            r.body
+        );
+        let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(key), "{path}: {message}");
+        assert!(
+            !message.contains(&dir.path().display().to_string()),
+            "no file system paths leak"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{path} took {:?}",
+            start.elapsed()
+        );
+        // Not cached: asking again gives the same error, and other data is unaffected.
+        assert_eq!(get(&app, &format!("/api/v1/slice/t/{path}"), &[]).await.status, 500);
+        assert_eq!(get(&app, "/api/v1/slice/fx/v3/zstd_i4", &[]).await.status, 200);
+    }
+    // Raw keys still serve the stored bytes as they are.
+    assert_eq!(get(&app, "/zarr/t/bomb/c/0", &[]).await.status, 200);
+}
+
+#[test]
+fn mount_config_defaults_for_limits() {
+    let c = Config::default();
+    assert_eq!(c.limits.max_url_bytes, 8192);
+    assert!(c.limits.max_concurrent_requests >= 64);
+    assert!(MountConfig::new("/", "/").tokens.is_empty());
+}
