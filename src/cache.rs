@@ -50,6 +50,30 @@ impl CacheCounters {
     }
 }
 
+/// Looks `key` up in `cache`, loading it with `init` on a miss (concurrent misses of one key
+/// load once), and counts the hit or miss. Failed loads are not cached.
+pub async fn cached<K, V, E>(
+    cache: &Cache<K, V>,
+    counters: &CacheCounters,
+    key: K,
+    init: impl std::future::Future<Output = Result<V, E>>,
+) -> Result<V, Arc<E>>
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+    E: Send + Sync + 'static,
+{
+    let mut loaded = false;
+    let got = cache
+        .try_get_with(key, async {
+            loaded = true;
+            init.await
+        })
+        .await;
+    counters.record(loaded);
+    got
+}
+
 /// A decoded chunk (`None`: the chunk does not exist and reads as fill).
 pub type CachedChunk = Option<Arc<Elements>>;
 /// A shard's index and the shard's length (`None`: the shard does not exist).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::array::{ReadContext, ReadOptions};
-use crate::cache::Caches;
+use crate::cache::{Caches, cached};
 use crate::config::{Config, ConfigError, Secret, secret_from_env};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
@@ -139,16 +139,9 @@ impl AppState {
 
     /// The metadata of the array at `path` in `mount` (cached).
     pub async fn array(&self, mount: &Mount, path: &StoreKey) -> Result<Arc<ArrayMeta>, ApiError> {
-        let mut loaded = false;
-        let result = self
-            .caches
-            .metadata
-            .try_get_with((Arc::from(mount.name.as_str()), path.clone()), async {
-                loaded = true;
-                open_array(&mount.store, path).await.map(Arc::new)
-            })
-            .await;
-        self.caches.metadata_counters.record(loaded);
+        let key = (Arc::from(mount.name.as_str()), path.clone());
+        let load = async { open_array(&mount.store, path).await.map(Arc::new) };
+        let result = cached(&self.caches.metadata, &self.caches.metadata_counters, key, load).await;
         result.map_err(|e| match &*e {
             OpenError::NotFound(p) => ApiError::NotFound(format!("no array at '{p}' in mount '{}'", mount.name)),
             OpenError::Meta {

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt, stream};
 
 use super::selection::{CellPart, DimSelection, Selection, cells};
-use crate::cache::{CachedChunk, CachedIndex, Caches, ChunkId};
+use crate::cache::{CachedChunk, CachedIndex, Caches, ChunkId, cached};
 use crate::codec::CodecError;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
 use crate::store::{ByteRange, Store, StoreError, StoreKey};
@@ -297,18 +297,7 @@ async fn read_chunk(
         }
     };
     let chunk = match &ctx.caches {
-        Some(c) => {
-            let mut loaded = false;
-            let got = c
-                .chunks
-                .try_get_with(ctx.id(key, None), async {
-                    loaded = true;
-                    load.await
-                })
-                .await?;
-            c.chunk_counters.record(loaded);
-            got
-        }
+        Some(c) => cached(&c.chunks, &c.chunk_counters, ctx.id(key, None), load).await?,
         None => load.await?,
     };
     match chunk {
@@ -348,20 +337,10 @@ async fn shard_index(
     codec: &ShardingCodec,
     n: u64,
 ) -> Result<CachedIndex, ReadError> {
+    let load = load_index(ctx, key, codec, n);
     match &ctx.caches {
-        Some(c) => {
-            let mut loaded = false;
-            let got = c
-                .shard_indexes
-                .try_get_with(ctx.id(key, None), async {
-                    loaded = true;
-                    load_index(ctx, key, codec, n).await
-                })
-                .await?;
-            c.index_counters.record(loaded);
-            Ok(got)
-        }
-        None => load_index(ctx, key, codec, n).await,
+        Some(c) => Ok(cached(&c.shard_indexes, &c.index_counters, ctx.id(key, None), load).await?),
+        None => load.await,
     }
 }
 
@@ -489,12 +468,8 @@ async fn read_shard(
                     let load = decode(ctx, &meta, key, slice, true);
                     let block = match &ctx.caches {
                         Some(c) => {
-                            let got = c
-                                .chunks
-                                .try_get_with(ctx.id(key, Some(w.number)), async { load.await.map(Some) })
-                                .await?;
-                            c.chunk_counters.record(true);
-                            got
+                            let load = async { load.await.map(Some) };
+                            cached(&c.chunks, &c.chunk_counters, ctx.id(key, Some(w.number)), load).await?
                         }
                         None => Some(load.await?),
                     };

@@ -34,17 +34,22 @@ fn items(input: &[u8], expected: usize) -> Result<Vec<&[u8]>, CodecError> {
     Ok(out)
 }
 
-/// Decodes `vlen-utf8`.
-pub fn decode_utf8(input: &[u8], expected: usize) -> Result<Elements, CodecError> {
-    items(input, expected)?
+/// Items that must be UTF-8 as string elements; `codec` names the codec in errors.
+pub(crate) fn utf8_items(items: Vec<&[u8]>, codec: &str) -> Result<Elements, CodecError> {
+    items
         .into_iter()
         .map(|b| {
             std::str::from_utf8(b)
                 .map(|s| Some(s.to_owned()))
-                .map_err(|_| CodecError::Corrupt("vlen-utf8: invalid UTF-8".into()))
+                .map_err(|_| CodecError::Corrupt(format!("{codec}: invalid UTF-8")))
         })
         .collect::<Result<Vec<_>, _>>()
         .map(Elements::Strings)
+}
+
+/// Decodes `vlen-utf8`.
+pub fn decode_utf8(input: &[u8], expected: usize) -> Result<Elements, CodecError> {
+    utf8_items(items(input, expected)?, "vlen-utf8")
 }
 
 /// Decodes `vlen-bytes`.

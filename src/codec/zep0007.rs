@@ -35,15 +35,7 @@ pub fn decode(input: &[u8], n: usize, binary: bool) -> Result<Elements, CodecErr
     if binary {
         return Ok(Elements::Bytes(items.into_iter().map(|b| Some(b.to_vec())).collect()));
     }
-    items
-        .into_iter()
-        .map(|b| {
-            std::str::from_utf8(b)
-                .map(|s| Some(s.to_owned()))
-                .map_err(|_| CodecError::Corrupt("zep0007: invalid UTF-8".into()))
-        })
-        .collect::<Result<Vec<_>, _>>()
-        .map(Elements::Strings)
+    super::vlen::utf8_items(items, "zep0007")
 }
 
 #[cfg(test)]

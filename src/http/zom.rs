@@ -14,6 +14,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::cache::cached;
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
 use crate::store::StoreKey;
@@ -37,18 +38,11 @@ impl From<HierarchyError> for ApiError {
 
 /// The whole hierarchy below `path` (cached; `None` when no node is there).
 pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
-    let mut loaded = false;
-    let got = state
-        .caches
-        .hierarchies
-        .try_get_with((Arc::from(mount.name.as_str()), path.clone()), async {
-            loaded = true;
-            walk(&mount.store, path, None).await.map(|t| t.map(Arc::new))
-        })
+    let key = (Arc::from(mount.name.as_str()), path.clone());
+    let load = async { walk(&mount.store, path, None).await.map(|t| t.map(Arc::new)) };
+    cached(&state.caches.hierarchies, &state.caches.metadata_counters, key, load)
         .await
-        .map_err(|e| ApiError::from((*e).clone()));
-    state.caches.metadata_counters.record(loaded);
-    got
+        .map_err(|e| ApiError::from((*e).clone()))
 }
 
 /// A `.zmetadata` for the v2 group at `group`, if it is one.
