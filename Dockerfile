@@ -8,6 +8,7 @@ WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY static ./static
+COPY schemas ./schemas
 RUN cargo build --release --locked && strip target/release/zarrgate
 
 FROM debian:bookworm-slim
