@@ -77,6 +77,8 @@ pub struct ReadOptions {
     pub coalesce_gap: u64,
     /// Decoded size limit of one chunk of variable-length elements.
     pub variable_chunk_limit: usize,
+    /// Largest decoded chunk (or inner chunk) read; arrays with larger chunks are refused.
+    pub max_chunk_bytes: u64,
 }
 
 impl Default for ReadOptions {
@@ -85,6 +87,7 @@ impl Default for ReadOptions {
             concurrency: 16,
             coalesce_gap: 1 << 20,
             variable_chunk_limit: 256 << 20,
+            max_chunk_bytes: 1 << 30,
         }
     }
 }
@@ -191,6 +194,17 @@ pub async fn read_region(
     meta: Arc<ArrayMeta>,
     sel: &Selection,
 ) -> Result<Elements, ReadError> {
+    // The unit that is decoded whole: an inner chunk of a shard, or a chunk.
+    let unit: &[u64] = meta.chain.sharding().map_or(&meta.chunk_shape, |s| &s.inner_shape);
+    let unit_bytes = unit
+        .iter()
+        .fold(meta.dtype.item_size().unwrap_or(1) as u64, |n, &c| n.saturating_mul(c));
+    if unit_bytes > ctx.opts.max_chunk_bytes {
+        return Err(ReadError::Unsupported(format!(
+            "chunks of {unit_bytes} bytes decoded; this server reads chunks of at most {} bytes",
+            ctx.opts.max_chunk_bytes
+        )));
+    }
     let total = sel.len() as usize;
     let output = Arc::new(Output {
         elements: Mutex::new(Elements::filled(&meta.fill, total)),

@@ -145,9 +145,10 @@ impl Selection {
             .collect()
     }
 
-    /// Number of elements selected.
+    /// Number of elements selected, saturating at `u64::MAX` (more than any size limit admits)
+    /// where the true count does not fit.
     pub fn len(&self) -> u64 {
-        self.0.iter().map(|d| d.span().2).product()
+        self.0.iter().fold(1u64, |n, d| n.saturating_mul(d.span().2))
     }
 
     /// Whether nothing is selected.
@@ -169,6 +170,21 @@ pub struct CellPart {
     pub dst_start: u64,
 }
 
+/// How many `cell`-sized cells (from 0) a dimension's selection touches, without listing them:
+/// with a step of at least a cell every selected index lies in its own cell, otherwise every
+/// cell between the first and the last selected index holds one.
+pub fn cells_touched(sel: DimSelection, cell: u64) -> u64 {
+    let (start, step, count) = sel.span();
+    if count == 0 || cell == 0 {
+        return 0;
+    }
+    if step >= cell {
+        return count;
+    }
+    let last = start.saturating_add((count - 1).saturating_mul(step));
+    last / cell - start / cell + 1
+}
+
 /// Splits a dimension's selection over a grid of `cell`-sized cells starting at `origin`,
 /// considering only absolute indices in `lo..hi`.
 pub fn cells(sel: DimSelection, cell: u64, origin: u64, lo: u64, hi: u64) -> Vec<CellPart> {
@@ -182,7 +198,8 @@ pub fn cells(sel: DimSelection, cell: u64, origin: u64, lo: u64, hi: u64) -> Vec
         let idx = start + k * step;
         let c = (idx - origin) / cell;
         let cell_lo = origin + c * cell;
-        let k_end = k_at(cell_lo + cell).min(k_max);
+        // Saturating: the last cell of an array close to u64::MAX elements ends past it.
+        let k_end = k_at(cell_lo.saturating_add(cell)).min(k_max);
         out.push(CellPart {
             cell: c,
             src_start: idx - cell_lo,
@@ -233,6 +250,52 @@ mod tests {
             "0-d arrays have one element"
         );
         assert!(Selection::parse("0", &[]).is_err());
+    }
+
+    #[test]
+    fn len_saturates_instead_of_overflowing() {
+        // Found by fuzz/selection: 2^40 x 2^40 elements overflowed the product (a panic in
+        // debug builds, a wrapped count that slipped under max_slice_bytes in release).
+        let sel = Selection::parse(":, :", &[1 << 40, 1 << 40]).unwrap();
+        assert_eq!(sel.len(), u64::MAX);
+        assert!(!sel.is_empty());
+        let empty = Selection::parse(":, :, 0:0", &[1 << 40, 1 << 40, 5]).unwrap();
+        assert_eq!(empty.len(), 0);
+        assert!(empty.is_empty());
+    }
+
+    #[test]
+    fn touched_cells_are_counted_without_listing_them() {
+        for (sel, cell) in [
+            (s(3, 2, 5), 4),
+            (s(0, 10, 3), 4),
+            (s(0, 1, 100), 7),
+            (s(5, 3, 0), 2),
+            (s(9, 1, 1), 4),
+        ] {
+            assert_eq!(
+                cells_touched(sel, cell),
+                cells(sel, cell, 0, 0, u64::MAX).len() as u64,
+                "{sel:?} / {cell}"
+            );
+        }
+        // A dimension of 2^40 one-element chunks is counted, not allocated.
+        assert_eq!(cells_touched(s(0, 1, 1 << 40), 1), 1 << 40);
+    }
+
+    #[test]
+    fn cells_at_the_end_of_the_u64_range() {
+        // Found by fuzz/selection: the end of the last cell overflowed (a panic in debug
+        // builds; in release the wrapped end made the loop restart at k = 0 forever).
+        let n = u64::MAX;
+        let sel = Selection::parse("-5:-1", &[n]).unwrap().0[0];
+        let parts = cells(sel, 60, 0, 0, n);
+        assert_eq!(parts.iter().map(|p| p.count).sum::<u64>(), 4);
+        assert_eq!(parts[0].dst_start, 0);
+        assert_eq!(parts[0].cell * 60 + parts[0].src_start, n - 5);
+        let whole = cells(Selection::parse(":", &[n]).unwrap().0[0], 1 << 62, 0, n - 10, n);
+        assert_eq!(whole.len(), 1);
+        assert_eq!(whole[0].count, 10);
     }
 
     #[test]

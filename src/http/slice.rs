@@ -11,7 +11,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 
-use crate::array::selection::cells;
+use crate::array::selection::{cells, cells_touched};
 use crate::array::{DimSelection, ReadContext, Selection, read_region};
 use crate::error::ApiError;
 use crate::format::png::{Colormap, PngOptions};
@@ -89,12 +89,11 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         )));
     }
 
-    let touched: u64 = sel
+    let touched = sel
         .0
         .iter()
-        .zip(meta.chunk_shape.iter().zip(&meta.shape))
-        .map(|(d, (&c, &n))| cells(*d, c, 0, 0, n).len() as u64)
-        .product();
+        .zip(&meta.chunk_shape)
+        .fold(1u64, |n, (d, &c)| n.saturating_mul(cells_touched(*d, c)));
     let max_chunks = state.config.limits.max_chunks_per_slice;
     if touched > max_chunks {
         return Err(ApiError::TooLarge(format!(

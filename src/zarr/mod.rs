@@ -121,6 +121,11 @@ fn check_grid(shape: &[u64], chunks: &[u64]) -> Result<(), MetaError> {
     if chunks.contains(&0) {
         return Err(MetaError::Invalid("chunk sizes must be positive".into()));
     }
+    // Element counts are products of these; keep them far from overflowing.
+    let elements = chunks.iter().try_fold(1u64, |n, &c| n.checked_mul(c));
+    if elements.is_none_or(|n| n > 1 << 48) {
+        return Err(MetaError::Invalid(format!("chunk shape {chunks:?} is too large")));
+    }
     Ok(())
 }
 
@@ -328,6 +333,14 @@ pub async fn open_array(store: &Store, path: &StoreKey) -> Result<ArrayMeta, Ope
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_chunk_shapes_are_invalid() {
+        assert!(check_grid(&[10, 10], &[1 << 40, 1 << 40]).is_err());
+        assert!(check_grid(&[10], &[0]).is_err());
+        assert!(check_grid(&[10, 10], &[5]).is_err());
+        assert!(check_grid(&[1 << 40], &[1 << 20]).is_ok());
+    }
 
     #[test]
     fn chunk_keys() {
