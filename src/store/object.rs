@@ -2,10 +2,12 @@
 //! code. Local roots add one rule object_store does not enforce: a symlink whose target lies
 //! outside the mount root is treated as missing.
 
+use std::ops::Range;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectStoreExt};
@@ -17,6 +19,9 @@ use super::{Backend, ByteRange, GetObject, Listing, ObjectMeta, StoreError, Stor
 /// Buffer size for streaming local files: large enough that a big shard does not cost a
 /// blocking-pool hop per few KiB, small enough to keep memory per response bounded.
 const FILE_READ_CHUNK: usize = 256 * 1024;
+
+/// Local ranges up to this size are read in the same blocking call that opens the file.
+const SMALL_READ: u64 = 1 << 20;
 
 /// Any object_store backend, rooted at a prefix.
 #[derive(Debug)]
@@ -96,6 +101,123 @@ fn meta_from(m: &object_store::ObjectMeta) -> ObjectMeta {
     }
 }
 
+/// An opened local read: metadata, the range served, and either the bytes (small ranges) or
+/// the open file to stream from.
+type LocalRead = Option<(ObjectMeta, Range<u64>, Result<Bytes, std::fs::File>)>;
+
+/// What one blocking call on a local file found.
+enum LocalFile {
+    Missing,
+    Found(ObjectMeta, std::fs::File),
+}
+
+/// Metadata of a local file as the store reports it; the version changes with the inode,
+/// modification time or size.
+fn local_meta(m: &std::fs::Metadata) -> ObjectMeta {
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(m);
+    #[cfg(not(unix))]
+    let inode = 0u64;
+    let mtime = m.modified().ok();
+    let nanos = mtime
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos());
+    ObjectMeta {
+        size: m.len(),
+        last_modified: mtime,
+        version: Some(format!("{inode:x}-{nanos:x}-{:x}", m.len())),
+    }
+}
+
+/// Opens `key` under `root` in one blocking step: resolves symlinks, refuses what leaves the
+/// root, and skips directories.
+fn open_local_file(root: &FsPath, key: &StoreKey) -> Result<LocalFile, StoreError> {
+    let path = match std::fs::canonicalize(root.join(key.as_str())) {
+        Ok(p) if p.starts_with(root) => p,
+        Ok(_) => return Ok(LocalFile::Missing),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            return Ok(LocalFile::Missing);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let file = match std::fs::File::open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LocalFile::Missing),
+        Err(e) => return Err(e.into()),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(LocalFile::Missing);
+    }
+    Ok(LocalFile::Found(local_meta(&meta), file))
+}
+
+impl ObjectStoreBackend {
+    async fn local_head(&self, root: PathBuf, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
+        let key = key.clone();
+        let found = tokio::task::spawn_blocking(move || open_local_file(&root, &key))
+            .await
+            .map_err(|e| StoreError::Io(format!("blocking task: {e}")))??;
+        Ok(match found {
+            LocalFile::Missing => None,
+            LocalFile::Found(meta, _) => Some(meta),
+        })
+    }
+
+    async fn local_get(
+        &self,
+        root: PathBuf,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+    ) -> Result<Option<GetObject>, StoreError> {
+        let key = key.clone();
+        // Open, check and (for small ranges) read in one trip to the blocking pool.
+        let opened = tokio::task::spawn_blocking(move || -> Result<LocalRead, StoreError> {
+            let LocalFile::Found(meta, mut file) = open_local_file(&root, &key)? else {
+                return Ok(None);
+            };
+            let range = match range {
+                None => 0..meta.size,
+                Some(r) => r.resolve(meta.size).ok_or(StoreError::Range {
+                    start: 0,
+                    end: 0,
+                    size: meta.size,
+                })?,
+            };
+            if range.end - range.start <= SMALL_READ {
+                use std::io::{Read, Seek};
+                file.seek(std::io::SeekFrom::Start(range.start))?;
+                let mut buf = vec![0u8; (range.end - range.start) as usize];
+                file.read_exact(&mut buf)?;
+                return Ok(Some((meta, range, Ok(Bytes::from(buf)))));
+            }
+            Ok(Some((meta, range, Err(file))))
+        })
+        .await
+        .map_err(|e| StoreError::Io(format!("blocking task: {e}")))??;
+        let Some((meta, range, content)) = opened else {
+            return Ok(None);
+        };
+        let body = match content {
+            Ok(bytes) => body_stream(futures::stream::iter([Ok::<Bytes, StoreError>(bytes)])),
+            Err(file) => {
+                let mut file = tokio::fs::File::from_std(file);
+                file.seek(std::io::SeekFrom::Start(range.start)).await?;
+                body_stream(ReaderStream::with_capacity(
+                    file.take(range.end - range.start),
+                    FILE_READ_CHUNK,
+                ))
+            }
+        };
+        Ok(Some(GetObject { meta, range, body }))
+    }
+}
+
 impl From<object_store::Error> for StoreError {
     fn from(e: object_store::Error) -> Self {
         use object_store::Error as E;
@@ -123,8 +245,11 @@ impl From<std::io::Error> for StoreError {
 #[async_trait]
 impl Backend for ObjectStoreBackend {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
-        if key.is_root() || !self.contained(key).await {
+        if key.is_root() {
             return Ok(None);
+        }
+        if let Some(root) = &self.local_root {
+            return self.local_head(root.clone(), key).await;
         }
         match self.store.head(&self.path(key)?).await {
             Ok(m) => Ok(Some(meta_from(&m))),
@@ -134,8 +259,11 @@ impl Backend for ObjectStoreBackend {
     }
 
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
-        if key.is_root() || !self.contained(key).await {
+        if key.is_root() {
             return Ok(None);
+        }
+        if let Some(root) = &self.local_root {
+            return self.local_get(root.clone(), key, range).await;
         }
         let range = match range {
             Some(ByteRange::Suffix(n)) if !self.suffix_ranges => match self.head(key).await? {
