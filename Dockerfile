@@ -9,6 +9,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY static ./static
 COPY schemas ./schemas
+COPY benches ./benches
 RUN cargo build --release --locked && strip target/release/zarrgate
 
 FROM debian:bookworm-slim

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""Renders bench/results.md from the measurements bench/run.sh recorded.
+
+    python3 bench/report.py RESULTS.tsv META.tsv > bench/results.md
+
+RESULTS.tsv: section, case, metric, value (one measured run per line, in run order, so the i-th
+values of two cases measured in the same loop are a pair). META.tsv: key, value.
+Standard library only.
+"""
+
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(tsv):
+    data = defaultdict(list)
+    for line in open(tsv):
+        parts = line.rstrip("\n").split("\t")
+        if len(parts) != 4:
+            continue
+        section, case, metric, value = parts
+        data[(section, case, metric)].append(float(value))
+    return data
+
+
+def mmm(values, fmt="{:.3g}"):
+    if not values:
+        return "n/a"
+    return "{} / {} / {}".format(fmt.format(min(values)), fmt.format(statistics.median(values)), fmt.format(max(values)))
+
+
+def ratio_of_medians(a, b):
+    if not a or not b or statistics.median(b) == 0:
+        return None
+    return statistics.median(a) / statistics.median(b)
+
+
+def paired(a, b):
+    """min / median / max of the per-run ratios a[i] / b[i]."""
+    rs = [x / y for x, y in zip(a, b) if y]
+    return mmm(rs, "{:.2f}") if rs else "n/a"
+
+
+def fmt_ratio(r):
+    return "n/a" if r is None else f"{r:.2f}"
+
+
+def main():
+    data = load(sys.argv[1])
+    meta = dict(line.rstrip("\n").split("\t", 1) for line in open(sys.argv[2]) if "\t" in line)
+    g = lambda s, c, m: data.get((s, c, m), [])  # noqa: E731
+    runs = meta.get("runs", "?")
+    out = []
+    w = out.append
+
+    w("# zarrgate benchmark results")
+    w("")
+    w(f"Made by `bench/run.sh` on {meta.get('date', '?')} in {meta.get('total_seconds', '?')} s "
+      f"(release build step: {meta.get('build_seconds', '?')} s). Every figure is **min / median / max over "
+      f"{runs} runs**; ratios are computed within this run. See bench/README.md for what each figure means.")
+    w("")
+    w("| machine / version | |")
+    w("|---|---|")
+    for k in ["machine_cpu", "machine_mem", "machine_kernel", "zarrgate_rev", "rustc", "nginx", "wrk", "curl",
+              "python", "tensorstore", "zarr_python"]:
+        w(f"| {k} | {meta.get(k, '?')} |")
+    w(f"| page cache dropped for cold runs | {'yes' if meta.get('can_drop_caches') == '1' else 'no (not permitted): cold = restarted server / fresh reader only'} |")
+    w(f"| load runs | {meta.get('load_seconds', '?')} s each, wrk -t2, keep-alive |")
+    w("")
+
+    # Raw keys
+    w("## Raw keys: GET of chunk files, 64 connections")
+    w("")
+    w("Round-robin over 256 distinct 64 KiB files / 64 distinct 1 MiB files (page cache warm). "
+      "zarrgate and nginx runs are interleaved; ratios are per run pair.")
+    w("")
+    w("| case | requests/s | p50 ms | p99 ms | MiB/s (median) |")
+    w("|---|---|---|---|---|")
+    sizes = {"64k": 64 / 1024, "1m": 1.0}
+    for case in ["zarrgate_64k", "nginx_64k", "xpublish_64k", "zarrgate_64k_accesslog",
+                 "zarrgate_1m", "nginx_1m", "xpublish_1m"]:
+        rps = g("raw", case, "rps")
+        if not rps:
+            continue
+        size = sizes["64k" if "64k" in case else "1m"]
+        w(f"| {case} | {mmm(rps, '{:.0f}')} | {mmm(g('raw', case, 'p50_ms'))} | {mmm(g('raw', case, 'p99_ms'))} | "
+          f"{statistics.median(rps) * size:.0f} |")
+    w("")
+    w("| ratio | 64 KiB | 1 MiB |")
+    w("|---|---|---|")
+    for label, metric, a, b in [
+        ("zarrgate / nginx requests/s", "rps", "zarrgate", "nginx"),
+        ("zarrgate / nginx p50 latency", "p50_ms", "zarrgate", "nginx"),
+        ("zarrgate / nginx p99 latency", "p99_ms", "zarrgate", "nginx"),
+        ("xpublish / nginx requests/s", "rps", "xpublish", "nginx"),
+        ("zarrgate / xpublish requests/s", "rps", "zarrgate", "xpublish"),
+    ]:
+        cells = [paired(g("raw", f"{a}_{s}", metric), g("raw", f"{b}_{s}", metric)) for s in ["64k", "1m"]]
+        if all(c == "n/a" for c in cells):
+            continue
+        w(f"| {label} | {cells[0]} | {cells[1]} |")
+    r = paired(g("raw", "zarrgate_64k_accesslog", "rps"), g("raw", "zarrgate_64k", "rps"))
+    w(f"| zarrgate with access log / without, requests/s (64 KiB; not paired in time) | {r} | |")
+    w("")
+    w(f"Peers: xpublish + xpublish-zarr: {meta.get('peer_xpublish', '?')}. "
+      f"zarr-http-server: {meta.get('peer_zarr_http_server', '?')}.")
+    w("")
+
+    # One-chunk slices
+    w("## Slices of one chunk, warm cache")
+    w("")
+    w("`/api/v1/slice/bench/issue9/...&format=bin`, the same URL repeated (decoded chunk cached). "
+      "c64 = 64 connections, c1 = one connection. Target: warm one-chunk slice p50 under 1 ms.")
+    w("")
+    w("| case | requests/s | p50 ms | p99 ms | p50 < 1 ms |")
+    w("|---|---|---|---|---|")
+    for name in ["unsharded_chunk_1MiB", "sharded_inner_1MiB", "sharded_64x64_16KiB"]:
+        for c in ["c64", "c1"]:
+            case = f"{name}_{c}"
+            rps = g("slice_one", case, "rps")
+            if not rps:
+                continue
+            p50 = g("slice_one", case, "p50_ms")
+            w(f"| {case} | {mmm(rps, '{:.0f}')} | {mmm(p50)} | {mmm(g('slice_one', case, 'p99_ms'))} | "
+              f"{'yes' if statistics.median(p50) < 1.0 else 'no'} |")
+    w("")
+
+    # Regions
+    w("## Regions: 64 MiB and 256 MiB float32, zarrgate over HTTP vs tensorstore and zarr-python in-process")
+    w("")
+    w("Seconds. zarrgate: `curl` of `/api/v1/slice/...&format=bin` (whole body). tensorstore / zarr-python: "
+      "`bench/readers.py` reading the same region of the same files into a NumPy array. "
+      "Cold: zarrgate restarted, fresh tensorstore context / zarr array, page cache dropped (if permitted). "
+      "Warm: repeated read; zarrgate and tensorstore (1 GiB cache_pool) hold decoded chunks, "
+      "zarr-python re-decodes from the page cache.")
+    w("")
+    w("| region | zarrgate s | tensorstore s | zarr-python s | zarrgate / tensorstore | zarr-python / zarrgate | target |")
+    w("|---|---|---|---|---|---|---|")
+    for ds in ["sharded", "unsharded", "blosc_v2"]:
+        for reg in ["64MiB", "256MiB"]:
+            for mode in ["cold", "warm"]:
+                case = f"{ds}_{reg}_{mode}"
+                zg, ts, zp = (g("slice", case, m) for m in ["zarrgate_s", "ts_s", "zarr_s"])
+                if not zg:
+                    continue
+                r_ts = ratio_of_medians(zg, ts)
+                r_zp = ratio_of_medians(zp, zg)
+                limit = 1.5 if (mode == "cold" and reg == "64MiB") else 1.0
+                ok = r_ts is not None and r_ts <= limit and r_zp is not None and r_zp >= 5
+                target = f"<= {limit}x ts, >= 5x zarr: {'met' if ok else 'NOT met'}"
+                w(f"| {case} | {mmm(zg)} | {mmm(ts)} | {mmm(zp)} | {fmt_ratio(r_ts)} | {fmt_ratio(r_zp)} | {target} |")
+    w("")
+    w("Ratios are of medians. zarrgate / tensorstore > 1 means zarrgate is slower; zarr-python / zarrgate "
+      "is how many times faster zarrgate is than zarr-python.")
+    w("")
+
+    # ZOM
+    w("## ZOM of a 10,000-node hierarchy")
+    w("")
+    w(f"`GET /api/v1/zom/bench/hier/tree.zarr` ({meta.get('zom_nodes', '?')} nodes, "
+      f"{int(meta.get('zom_bytes', '0')) / 1e6:.1f} MB of JSON). Cold: restarted server, page cache dropped "
+      "(if permitted). Warm: the walked hierarchy is cached; the JSON is rendered per request.")
+    w("")
+    w("| case | seconds |")
+    w("|---|---|")
+    for mode in ["cold", "warm"]:
+        w(f"| {mode} | {mmm(g('zom', mode, 's'))} |")
+    w("")
+
+    # Memory
+    w("## Peak RSS of zarrgate (VmHWM)")
+    w("")
+    w("MiB. Cold region rows: a freshly started server after one slice (one value per run). "
+      "Warm rows and load rows: the peak since the counter was reset (`clear_refs` 5) before that part, "
+      "so warm rows include the decoded-chunk cache filled by the region.")
+    w("")
+    w("| case | VmHWM MiB |")
+    w("|---|---|")
+    for (s, c, m), v in sorted(data.items()):
+        if s == "memory":
+            w(f"| {c} | {mmm(v, '{:.0f}')} |")
+    w("")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+-- wrk script for bench/run.sh: GETs the paths listed in the file named by $WRK_KEYS
+-- (one per line) round-robin, each thread starting at a different place, and prints one line
+--   RESULT <requests/s> <p50 us> <p99 us> <errors> <bytes>
+-- at the end. Non-2xx/3xx answers count as errors.
+
+local keys = {}
+for line in io.lines(os.getenv("WRK_KEYS")) do
+    if #line > 0 then keys[#keys + 1] = line end
+end
+
+local counter = 0
+local threads = {}
+
+function setup(thread)
+    thread:set("offset", counter * 7919)
+    counter = counter + 1
+end
+
+local i = 0
+function request()
+    i = i + 1
+    return wrk.format("GET", keys[((i + (offset or 0)) % #keys) + 1])
+end
+
+function done(summary, latency, requests)
+    local e = summary.errors
+    local errors = e.connect + e.read + e.write + e.status + e.timeout
+    io.write(string.format("RESULT %.1f %.1f %.1f %d %d\n",
+        summary.requests / (summary.duration / 1e6),
+        latency:percentile(50), latency:percentile(99), errors, summary.bytes))
+end
