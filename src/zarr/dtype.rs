@@ -8,6 +8,9 @@ use serde_json::Value;
 
 use super::MetaError;
 
+/// The largest element (in bytes) of a data type this server reads.
+pub const MAX_ITEM_SIZE: usize = 1 << 24;
+
 /// What an element is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -175,7 +178,7 @@ impl DType {
     /// Parses a v1/v2 `dtype`: a NumPy type string or a structured description (a list).
     pub fn from_v2(value: &Value) -> Result<Self, MetaError> {
         match value {
-            Value::String(s) => parse_typestr(s),
+            Value::String(s) => parse_typestr(s)?.bounded(),
             Value::Array(fields) => {
                 let mut out = Vec::with_capacity(fields.len());
                 for f in fields {
@@ -203,7 +206,7 @@ impl DType {
                         shape,
                     });
                 }
-                Ok(DType::new(Kind::Structured(out)))
+                DType::new(Kind::Structured(out)).bounded()
             }
             _ => Err(bad_dtype(value)),
         }
@@ -274,7 +277,29 @@ impl DType {
             }
             other => return Err(MetaError::Unsupported(format!("data type '{other}'"))),
         };
-        Ok(DType::new(kind))
+        DType::new(kind).bounded()
+    }
+
+    /// Refuses element sizes that overflow or exceed [`MAX_ITEM_SIZE`]: the fill value and
+    /// every buffer hold whole elements, so a type like `|S100000000000` (or a structured field
+    /// of shape `[2^64 - 1]`) would otherwise allocate what it claims, or overflow `item_size`.
+    fn bounded(self) -> Result<Self, MetaError> {
+        fn size(dtype: &DType) -> Option<usize> {
+            match &dtype.kind {
+                Kind::FixedUnicode(n) => n.checked_mul(4),
+                Kind::Structured(fields) => fields.iter().try_fold(0usize, |total, f| {
+                    let count = f.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d))?;
+                    total.checked_add(size(&f.dtype)?.checked_mul(count)?)
+                }),
+                _ => Some(dtype.item_size().unwrap_or(0)),
+            }
+        }
+        match size(&self) {
+            Some(n) if n <= MAX_ITEM_SIZE => Ok(self),
+            _ => Err(MetaError::Unsupported(format!(
+                "a data type of more than {MAX_ITEM_SIZE} bytes per element"
+            ))),
+        }
     }
 
     /// The NumPy type string of this type as decoded (little-endian), e.g. `<f4`, `|b1`,
@@ -379,6 +404,39 @@ fn parse_typestr(s: &str) -> Result<DType, MetaError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn element_sizes_are_bounded() {
+        // Found by fuzz/metadata_v2: a structured field of shape [2^64 - 1] overflowed
+        // item_size (a panic in debug builds); and a null fill of `|S100000000000` allocated
+        // 100 GB at parse time (an abort of the whole process).
+        let field = json!([["m", "<f4", [u64::MAX]], ["n", ">i2"]]);
+        assert!(matches!(DType::from_v2(&field), Err(MetaError::Unsupported(_))));
+        let nested = json!([["a", [["b", "<U1000", [1000]]], [1000]]]);
+        assert!(matches!(DType::from_v2(&nested), Err(MetaError::Unsupported(_))));
+        for big in ["|S100000000000", "<U4611686018427387904", "|V16777217"] {
+            assert!(
+                matches!(DType::from_v2(&json!(big)), Err(MetaError::Unsupported(_))),
+                "{big}"
+            );
+        }
+        let v3 = json!({"name": "fixed_length_bytes", "configuration": {"length_bytes": 100_000_000_000u64}});
+        assert!(matches!(DType::from_v3(&v3), Err(MetaError::Unsupported(_))));
+        assert!(matches!(
+            DType::from_v3(&json!("r134217736")),
+            Err(MetaError::Unsupported(_))
+        ));
+        // Up to the bound, and every ordinary type, as before.
+        assert_eq!(
+            DType::from_v2(&json!("|S16777216")).unwrap().item_size(),
+            Some(MAX_ITEM_SIZE)
+        );
+        assert_eq!(
+            DType::from_v2(&json!([["x", "<f8", [2, 3]]])).unwrap().item_size(),
+            Some(48)
+        );
+        assert_eq!(DType::from_v3(&json!("float64")).unwrap().item_size(), Some(8));
+    }
 
     #[test]
     fn typestrs() {
