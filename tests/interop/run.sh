@@ -8,7 +8,8 @@
 # ../shared/fixtures/zarrita (zarrita) on 127.0.0.1, then runs, against that one server:
 #   1. the zarr 3 venv (requirements.txt): every test_*.py but test_v2_* and the access log;
 #   2. the zarr 2.18 venv (requirements-zarr2.txt): test_v2_*.py;
-#   3. tests/interop/browser/run_browser.sh "$ZARRGATE_URL", when it exists and is executable;
+#   3. tests/interop/browser/run_browser.sh and tests/interop/webpage/run_webpage.sh
+#      "$ZARRGATE_URL", when they exist and are executable;
 #   4. the zarr 3 venv again: test_zz_access_log.py, over the access log of everything above.
 # Stops the server by PID, prints one line per suite, and ends with ONE line
 # "N passed, N failed, N skipped" summing all suites; exits non-zero if anything failed.
@@ -77,12 +78,16 @@ echo "== zarr 2.18 clients (test_v2_*.py)"
 timeout 300 "$venv2/bin/python" -m pytest "${pytest_args[@]}" --junitxml="$work/2-zarr2.xml" tests/interop
 echo $? >"$work/2-zarr2.rc"
 
-browser=tests/interop/browser/run_browser.sh
-if [ -x "$browser" ]; then
-  echo "== browser ($browser)"
-  timeout 600 "$browser" "$ZARRGATE_URL" 2>&1 | tee "$work/browser.out"
-  echo "${PIPESTATUS[0]}" >"$work/browser.rc"
-fi
+# Node suites in headless Chromium: zarrita.js, then the web page. Each prints
+# "<name>: N passed, N failed[, N skipped]" as its last line.
+for suite in browser webpage; do
+  runner="tests/interop/$suite/run_$suite.sh"
+  if [ -x "$runner" ]; then
+    echo "== $suite ($runner)"
+    timeout 600 "$runner" "$ZARRGATE_URL" 2>&1 | tee "$work/$suite.out"
+    echo "${PIPESTATUS[0]}" >"$work/$suite.rc"
+  fi
+done
 
 echo "== access log"
 timeout 120 "$venv/bin/python" -m pytest "${pytest_args[@]}" --junitxml="$work/4-access.xml" \
@@ -122,19 +127,22 @@ def junit(xml, rc_file):
 
 junit(work / "1-zarr3.xml", work / "1-zarr3.rc")
 junit(work / "2-zarr2.xml", work / "2-zarr2.rc")
-out = work / "browser.out"
-if out.exists():
-    rc = int((work / "browser.rc").read_text().strip() or 1)
+for suite in ("browser", "webpage"):
+    out = work / f"{suite}.out"
+    if not out.exists():
+        continue
+    rc_file = work / f"{suite}.rc"
+    rc = int(rc_file.read_text().strip() or 1) if rc_file.exists() else 1
     lines = [l for l in out.read_text(errors="replace").splitlines() if l.strip()]
-    m = re.match(r"\s*browser:\s*(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", lines[-1] if lines else "")
+    m = re.match(rf"\s*{suite}:\s*(\d+) passed, (\d+) failed(?:, (\d+) skipped)?\s*$", lines[-1] if lines else "")
     if m:
         p, f, s = int(m[1]), int(m[2]), int(m[3] or 0)
         if rc != 0 and f == 0:
             f = 1
     else:
-        print(f"interop: run_browser.sh printed no 'browser: N passed, N failed' last line (exit {rc})")
+        print(f"interop: run_{suite}.sh printed no '{suite}: N passed, N failed' last line (exit {rc})")
         p, f, s = 0, 1, 0
-    rows.append(("browser", p, f, s))
+    rows.append((suite, p, f, s))
 junit(work / "4-access.xml", work / "4-access.rc")
 
 print(f"== interop summary ({seconds} s)")

@@ -10,6 +10,7 @@
 //   demo:<path>     the demo arrays, compared with zarrgate's own slice API (.npy)
 //   consolidated:*  groups opened through consolidated metadata
 //   http:*          raw cross-origin fetches: 404s, HEAD, Range (suffix too), 416, ETag/304
+//   neuroglancer:*  optional (ZARRGATE_NEUROGLANCER=1): neuroglancer's client shows the demo
 // Every array is read three times: without suffix ranges (HEAD + bytes=a-b for shard indexes),
 // with suffix ranges (bytes=-N) and a sub-region with suffix ranges. Afterwards every request the
 // page made to zarrgate must have succeeded with CORS headers.
@@ -24,6 +25,7 @@ const { buildPage } = require("./lib/bundle.cjs");
 const { loadExpected, expectedFromNpy, actualFromPage, compare, subRegion } = require("./lib/compare.cjs");
 const { parseNpy } = require("./lib/npy.cjs");
 const { unsupportedReason } = require("./zarrita-support.cjs");
+const { runNeuroglancer } = require("./neuroglancer.cjs");
 
 const HERE = __dirname;
 const REPO = path.resolve(process.env.ZARRGATE_REPO || path.join(HERE, "..", "..", ".."));
@@ -99,6 +101,13 @@ async function main() {
     await runConsolidated(ctx);
     await runHttpProbes(ctx);
     await runGlobalNetworkChecks(ctx, site);
+    await runNeuroglancer({
+      base,
+      browser,
+      clientDir: process.env.ZARRGATE_NEUROGLANCER === "1" ? process.env.ZARRGATE_NEUROGLANCER_CLIENT : null,
+      record,
+      demoMounted: await demoMounted(base),
+    });
     if (browser.pageErrors.length) {
       record("page: no uncaught errors", "fail", browser.pageErrors.slice(0, 3).join(" | "));
     } else {
@@ -279,7 +288,11 @@ async function runConsolidated(ctx) {
     { mount: "zarrita", path: "v3/data.zarr/consolidated", format: "v3", want: ["/1d.chunked.i2", "/2d.contiguous.i2", "/nested", "/nested/1d.i2"],
       read: "nested/1d.i2", present: fs.existsSync(ZARRITA_DIR),
       expected: () => loadExpected(fs.readFileSync(path.join(FIXTURES, "zarrita_expected/v3/data.zarr/consolidated/nested/1d.i2.npy")), "x.npy") },
-    // synthesized by zarrgate: the demo mount has `consolidated = true` and stores none
+    // synthesized by zarrgate (mounts consolidate by default; these groups store none)
+    { mount: "fx", path: "v2/group_nested", format: "v2", want: ["/top", "/sub", "/sub/inner", "/sub/subsub", "/sub/subsub/deep"], read: "sub/subsub/deep",
+      expected: () => loadExpected(fs.readFileSync(path.join(FIXTURES, "expected/v2/group_nested/sub/subsub/deep.npy")), "x.npy") },
+    { mount: "fx", path: "v3/group_nested", format: "v3", want: ["/top", "/sub", "/sub/inner", "/sub/subsub", "/sub/subsub/deep"], read: "sub/inner",
+      expected: () => loadExpected(fs.readFileSync(path.join(FIXTURES, "expected/v3/group_nested/sub/inner.npy")), "x.npy") },
     { mount: "demo", path: "v2.zarr", format: "v2", want: ["/image", "/counts", "/labels"], read: "counts", present: demo,
       expected: () => serverNpy(ctx.base, "v2.zarr/counts") },
     { mount: "demo", path: "v3.zarr", format: "v3", want: ["/volume", "/names", "/temperature"], read: "temperature", present: demo,

@@ -5,7 +5,7 @@
 # cross-origin (see README.md here). The server must already serve the mounts `fx`
 # (tests/fixtures/data), `zarrita` (../shared/fixtures/zarrita, optional) and `demo`.
 # Installs what it needs (setup.sh: Debian chromium, npm packages into a cache outside the repo),
-# then runs run_browser.cjs. The LAST line of output is `browser: N passed, N failed, N skipped`;
+# then runs run_browser.cjs. ZARRGATE_NEUROGLANCER=1 adds the optional neuroglancer cases. The LAST line of output is `browser: N passed, N failed, N skipped`;
 # the exit code is non-zero on any failure.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -25,6 +25,8 @@ fi
 export NODE_PATH="$node_modules"
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 export ZARRGATE_REPO="${ZARRGATE_REPO:-$(cd "$here/../../.." && pwd)}"
+# Optional neuroglancer cases: setup.sh put its client here when ZARRGATE_NEUROGLANCER=1.
+export ZARRGATE_NEUROGLANCER_CLIENT="${ZARRGATE_CACHE:-$HOME/.cache/zarrgate}/neuroglancer/2.41.2/client"
 # Hard stop well under the 5-minute target even if Chromium hangs; the driver has its own budget.
 timeout -k 10 290 node "$here/run_browser.cjs" "$url"
 status=$?

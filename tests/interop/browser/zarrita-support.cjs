@@ -12,7 +12,12 @@ const path = require("path");
 // v2 -> v3 translation turns into scale_offset + cast_value.
 const V2_CODECS = new Set(["blosc", "lz4", "zstd", "gzip", "zlib", "vlen-utf8", "shuffle", "delta", "bitround", "json2", "fixedscaleoffset"]);
 const V2_DTYPES = new Set(["b1", "i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8"]);
-const V3_CODECS = new Set(["blosc", "lz4", "zstd", "gzip", "zlib", "transpose", "bytes", "crc32c", "vlen-utf8", "json2", "bitround", "cast_value", "scale_offset"]);
+// The whole registry: v3 metadata may also name the numcodecs.* entries directly.
+const V3_CODECS = new Set([
+  "blosc", "lz4", "zstd", "gzip", "zlib", "transpose", "bytes", "crc32c", "vlen-utf8", "json2", "bitround", "cast_value", "scale_offset",
+  "numcodecs.blosc", "numcodecs.lz4", "numcodecs.zstd", "numcodecs.gzip", "numcodecs.zlib", "numcodecs.vlen-utf8",
+  "numcodecs.shuffle", "numcodecs.delta", "numcodecs.bitround", "numcodecs.json2",
+]);
 const V3_DTYPES = new Set(["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64", "string"]);
 const ARRAY_TO_BYTES = new Set(["bytes", "vlen-utf8", "sharding_indexed", "json2"]);
 

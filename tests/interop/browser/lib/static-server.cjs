@@ -6,7 +6,7 @@
 //   // srv.url -> "http://127.0.0.1:PORT"; srv.requests -> [{method, url, status}]
 //   await srv.close();
 //
-// Serves files under `root` (no directory listings; `/` -> index.html) and, optionally, in-memory
+// Serves files under `root` (no directory listings; `.../` -> `.../index.html`) and, optionally, in-memory
 // `files` ({"/path": Buffer|string}) that take precedence. Sends `Cache-Control: no-store`.
 // Because it listens on a different port than zarrgate, pages it serves make cross-origin requests
 // to zarrgate, which is what the CORS checks rely on.
@@ -52,7 +52,7 @@ function startStaticServer({ root, files = {}, host = "127.0.0.1", port = 0 } = 
     } catch {
       return send(400, "bad path");
     }
-    if (pathname === "/") pathname = "/index.html";
+    if (pathname.endsWith("/")) pathname += "index.html";
     if (Object.prototype.hasOwnProperty.call(files, pathname)) {
       return send(200, Buffer.from(files[pathname]), TYPES[path.extname(pathname)]);
     }

@@ -1,0 +1,444 @@
+"use strict";
+// Browser test of zarrgate's web page (static/index.html), started by run_webpage.sh (which sets
+// NODE_PATH to the cached node_modules of tests/interop/browser/setup.sh).
+//
+//   node run_webpage.cjs PAGE_URL            the page at PAGE_URL/ with the API at the same origin
+//                                            (zarrgate itself, or dev-server.cjs)
+//   node run_webpage.cjs --dev ZARRGATE_URL  serve the working copy of static/index.html with
+//                                            dev-server.cjs, proxying the API to ZARRGATE_URL
+//
+// Needs the `demo` mount (data/demo). Drives headless Debian Chromium through playwright-core:
+// the mount tree, the array view of demo/v3.zarr/volume (metadata, snippets, the PNG slice viewer,
+// its slider and the value under the cursor, checked against GET /api/v1/slice), a 1-D plot, string
+// tables, readable API errors, and the layout at 1280x800 and 390x844 (no horizontal overflow).
+// Screenshots go to target/webpage-screenshots/. The LAST line of output is
+// `webpage: N passed, N failed`; the exit code is non-zero on any failure.
+
+const fs = require("fs");
+const path = require("path");
+const { launchChromium } = require("../browser/lib/chromium.cjs");
+const { startDevServer } = require("./dev-server.cjs");
+
+const REPO = path.resolve(process.env.ZARRGATE_REPO || path.join(__dirname, "..", "..", ".."));
+const SHOTS = path.join(REPO, "target", "webpage-screenshots");
+const STEP_TIMEOUT = 10000;
+const BUDGET_MS = Number(process.env.ZARRGATE_WEBPAGE_BUDGET_MS || 180000);
+const started = Date.now();
+
+const results = [];
+let page = null;
+let base = null;
+let abortReason = null;
+
+/** Run one named check. A failed `fatal` check (the page did not load) skips the rest. */
+async function check(name, fn, { fatal = false } = {}) {
+  if (abortReason || Date.now() - started > BUDGET_MS) {
+    results.push({ name, ok: false });
+    console.log(`FAIL ${name}: not run (${abortReason || "time budget of " + BUDGET_MS + " ms used up"})`);
+    return;
+  }
+  const t0 = Date.now();
+  try {
+    await fn();
+    results.push({ name, ok: true });
+    console.log(`ok   ${name} (${Date.now() - t0} ms)`);
+  } catch (e) {
+    results.push({ name, ok: false });
+    console.log(`FAIL ${name}: ${e && e.message ? e.message.split("\n")[0] : e}`);
+    if (fatal) abortReason = `'${name}' failed`;
+    if (page) await shot(`fail-${name.replace(/[^a-z0-9]+/gi, "-")}`).catch(() => {});
+  }
+}
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+function assertEq(actual, expected, what) {
+  const a = JSON.stringify(actual), b = JSON.stringify(expected);
+  if (a !== b) throw new Error(`${what}: expected ${b}, got ${a}`);
+}
+async function shot(name, opts) {
+  fs.mkdirSync(SHOTS, { recursive: true });
+  await page.screenshot({ path: path.join(SHOTS, name + ".png"), ...(opts || {}) });
+}
+async function api(rel) {
+  const r = await fetch(base + rel);
+  const body = await r.json();
+  return { status: r.status, body };
+}
+const sliceRel = (p, q) => `/api/v1/slice/demo/${p}?${q}`;
+
+/** Pixels of the viewer's <img> (drawn at natural size) vs. the PNG the API returns for `select`. */
+async function imageState(expectSelect) {
+  return page.evaluate(async (sel) => {
+    const img = document.querySelector("[data-testid=slice-img]");
+    const draw = (src) => {
+      const c = document.createElement("canvas");
+      c.width = src.naturalWidth || src.width;
+      c.height = src.naturalHeight || src.height;
+      const g = c.getContext("2d");
+      g.drawImage(src, 0, 0);
+      return g.getImageData(0, 0, c.width, c.height);
+    };
+    const shown = draw(img);
+    let hash = 2166136261;
+    for (let i = 0; i < shown.data.length; i++) hash = Math.imul(hash ^ shown.data[i], 16777619) >>> 0;
+    let colored = 0;
+    for (let i = 0; i < shown.data.length; i += 4) if (shown.data[i] !== shown.data[i + 1] || shown.data[i + 1] !== shown.data[i + 2]) colored++;
+    let sameAsApi = null;
+    if (sel) {
+      // The same request the page makes, rebuilt from the visible controls.
+      const q = new URLSearchParams({ select: sel, format: "png", cmap: document.querySelector("[data-testid=cmap]").value });
+      const vmin = document.querySelector("[data-testid=vmin]").value;
+      const vmax = document.querySelector("[data-testid=vmax]").value;
+      if (vmin) q.set("vmin", vmin);
+      if (vmax) q.set("vmax", vmax);
+      const r = await fetch(new URL("api/v1/slice/demo/v3.zarr/volume?" + q, location.href));
+      const ref = draw(await createImageBitmap(await r.blob()));
+      sameAsApi = ref.width === shown.width && ref.height === shown.height && ref.data.every((v, i) => v === shown.data[i]);
+    }
+    return { w: shown.width, h: shown.height, hash, colored, sameAsApi };
+  }, expectSelect || null);
+}
+/** page.waitForFunction that, on timeout, says what it waited for and what the page showed. */
+async function waitUntil(fn, arg, what, selector) {
+  try {
+    await page.waitForFunction(fn, arg, { timeout: STEP_TIMEOUT });
+  } catch (e) {
+    const now = await page.evaluate((sel) => {
+      const el = sel && document.querySelector(sel);
+      const err = document.querySelector("main .error");
+      return (el ? `${sel} ${JSON.stringify({ ...el.dataset })} '${el.textContent.slice(0, 120)}'` : `${sel || "-"} missing`) +
+        (err ? `; error shown: '${err.textContent.slice(0, 200)}'` : "");
+    }, selector || null).catch(() => "?");
+    throw new Error(`timed out waiting for ${what}; page has ${now}`);
+  }
+}
+async function waitStage(select) {
+  await waitUntil(
+    (s) => {
+      const st = document.querySelector("[data-testid=stage]");
+      return st && st.dataset.state === "ready" && st.dataset.select === s;
+    },
+    select, `image of select=${select}`, "[data-testid=stage]");
+}
+async function noOverflow(what) {
+  const m = await page.evaluate(() => ({
+    doc: [document.documentElement.scrollWidth, document.documentElement.clientWidth],
+    body: [document.body.scrollWidth, document.body.clientWidth],
+    wide: [...document.querySelectorAll("body *")]
+      .filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1 && e.offsetParent !== null)
+      .filter((e) => !e.closest(".scroll-x, .table-wrap, pre, .tabs"))
+      .slice(0, 3)
+      .map((e) => e.tagName.toLowerCase() + (e.className && typeof e.className === "string" ? "." + e.className.split(" ")[0] : "")),
+  }));
+  assert(m.doc[0] <= m.doc[1] && m.body[0] <= m.body[1],
+    `${what}: horizontal overflow (document ${m.doc[0]} > ${m.doc[1]} or body ${m.body[0]} > ${m.body[1]}; e.g. ${m.wide.join(", ")})`);
+}
+async function expandTreeItem(key) {
+  const li = page.locator(`#tree li[data-key="${key}"]`);
+  await li.waitFor({ timeout: STEP_TIMEOUT });
+  if ((await li.getAttribute("aria-expanded")) !== "true") await li.locator(":scope > .row .twisty").click();
+  await page.waitForFunction((k) => {
+    const e = document.querySelector(`#tree li[data-key="${k}"]`);
+    // Wait for real members, not a "loading" placeholder row.
+    return e && e.getAttribute("aria-expanded") === "true" && e.querySelector(":scope > ul > li[role=treeitem]");
+  }, key, { timeout: STEP_TIMEOUT });
+  return page.$$eval(`#tree li[data-key="${key}"] > ul > li[role=treeitem]`, (els) => els.map((e) => e.dataset.key));
+}
+async function openInTree(key) {
+  await page.locator(`#tree li[data-key="${key}"] > .row a`).click();
+  await page.waitForFunction((k) => location.hash === "#/" + k.split("/").map(encodeURIComponent).join("/"), key, { timeout: STEP_TIMEOUT });
+}
+async function errorTextIn(selector) {
+  const loc = page.locator(`${selector} .error`).first();
+  await loc.waitFor({ timeout: STEP_TIMEOUT });
+  return loc.innerText();
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const dev = args[0] === "--dev";
+  const target = (dev ? args[1] : args[0] || "").replace(/\/+$/, "");
+  if (!/^http:\/\/(127\.0\.0\.1|localhost|\[::1\]):\d+$/.test(target)) {
+    throw new Error(`usage: run_webpage.cjs [--dev] http://127.0.0.1:PORT (got '${target}')`);
+  }
+  let devServer = null;
+  if (dev) {
+    devServer = await startDevServer({ upstream: target });
+    base = devServer.url;
+    console.log(`webpage: working copy of static/index.html served at ${base}, API proxied to ${target}`);
+  } else {
+    base = target;
+  }
+  const health = await fetch(base + "/healthz").catch((e) => ({ ok: false, status: String(e) }));
+  if (!health.ok) throw new Error(`zarrgate not reachable at ${base}/healthz (${health.status})`);
+
+  fs.rmSync(SHOTS, { recursive: true, force: true });
+  fs.mkdirSync(SHOTS, { recursive: true });
+  const browser = await launchChromium();
+  page = browser.page;
+  page.setDefaultTimeout(STEP_TIMEOUT);
+  try {
+    await check("page loads and lists the demo mount", async () => {
+      await page.goto(base + "/");
+      const isPage = await page.waitForSelector("#tree", { timeout: 5000 }).then(() => true, () => false);
+      assert(isPage, `${base}/ is not this version of static/index.html (no #tree element): does the zarrgate binary embed an older page? Rebuild it, or run with --dev to serve the working copy`);
+      const mounts = (await api("/api/v1/mounts")).body.mounts.map((m) => m.name);
+      assert(mounts.includes("demo"), `the server has no demo mount (${mounts})`);
+      await page.locator('#tree li[data-key="demo"]').waitFor();
+      const shown = await page.$$eval("#tree > li[role=treeitem]", (els) => els.map((e) => e.dataset.key));
+      assertEq(shown, mounts, "mounts in the tree");
+      await page.locator("main table.list a", { hasText: "demo" }).waitFor();
+      await shot("desktop-home");
+    }, { fatal: true });
+
+    await check("tree expands the demo hierarchy (list + zom)", async () => {
+      const top = await expandTreeItem("demo");
+      assertEq(top, ["demo/v2.zarr", "demo/v3.zarr"], "children of demo");
+      const v3 = await expandTreeItem("demo/v3.zarr");
+      assertEq(v3, ["demo/v3.zarr/names", "demo/v3.zarr/temperature", "demo/v3.zarr/volume"], "members of v3.zarr");
+      const v2 = await expandTreeItem("demo/v2.zarr");
+      assertEq(v2, ["demo/v2.zarr/counts", "demo/v2.zarr/image", "demo/v2.zarr/labels"], "members of v2.zarr");
+      // collapse and re-open: children stay loaded
+      await page.locator('#tree li[data-key="demo/v2.zarr"] > .row .twisty').click();
+      assertEq(await page.getAttribute('#tree li[data-key="demo/v2.zarr"]', "aria-expanded"), "false", "collapsed v2.zarr");
+    });
+
+    await check("array view shows the metadata of demo/v3.zarr/volume", async () => {
+      await openInTree("demo/v3.zarr/volume");
+      const text = async (id) => (await page.locator(`[data-testid=${id}]`).first().innerText()).trim();
+      await page.locator("[data-testid=shape]").waitFor();
+      assertEq(await text("shape"), "16 × 128 × 128", "shape");
+      assertEq(await text("dtype"), "uint16", "dtype");
+      assert((await text("chunks")).startsWith("8 × 64 × 64"), `chunk (shard) shape: ${await text("chunks")}`);
+      assert((await text("inner-chunks")).startsWith("4 × 32 × 32"), `inner chunk shape: ${await text("inner-chunks")}`);
+      const codecs = await text("codecs");
+      for (const c of ["sharding_indexed", "bytes", "zstd", "crc32c"]) assert(codecs.includes(c), `codecs lack ${c}: ${codecs}`);
+      assertEq(await text("fill"), "0", "fill value");
+      assertEq(await text("dims"), "z, y, x", "dimension names");
+      assert((await text("attributes")).includes('"long_name": "smooth volume"'), "attributes");
+      const url = base + "/zarr/demo/v3.zarr/volume";
+      assertEq(await text("raw-url"), url, "raw-key URL");
+      assert((await text("snippet-zarr")).includes(`zarr.open_array("${url}", mode="r")`), "zarr-python snippet");
+      await page.locator('#access .tabs [data-tab="neuroglancer"]').click();
+      assertEq(await text("snippet-neuroglancer"), "zarr3://" + url, "neuroglancer source");
+      await page.locator('#access .tabs [data-tab="tensorstore"]').click();
+      const tsSnippet = await text("snippet-tensorstore");
+      assert(tsSnippet.includes('"driver": "zarr3"') && tsSnippet.includes(url), "tensorstore snippet");
+      await page.locator('#access .tabs [data-tab="curl"]').click();
+      const curl = await text("curl");
+      assert(curl.includes(`curl -sg '${base}/api/v1/slice/demo/v3.zarr/volume?select=[7,:,:]&format=json'`), `curl commands: ${curl.slice(0, 300)}`);
+      // the metadata curl command really works
+      const meta = await fetch(url + "/zarr.json").then((r) => r.json());
+      assertEq(meta.shape, [16, 128, 128], "zarr.json at the raw-key URL");
+    });
+
+    let before = null;
+    await check("slice viewer renders the PNG of the middle plane", async () => {
+      await waitStage("[7,:,:]");
+      before = await imageState("[7,:,:]");
+      assertEq([before.w, before.h], [128, 128], "image size");
+      assert(before.sameAsApi, "shown image differs from GET /api/v1/slice?select=[7,:,:]&format=png");
+      await shot("desktop-volume");
+    });
+
+    await check("moving the z slider changes the image", async () => {
+      const slider = page.locator('input[type=range][data-dim="0"]');
+      await slider.focus();
+      for (let i = 0; i < 3; i++) await page.keyboard.press("ArrowRight");
+      assertEq(await slider.inputValue(), "10", "slider value");
+      await waitStage("[10,:,:]");
+      const after = await imageState("[10,:,:]");
+      assert(before && after.hash !== before.hash, "the image did not change");
+      assert(after.sameAsApi, "shown image differs from GET /api/v1/slice?select=[10,:,:]&format=png");
+    });
+
+    await check("value under the cursor matches the slice API", async () => {
+      const box = await page.locator("[data-testid=stage]").boundingBox();
+      for (const [y, x] of [[90, 37], [5, 120], [64, 64]]) {
+        await page.mouse.move(box.x + ((x + 0.5) * box.width) / 128, box.y + ((y + 0.5) * box.height) / 128);
+        const idx = `[10,${y},${x}]`;
+        await waitUntil((k) => {
+          const r = document.querySelector("[data-testid=readout]");
+          return r && r.dataset.index === k && r.dataset.state === "ready";
+        }, idx, `the readout of ${idx}`, "[data-testid=readout]");
+        const expected = (await api(sliceRel("v3.zarr/volume", `select=${idx}&format=json`))).body;
+        assertEq(expected.shape, [], "shape of a one-element slice");
+        const shownValue = await page.getAttribute("[data-testid=readout]", "data-value");
+        assertEq(JSON.parse(shownValue), expected.data, `value at ${idx}`);
+        const txt = await page.locator("[data-testid=readout]").innerText();
+        assert(txt.includes(String(expected.data)) && txt.includes(`y=${y}`) && txt.includes(`x=${x}`), `readout text '${txt}'`);
+      }
+      await shot("desktop-volume-hover");
+    });
+
+    await check("colormap viridis renders a coloured image", async () => {
+      const gray = await imageState(null);
+      assertEq(gray.colored, 0, "coloured pixels in gray");
+      await page.selectOption("[data-testid=cmap]", "viridis");
+      await page.waitForFunction(() => document.querySelector("[data-testid=stage]").dataset.state === "ready" &&
+        document.querySelector("[data-testid=slice-img]").src !== "");
+      await page.waitForFunction(() => {
+        const s = document.querySelector("[data-testid=stage]");
+        return s.dataset.state === "ready";
+      });
+      await page.waitForTimeout(50);
+      const vir = await imageState("[10,:,:]");
+      assert(vir.colored > 1000 && vir.sameAsApi, `viridis image: ${vir.colored} coloured pixels, same as API: ${vir.sameAsApi}`);
+      await shot("desktop-volume-viridis");
+    });
+
+    await check("a bad vmin shows the API's error message", async () => {
+      const expected = (await api(sliceRel("v3.zarr/volume", "select=[10,:,:]&format=png&vmin=abc"))).body.error.message;
+      await page.fill("[data-testid=vmin]", "abc");
+      await page.press("[data-testid=vmin]", "Enter");
+      const txt = await errorTextIn("#viewer");
+      assert(txt.includes(expected) && /Bad request \(400\)/.test(txt), `error shown: '${txt}' (API says '${expected}')`);
+      await shot("desktop-error-vmin");
+      await page.fill("[data-testid=vmin]", "");
+      await page.press("[data-testid=vmin]", "Enter");
+      await page.waitForFunction(() => document.querySelector("[data-testid=stage]").dataset.state === "ready" && !document.querySelector("#viewer .error"));
+    });
+
+    await check("slice API box runs queries and shows errors", async () => {
+      await page.fill("#q-select", "[10,90,30:34]");
+      await page.click("#q-run");
+      await page.waitForFunction(() => document.querySelector("#q-result").dataset.state === "ready");
+      const out = JSON.parse(await page.locator("[data-testid=q-output]").innerText());
+      const expected = (await api(sliceRel("v3.zarr/volume", "select=[10,90,30:34]&format=json"))).body;
+      assertEq(out, expected, "json result");
+      await page.fill("#q-select", "[0,0,0,0]");
+      await page.click("#q-run");
+      const err = (await api(sliceRel("v3.zarr/volume", "select=[0,0,0,0]"))).body.error;
+      const txt = await errorTextIn("#q-result");
+      assert(txt.includes(err.message) && txt.includes(err.code), `error shown: '${txt}' (API: ${JSON.stringify(err)})`);
+      const curl = await page.locator("[data-testid=q-curl]").innerText();
+      assert(curl.includes("select=[0,0,0,0]"), `curl command follows the input: ${curl}`);
+      await page.locator("#slice-api").scrollIntoViewIfNeeded();
+      await shot("desktop-error-select");
+    });
+
+    await check("1-D array demo/v2.zarr/counts renders as a line plot", async () => {
+      await expandTreeItem("demo/v2.zarr");
+      await openInTree("demo/v2.zarr/counts");
+      await waitUntil(() => document.querySelector("[data-testid=plot]")?.dataset.state === "ready", null, "the plot", "[data-testid=plot]");
+      const expected = (await api(sliceRel("v2.zarr/counts", "format=json"))).body;
+      const pts = await page.getAttribute("svg.plot", "data-points");
+      assertEq(Number(pts), expected.shape[0], "points plotted");
+      const segs = await page.$eval("svg.plot path.line", (p) => (p.getAttribute("d").match(/[ML]/g) || []).length);
+      assertEq(segs, expected.data.length, "path vertices");
+      const dims = (await page.locator("[data-testid=dims]").innerText()).trim();
+      assertEq(dims, "i", "v2 dimension names from _ARRAY_DIMENSIONS");
+      assertEq((await page.locator("[data-testid=dtype]").innerText()).trim(), "<i4", "v2 dtype");
+      const box = await page.locator("svg.plot").boundingBox();
+      await page.mouse.move(box.x + box.width * 0.6, box.y + box.height / 2);
+      await page.waitForFunction(() => document.querySelector("[data-testid=readout]")?.dataset.index);
+      const idx = JSON.parse(await page.getAttribute("[data-testid=readout]", "data-index"))[0];
+      assertEq(JSON.parse(await page.getAttribute("[data-testid=readout]", "data-value")), expected.data[idx], `plot readout at ${idx}`);
+      await shot("desktop-counts");
+    });
+
+    await check("string array demo/v3.zarr/names renders as a table", async () => {
+      await openInTree("demo/v3.zarr/names");
+      await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.state === "ready", null, "the table", "[data-testid=table]");
+      const expected = (await api(sliceRel("v3.zarr/names", "select=[0:12]&format=json"))).body;
+      const cells = await page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
+      assertEq(cells, expected.data, "table cells");
+      assertEq((await page.locator("[data-testid=dtype]").innerText()).trim(), "string", "dtype");
+      await shot("desktop-names");
+    });
+
+    await check("v2 string array demo/v2.zarr/labels renders as a table", async () => {
+      await openInTree("demo/v2.zarr/labels");
+      await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.state === "ready", null, "the table", "[data-testid=table]");
+      const expected = (await api(sliceRel("v2.zarr/labels", "format=json"))).body;
+      const cells = await page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
+      assertEq(cells, expected.data, "table cells");
+    });
+
+    await check("2-D float array with NaN fill renders (demo/v3.zarr/temperature)", async () => {
+      await openInTree("demo/v3.zarr/temperature");
+      await waitStage("[:,:]");
+      const st = await page.evaluate(() => {
+        const img = document.querySelector("[data-testid=slice-img]");
+        return [img.naturalWidth, img.naturalHeight];
+      });
+      assertEq(st, [36, 24], "image size");
+      assertEq((await page.locator("[data-testid=fill]").innerText()).trim(), '"NaN"', "fill value");
+    });
+
+    await check("an unknown node shows a readable 404", async () => {
+      const expected = (await api("/api/v1/zom/demo/v3.zarr/nope")).body.error;
+      assertEq((await api("/api/v1/zom/demo/v3.zarr/nope")).status, 404, "API status");
+      await page.goto(base + "/#/demo/v3.zarr/nope");
+      const txt = await errorTextIn("main");
+      assert(txt.includes(expected.message) && txt.includes("Not found (404)"), `error shown: '${txt}'`);
+      await shot("desktop-not-found");
+    });
+
+    await check("group view lists members (demo/v3.zarr)", async () => {
+      await page.goto(base + "/#/demo/v3.zarr");
+      await page.locator("main table.list a", { hasText: "volume" }).waitFor();
+      const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => tr.children[0].textContent));
+      assertEq(rows, ["names", "temperature", "volume"], "members");
+      await noOverflow("group view at 1280");
+      await shot("desktop-group");
+    });
+
+    await check("no horizontal overflow at 1280x800", async () => {
+      await page.goto(base + "/#/demo/v3.zarr/volume");
+      await waitStage("[7,:,:]");
+      await noOverflow("volume at 1280");
+    });
+
+    await check("phone width (390x844): no horizontal overflow, viewer usable", async () => {
+      await page.setViewportSize({ width: 390, height: 844 });
+      await page.goto(base + "/#/demo/v3.zarr/volume");
+      await waitStage("[7,:,:]");
+      await noOverflow("volume at 390");
+      const box = await page.locator("[data-testid=stage]").boundingBox();
+      assert(box.width >= 200 && box.x >= 0 && box.x + box.width <= 390, `image box at 390: ${JSON.stringify(box)}`);
+      await shot("phone-volume");
+      await shot("phone-volume-full", { fullPage: true });
+      await page.click("#browse-toggle");
+      await page.locator('#tree li[data-key="demo/v3.zarr/volume"] .row.selected').waitFor();
+      await noOverflow("tree open at 390");
+      await shot("phone-tree");
+      await page.locator('#tree li[data-key="demo/v3.zarr/names"] > .row a').click();
+      await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.state === "ready", null, "the table", "[data-testid=table]");
+      assert(!(await page.locator("#sidebar").isVisible()), "the tree closes after picking an array on a phone");
+      await noOverflow("names at 390");
+      await shot("phone-names", { fullPage: true });
+      await page.goto(base + "/#/demo/v2.zarr/counts");
+      await page.waitForFunction(() => document.querySelector("[data-testid=plot]")?.dataset.state === "ready");
+      await noOverflow("counts at 390");
+      await page.goto(base + "/");
+      await page.locator("main table.list a", { hasText: "demo" }).waitFor();
+      await noOverflow("home at 390");
+      await shot("phone-home");
+      await page.setViewportSize({ width: 1280, height: 800 });
+    });
+
+    await check("no script errors", async () => {
+      const errs = browser.pageErrors;
+      const consoleErrs = browser.consoleMessages.filter((m) => m.type === "error" && !/Failed to load resource: the server responded with a status of (400|404)/.test(m.text));
+      assert(!errs.length && !consoleErrs.length, `page errors: ${errs.concat(consoleErrs.map((m) => m.text)).join(" | ").slice(0, 500)}`);
+    });
+  } finally {
+    await browser.close();
+    if (devServer) await devServer.close();
+  }
+}
+
+main()
+  .catch((e) => {
+    console.log(`FAIL setup: ${e && e.message ? e.message : e}`);
+    results.push({ name: "setup", ok: false });
+  })
+  .finally(() => {
+    const passed = results.filter((r) => r.ok).length;
+    const failed = results.length - passed;
+    console.log(`screenshots: ${SHOTS}`);
+    console.log(`webpage: ${passed} passed, ${failed} failed`);
+    process.exit(failed || !passed ? 1 : 0);
+  });
