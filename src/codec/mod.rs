@@ -135,6 +135,8 @@ pub(crate) fn read_limited(
     if out.len() > limit {
         return Err(CodecError::TooLarge { limit });
     }
+    // Decoded chunks are cached and weighed by their length: do not keep spare capacity.
+    out.shrink_to_fit();
     Ok(out)
 }
 
