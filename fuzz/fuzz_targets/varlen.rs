@@ -1,0 +1,37 @@
+//! Variable-length chunks: ZEP0007 (`string`, `binary`), numcodecs `vlen-utf8`, `vlen-bytes`,
+//! `json2` and `categorize` (object and `<U5`).
+//!
+//! Byte 0 picks the codec (mod 7), bytes 1-2 are the item count the chunk should hold
+//! (little-endian u16), the rest is the chunk.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use serde_json::json;
+use zarrgate::codec::categorize::Categorize;
+use zarrgate::codec::{json2, vlen, zep0007};
+use zarrgate_fuzz::assert_count;
+
+fuzz_target!(|data: &[u8]| {
+    let [mode, n0, n1, chunk @ ..] = data else { return };
+    let n = u16::from_le_bytes([*n0, *n1]) as usize;
+    let result = match mode % 7 {
+        0 => zep0007::decode(chunk, n, false),
+        1 => zep0007::decode(chunk, n, true),
+        2 => vlen::decode_utf8(chunk, n),
+        3 => vlen::decode_bytes(chunk, n),
+        4 => json2::decode(chunk, n),
+        m => {
+            let dtype = if m == 5 { "|O" } else { "<U5" };
+            let config = json!({"id": "categorize", "labels": ["red", "green", "blue"], "dtype": dtype, "astype": "|u1"});
+            Categorize::from_config(&config).unwrap().decode(chunk, n)
+        }
+    };
+    if let Ok(el) = result {
+        let item = match &el {
+            zarrgate::zarr::elements::Elements::Fixed(_) => Some(20),
+            _ => None,
+        };
+        assert_count(&el, n as u64, item, "varlen");
+        let _ = el.heap_size();
+    }
+});
