@@ -272,6 +272,51 @@ async function main() {
       await shot("desktop-volume-hover");
     });
 
+    await check("swapped display dimensions (rows x, columns y) show the transposed plane", async () => {
+      await page.selectOption("[data-testid=dim-rows]", "2");
+      assertEq(await page.inputValue("[data-testid=dim-cols]"), "1", "columns after picking x for rows");
+      await waitStage("[10,:,:]");
+      const box = await page.locator("[data-testid=stage]").boundingBox();
+      const [row, col] = [100, 20]; // displayed row = x index, displayed column = y index
+      await page.mouse.move(box.x + ((col + 0.5) * box.width) / 128, box.y + ((row + 0.5) * box.height) / 128);
+      const idx = `[10,${col},${row}]`;
+      await waitUntil((k) => {
+        const r = document.querySelector("[data-testid=readout]");
+        return r && r.dataset.index === k && r.dataset.state === "ready";
+      }, idx, `the readout of ${idx}`, "[data-testid=readout]");
+      const expected = (await api(sliceRel("v3.zarr/volume", `select=${idx}&format=json`))).body.data;
+      assertEq(JSON.parse(await page.getAttribute("[data-testid=readout]", "data-value")), expected, `value at ${idx}`);
+      // What is on screen at displayed (row r, column c) is the server's PNG of [10,:,:] (rows y,
+      // columns x) at pixel (x=r, y=c): the page really shows the transpose.
+      await page.mouse.move(0, 0);
+      for (const [r, c] of [[100, 20], [5, 120], [64, 30]]) {
+        const clip = { x: box.x + ((c + 0.5) * box.width) / 128, y: box.y + ((r + 0.5) * box.height) / 128, width: 1, height: 1 };
+        const onScreen = (await page.screenshot({ clip })).toString("base64");
+        const [got, want] = await page.evaluate(async ([b64, x, y]) => {
+          const px = async (blob, px, py) => {
+            const bmp = await createImageBitmap(blob);
+            const cv = document.createElement("canvas");
+            cv.width = bmp.width; cv.height = bmp.height;
+            const g = cv.getContext("2d");
+            g.drawImage(bmp, 0, 0);
+            return [...g.getImageData(px, py, 1, 1).data.slice(0, 3)];
+          };
+          const shot = await (await fetch("data:image/png;base64," + b64)).blob();
+          const ref = await (await fetch(new URL("api/v1/slice/demo/v3.zarr/volume?select=[10,:,:]&format=png&cmap=gray", location.href))).blob();
+          return [await px(shot, 0, 0), await px(ref, x, y)];
+        }, [onScreen, r, c]);
+        assert(got.every((v, i) => Math.abs(v - want[i]) <= 2), `on-screen pixel at displayed row ${r}, column ${c}: ${got}, PNG pixel (x=${r}, y=${c}): ${want}`);
+      }
+      await page.selectOption("[data-testid=dim-rows]", "1");
+      assertEq(await page.inputValue("[data-testid=dim-cols]"), "2", "columns after picking y for rows again");
+      await waitStage("[10,:,:]");
+      await page.selectOption("[data-testid=dim-rows]", "0");
+      assert(await page.locator('input[type=range][data-dim="1"]').count() === 1, "a slider for y once z is displayed");
+      await waitStage("[:,63,:]");
+      await page.selectOption("[data-testid=dim-rows]", "1");
+      await waitStage("[10,:,:]");
+    });
+
     await check("colormap viridis renders a coloured image", async () => {
       const gray = await imageState(null);
       assertEq(gray.colored, 0, "coloured pixels in gray");
