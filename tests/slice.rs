@@ -473,3 +473,69 @@ async fn metrics_count_requests_by_route() {
     );
     assert!(text.contains("zarrgate_request_duration_seconds_bucket{le="), "{text}");
 }
+
+/// Every chunk (or inner chunk of a shard) of every fixed-size fixture array, asked for as a
+/// selection of exactly that unit: the bin route answers from the decoded unit itself (missing
+/// units as fill, units cut by the array edge through the general path), and the bytes equal
+/// zarr-python's values; a repeat is served from the cache without decoding again.
+#[tokio::test]
+async fn single_chunk_selections_are_zarr_pythons_blocks() {
+    let (app, state, _) = counting_app(&fixtures(), Config::default());
+    let store = zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap());
+    let mut checked = 0;
+    for case in common::cases::cases(&repo().join("tests/fixtures/cases.json")) {
+        let Ok(meta) = common::cases::open(&store, &case.path).await else {
+            continue;
+        };
+        let Some(item) = meta.dtype.item_size() else {
+            continue;
+        };
+        let e = common::expected::load(&case.expected);
+        if !matches!(e.elements, Elements::Fixed(_)) || meta.shape.is_empty() {
+            continue;
+        }
+        let unit = meta
+            .chain
+            .sharding()
+            .map_or(meta.chunk_shape.clone(), |s| s.inner_shape.clone());
+        let grid: Vec<u64> = meta.shape.iter().zip(&unit).map(|(n, u)| n.div_ceil(*u)).collect();
+        let units: u64 = grid.iter().product();
+        for flat in 0..units.min(64) {
+            let mut rest = flat;
+            let mut coords = vec![0; grid.len()];
+            for d in (0..grid.len()).rev() {
+                coords[d] = rest % grid[d];
+                rest /= grid[d];
+            }
+            let starts: Vec<u64> = coords.iter().zip(&unit).map(|(c, u)| c * u).collect();
+            let counts: Vec<u64> = starts
+                .iter()
+                .zip(&unit)
+                .zip(&meta.shape)
+                .map(|((s, u), n)| (*u).min(n - s))
+                .collect();
+            let select: Vec<String> = starts
+                .iter()
+                .zip(&counts)
+                .map(|(s, c)| format!("{s}:{}", s + c))
+                .collect();
+            let uri = format!("/api/v1/slice/m/{}?select={}&format=bin", case.path, select.join(","));
+            let r = get(&app, &uri, &[]).await;
+            assert_eq!(r.status, 200, "{uri}: {:?}", r.body);
+            let Elements::Fixed(want) = slice_naive(&e, item, &starts, &vec![1; counts.len()], &counts) else {
+                unreachable!()
+            };
+            assert_eq!(&r.body[..], &want[..], "{uri}");
+            let decodes = state.caches.decodes.load(Ordering::Relaxed);
+            let again = get(&app, &uri, &[]).await;
+            assert_eq!(again.body, r.body, "{uri}");
+            assert_eq!(
+                state.caches.decodes.load(Ordering::Relaxed),
+                decodes,
+                "{uri} decoded again"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 300, "only {checked} units checked");
+}

@@ -3,5 +3,5 @@
 pub mod read;
 pub mod selection;
 
-pub use read::{ReadContext, ReadError, ReadOptions, read_region};
+pub use read::{ReadContext, ReadError, ReadOptions, read_region, read_region_bytes};
 pub use selection::{DimSelection, Selection, SelectionError};

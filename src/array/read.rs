@@ -20,6 +20,7 @@ use crate::codec::sharding::{IndexLocation, ShardingCodec};
 use crate::store::{ByteRange, Store, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
 use crate::zarr::elements::{BlockCopy, Elements};
+use crate::zarr::fill::FillValue;
 
 /// Errors of reading a region.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -162,9 +163,27 @@ struct Output {
     shape: Vec<u64>,
     item: usize,
     steps: Vec<u64>,
+    /// A fixed-size fill value that is not all zero bytes: written into the parts of missing
+    /// chunks (the output starts zeroed, so a zero fill needs no writing at all).
+    fill: Option<Vec<u8>>,
 }
 
 impl Output {
+    /// Writes the fill value into the parts of a missing chunk, where it is not already there.
+    fn fill(&self, parts: &[CellPart]) -> Result<(), ReadError> {
+        let Some(one) = &self.fill else {
+            return Ok(());
+        };
+        let dst_start: Vec<u64> = parts.iter().map(|p| p.dst_start).collect();
+        let count: Vec<u64> = parts.iter().map(|p| p.count).collect();
+        let mut out = self
+            .elements
+            .lock()
+            .map_err(|_| ReadError::Internal("output lock poisoned".into()))?;
+        out.fill_block(one, &self.shape, &dst_start, &count)
+            .map_err(|e| ReadError::Internal(e.to_string()))
+    }
+
     /// Copies the parts of a decoded block (of `block_shape`) into the result.
     fn copy(&self, block: &Elements, block_shape: &[u64], parts: &[CellPart]) -> Result<(), String> {
         let src_start: Vec<u64> = parts.iter().map(|p| p.src_start).collect();
@@ -187,16 +206,14 @@ impl Output {
     }
 }
 
-/// Reads `sel` of the array at `path`. The result has `sel.full_shape()` in C order.
-pub async fn read_region(
-    ctx: &ReadContext,
-    path: &StoreKey,
-    meta: Arc<ArrayMeta>,
-    sel: &Selection,
-) -> Result<Elements, ReadError> {
-    // The unit that is decoded whole: an inner chunk of a shard, or a chunk.
-    let unit: &[u64] = meta.chain.sharding().map_or(&meta.chunk_shape, |s| &s.inner_shape);
-    let unit_bytes = unit
+/// The unit that is decoded whole: an inner chunk of a shard, or a chunk.
+fn unit_shape(meta: &ArrayMeta) -> &[u64] {
+    meta.chain.sharding().map_or(&meta.chunk_shape, |s| &s.inner_shape)
+}
+
+/// Refuses arrays whose decode units are larger than the server reads.
+fn check_unit(ctx: &ReadContext, meta: &ArrayMeta) -> Result<(), ReadError> {
+    let unit_bytes = unit_shape(meta)
         .iter()
         .fold(meta.dtype.item_size().unwrap_or(1) as u64, |n, &c| n.saturating_mul(c));
     if unit_bytes > ctx.opts.max_chunk_bytes {
@@ -205,12 +222,140 @@ pub async fn read_region(
             ctx.opts.max_chunk_bytes
         )));
     }
+    Ok(())
+}
+
+/// The grid coordinates of the decode unit (chunk, or inner chunk of a shard) whose elements
+/// are exactly the selection, in the same order; `None` when the selection is anything else
+/// (part of a unit, several units, a step, an edge unit that the array cuts).
+fn single_unit(meta: &ArrayMeta, sel: &Selection) -> Option<Vec<u64>> {
+    let unit = unit_shape(meta);
+    if sel.0.len() != unit.len() || unit.len() != meta.shape.len() {
+        return None;
+    }
+    sel.0
+        .iter()
+        .zip(unit.iter().zip(&meta.shape))
+        .map(|(d, (&u, &n))| {
+            let (start, step, count) = d.span();
+            let whole = u > 0 && count == u && (step == 1 || u == 1) && start % u == 0 && start.checked_add(u)? <= n;
+            whole.then(|| start / u)
+        })
+        .collect()
+}
+
+/// A decoded fixed-size chunk shared as bytes (its little-endian C-order elements).
+struct SharedFixed(Arc<Elements>);
+
+impl AsRef<[u8]> for SharedFixed {
+    fn as_ref(&self) -> &[u8] {
+        match &*self.0 {
+            Elements::Fixed(b) => b,
+            _ => &[],
+        }
+    }
+}
+
+/// Reads `sel` of an array of fixed-size elements as little-endian C-order bytes: what
+/// [`read_region`] returns, as `Bytes`. A selection that is exactly one chunk (or inner chunk
+/// of a shard) is answered from the decoded chunk itself, without copying it.
+pub async fn read_region_bytes(
+    ctx: &ReadContext,
+    path: &StoreKey,
+    meta: Arc<ArrayMeta>,
+    sel: &Selection,
+) -> Result<Bytes, ReadError> {
+    if let (Some(coords), FillValue::Fixed(one)) = (single_unit(&meta, sel), &meta.fill) {
+        check_unit(ctx, &meta)?;
+        match read_unit(ctx, path, &meta, &coords).await? {
+            Some(block) if matches!(*block, Elements::Fixed(_)) => return Ok(Bytes::from_owner(SharedFixed(block))),
+            Some(_) => {} // not fixed-size after all: the general path reports it
+            None => return Ok(Bytes::from(one.repeat(sel.len() as usize))),
+        }
+    }
+    match read_region(ctx, path, meta, sel).await? {
+        Elements::Fixed(b) => Ok(Bytes::from(b)),
+        _ => Err(ReadError::Unsupported(
+            "variable-length elements have no fixed-size bytes".into(),
+        )),
+    }
+}
+
+/// The decoded unit at grid coordinates `coords` (in units: chunks, or inner chunks of shards);
+/// `None` when it is missing.
+async fn read_unit(
+    ctx: &ReadContext,
+    path: &StoreKey,
+    meta: &Arc<ArrayMeta>,
+    coords: &[u64],
+) -> Result<CachedChunk, ReadError> {
+    let chunk_key = |c: &[u64]| {
+        path.join(&meta.key_encoding.key(c))
+            .map_err(|e| ReadError::Unsupported(format!("chunk key: {e}")))
+    };
+    let Some(codec) = meta.chain.sharding() else {
+        return load_chunk(ctx, &chunk_key(coords)?, meta).await;
+    };
+    let grid = codec.inner_grid(&meta.chunk_shape);
+    let mut shard = Vec::with_capacity(coords.len());
+    let mut number = 0u64;
+    for (d, &c) in coords.iter().enumerate() {
+        let per_shard = grid[d].max(1);
+        shard.push(c / per_shard);
+        number = number * per_shard + c % per_shard;
+    }
+    let key = chunk_key(&shard)?;
+    let n: u64 = grid.iter().product();
+    let Some(index) = shard_index(ctx, &key, codec, n).await? else {
+        return Ok(None);
+    };
+    let Some(range) = index
+        .0
+        .range(number as usize, Some(index.1))
+        .map_err(|e| ReadError::codec(&key, e))?
+    else {
+        return Ok(None);
+    };
+    let load = async {
+        match ctx
+            .store
+            .get_range_bytes(&key, ByteRange::Bounded(range.start, range.end))
+            .await?
+        {
+            None => Ok::<CachedChunk, ReadError>(None), // the shard vanished between requests
+            Some((bytes, _)) => decode(ctx, meta, &key, bytes, true).await.map(Some),
+        }
+    };
+    match &ctx.caches {
+        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(&key, Some(number)), load).await?),
+        None => load.await,
+    }
+}
+
+/// Reads `sel` of the array at `path`. The result has `sel.full_shape()` in C order.
+pub async fn read_region(
+    ctx: &ReadContext,
+    path: &StoreKey,
+    meta: Arc<ArrayMeta>,
+    sel: &Selection,
+) -> Result<Elements, ReadError> {
+    // The unit that is decoded whole: an inner chunk of a shard, or a chunk.
+    check_unit(ctx, &meta)?;
     let total = sel.len() as usize;
+    // Fixed-size results start zeroed (fresh pages cost nothing until written) rather than
+    // filled: every element is either copied from a chunk or, for missing chunks, filled.
+    let (elements, fill) = match &meta.fill {
+        FillValue::Fixed(one) if one.iter().any(|&b| b != 0) => {
+            (Elements::Fixed(vec![0; one.len() * total]), Some(one.clone()))
+        }
+        other => (Elements::filled(other, total), None),
+    };
     let output = Arc::new(Output {
-        elements: Mutex::new(Elements::filled(&meta.fill, total)),
+        elements: Mutex::new(elements),
         shape: sel.full_shape(),
         item: meta.dtype.item_size().unwrap_or(0),
         steps: sel.0.iter().map(|d| d.span().1).collect(),
+        fill,
     });
     if total == 0 {
         return Ok(Elements::filled(&meta.fill, 0));
@@ -297,6 +442,20 @@ async fn copy_out(
     .map_err(|e| ReadError::Internal(format!("copy task failed: {e}")))?
 }
 
+/// A whole decoded chunk of an unsharded array, through the cache.
+async fn load_chunk(ctx: &ReadContext, key: &StoreKey, meta: &Arc<ArrayMeta>) -> Result<CachedChunk, ReadError> {
+    let load = async {
+        match ctx.store.get_bytes(key).await? {
+            None => Ok::<CachedChunk, ReadError>(None),
+            Some(bytes) => decode(ctx, meta, key, bytes, false).await.map(Some),
+        }
+    };
+    match &ctx.caches {
+        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(key, None), load).await?),
+        None => load.await,
+    }
+}
+
 async fn read_chunk(
     ctx: &ReadContext,
     key: &StoreKey,
@@ -304,19 +463,9 @@ async fn read_chunk(
     meta: Arc<ArrayMeta>,
     output: Arc<Output>,
 ) -> Result<(), ReadError> {
-    let load = async {
-        match ctx.store.get_bytes(key).await? {
-            None => Ok::<CachedChunk, ReadError>(None),
-            Some(bytes) => decode(ctx, &meta, key, bytes, false).await.map(Some),
-        }
-    };
-    let chunk = match &ctx.caches {
-        Some(c) => cached(&c.chunks, &c.chunk_counters, ctx.id(key, None), load).await?,
-        None => load.await?,
-    };
-    match chunk {
+    match load_chunk(ctx, key, &meta).await? {
         Some(block) => copy_out(&output, block, meta.chunk_shape.clone(), parts.to_vec(), key).await,
-        None => Ok(()), // missing chunk: the fill value is already there
+        None => output.fill(parts), // missing chunk
     }
 }
 
@@ -407,7 +556,7 @@ async fn read_shard(
     let grid = codec.inner_grid(shard_shape);
     let n: u64 = grid.iter().product();
     let Some(index) = shard_index(ctx, key, codec, n).await? else {
-        return Ok(()); // missing shard: fill
+        return output.fill(parts); // missing shard
     };
     let (index, shard_len) = (&index.0, index.1);
     // The selection restricted to this shard, split over its inner chunks.
@@ -434,12 +583,13 @@ async fn read_shard(
         let range = index
             .range(number as usize, Some(shard_len))
             .map_err(|e| ReadError::codec(key, e))?;
-        if let Some(range) = range {
-            wanted.push(InnerWant {
+        match range {
+            Some(range) => wanted.push(InnerWant {
                 number,
                 range,
                 parts: inner_parts,
-            });
+            }),
+            None => output.fill(&inner_parts)?, // missing inner chunk
         }
     }
     // Inner chunks already decoded in the cache need no read.
@@ -470,7 +620,11 @@ async fn read_shard(
                     .get_range_bytes(key, ByteRange::Bounded(span.start, span.end))
                     .await?
                 else {
-                    return Ok(()); // the shard vanished between requests: fill
+                    // The shard vanished between requests: fill.
+                    for (i, _) in members {
+                        output.fill(&wanted[i].parts)?;
+                    }
+                    return Ok(());
                 };
                 for (i, r) in members {
                     let (a, b) = ((r.start - span.start) as usize, (r.end - span.start) as usize);
@@ -498,4 +652,49 @@ async fn read_shard(
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::zarr::parse_v2;
+
+    fn sel(dims: &[(u64, u64, u64)]) -> Selection {
+        Selection(
+            dims.iter()
+                .map(|&(start, step, count)| DimSelection::Slice { start, step, count })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn single_unit_is_exactly_one_whole_chunk() {
+        let doc = json!({
+            "zarr_format": 2, "shape": [10, 8], "chunks": [4, 1], "dtype": "<f4",
+            "compressor": null, "fill_value": 0, "order": "C", "filters": null
+        });
+        let meta = parse_v2(&doc, None).unwrap();
+        assert_eq!(single_unit(&meta, &sel(&[(4, 1, 4), (3, 1, 1)])), Some(vec![1, 3]));
+        // An integer on a dimension of chunk length 1 is that chunk too.
+        let s = Selection(vec![
+            DimSelection::Slice {
+                start: 0,
+                step: 1,
+                count: 4,
+            },
+            DimSelection::Index(7),
+        ]);
+        assert_eq!(single_unit(&meta, &s), Some(vec![0, 7]));
+        for other in [
+            sel(&[(4, 1, 3), (3, 1, 1)]), // part of a chunk
+            sel(&[(2, 1, 4), (3, 1, 1)]), // straddles two
+            sel(&[(0, 2, 4), (3, 1, 1)]), // a step
+            sel(&[(8, 1, 2), (3, 1, 1)]), // the edge chunk, cut by the array
+            sel(&[(4, 1, 4)]),            // wrong rank
+        ] {
+            assert_eq!(single_unit(&meta, &other), None, "{other:?}");
+        }
+    }
 }

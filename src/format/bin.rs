@@ -10,10 +10,10 @@ use super::{FormatError, Region};
 use crate::zarr::dtype::{DType, Kind};
 use crate::zarr::elements::Elements;
 
-/// The type and bytes of a region in binary form.
-pub fn fixed_width(region: &Region) -> Result<(DType, Vec<u8>), FormatError> {
-    Ok(match &region.elements {
-        Elements::Fixed(b) => (region.dtype.clone(), b.clone()),
+/// The type and bytes of a region in binary form (fixed-size elements are moved, not copied).
+pub fn fixed_width(region: Region) -> Result<(DType, Vec<u8>), FormatError> {
+    Ok(match region.elements {
+        Elements::Fixed(b) => (region.dtype, b),
         Elements::Strings(v) => {
             let width = v
                 .iter()
@@ -115,12 +115,13 @@ pub fn npy_header(dtype: &DType, shape: &[u64]) -> Vec<u8> {
     build(2, 1).or_else(|| build(4, 2)).unwrap_or_default()
 }
 
-/// A whole .npy file.
-pub fn encode_npy(region: &Region) -> Result<Vec<u8>, FormatError> {
+/// A whole .npy file, with the type it holds.
+pub fn encode_npy(region: Region) -> Result<(DType, Vec<u8>), FormatError> {
+    let shape = region.shape.clone();
     let (dtype, data) = fixed_width(region)?;
-    let mut out = npy_header(&dtype, &region.shape);
+    let mut out = npy_header(&dtype, &shape);
     out.extend_from_slice(&data);
-    Ok(out)
+    Ok((dtype, out))
 }
 
 #[cfg(test)]
@@ -160,13 +161,13 @@ mod tests {
             elements: Elements::Strings(vec![Some("ab".into()), None]),
             fill: None,
         };
-        let (dt, data) = fixed_width(&r).unwrap();
+        let (dt, data) = fixed_width(r.clone()).unwrap();
         assert_eq!(dt.typestr(), "<U2");
         assert_eq!(data, [b'a', 0, 0, 0, b'b', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         let o = Region {
             elements: Elements::Objects(vec![json!(1)]),
             ..r
         };
-        assert!(fixed_width(&o).is_err());
+        assert!(fixed_width(o).is_err());
     }
 }

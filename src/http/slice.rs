@@ -12,18 +12,20 @@ use futures::{StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 
 use crate::array::selection::{cells, cells_touched};
-use crate::array::{DimSelection, ReadContext, Selection, read_region};
+use crate::array::{DimSelection, ReadContext, Selection, read_region, read_region_bytes};
 use crate::error::ApiError;
 use crate::format::png::{Colormap, PngOptions};
 use crate::format::{Format, Region, bin, csv, json, png};
 use crate::state::AppState;
 use crate::store::StoreKey;
 use crate::zarr::ArrayMeta;
-use crate::zarr::elements::Elements;
 use crate::zarr::fill::FillValue;
 
 /// Bytes a streamed band aims for.
 const BAND_BYTES: u64 = 8 << 20;
+/// Results of at most this many elements are encoded (JSON, CSV, PNG, strings) on the request's
+/// own task: for them a hop to the blocking pool costs more than the encoding.
+const INLINE_ENCODE_ELEMENTS: u64 = 16 * 1024;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -107,9 +109,28 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         .header(header::CONTENT_TYPE, format.content_type())
         .header("x-zarr-shape", shape_header);
 
-    if matches!(format, Format::Bin | Format::Npy) && meta.dtype.item_size().is_some() && asked > BAND_BYTES {
+    let fixed = meta.dtype.item_size().is_some();
+    if matches!(format, Format::Bin | Format::Npy) && fixed {
         response = response.header("x-zarr-dtype", meta.dtype.typestr());
-        return stream_bands(ctx, path, meta, sel, format, response).await;
+        if asked > BAND_BYTES {
+            return stream_bands(ctx, path, meta, sel, format, response).await;
+        }
+        // Fixed-size binary: the bytes as read (a single whole chunk is not even copied).
+        let data = read_region_bytes(&ctx, &path, meta.clone(), &sel).await?;
+        let header = match format {
+            Format::Npy => Bytes::from(bin::npy_header(&meta.dtype, &sel.shape())),
+            _ => Bytes::new(),
+        };
+        let length = header.len() + data.len();
+        let body = if header.is_empty() {
+            Body::from(data)
+        } else {
+            Body::from_stream(stream::iter([Ok::<Bytes, std::io::Error>(header), Ok(data)]))
+        };
+        return response
+            .header(header::CONTENT_LENGTH, HeaderValue::from(length))
+            .body(body)
+            .map_err(|_| ApiError::Internal);
     }
 
     let elements = read_region(&ctx, &path, meta.clone(), &sel).await?;
@@ -122,24 +143,29 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
             _ => None,
         },
     };
-    let encoded = tokio::task::spawn_blocking(move || -> Result<(Vec<u8>, String), ApiError> {
+    let encode = move || -> Result<(Vec<u8>, String), ApiError> {
         Ok(match format {
             Format::Json => (json::encode(&region), region.dtype.typestr()),
             Format::Csv => (csv::encode(&region)?, region.dtype.typestr()),
             Format::Png => (png::encode(&region, &png_opts)?, region.dtype.typestr()),
             Format::Bin => {
-                let (dtype, data) = bin::fixed_width(&region)?;
+                let (dtype, data) = bin::fixed_width(region)?;
                 (data, dtype.typestr())
             }
             Format::Npy => {
-                let (dtype, _) = bin::fixed_width(&region)?;
-                (bin::encode_npy(&region)?, dtype.typestr())
+                let (dtype, data) = bin::encode_npy(region)?;
+                (data, dtype.typestr())
             }
         })
-    })
-    .await
-    .map_err(|_| ApiError::Internal)??;
-    let (body, dtype) = encoded;
+    };
+    // Small results are encoded here; larger ones on the blocking pool, off the async workers.
+    let (body, dtype) = if sel.len() <= INLINE_ENCODE_ELEMENTS {
+        encode()?
+    } else {
+        tokio::task::spawn_blocking(encode)
+            .await
+            .map_err(|_| ApiError::Internal)??
+    };
     response
         .header("x-zarr-dtype", dtype)
         .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
@@ -186,13 +212,6 @@ fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
         .collect()
 }
 
-fn band_bytes(elements: Elements) -> Result<Bytes, ApiError> {
-    match elements {
-        Elements::Fixed(b) => Ok(Bytes::from(b)),
-        _ => Err(ApiError::Internal),
-    }
-}
-
 /// Streams a large bin/npy response band by band, so memory holds about two bands.
 async fn stream_bands(
     ctx: ReadContext,
@@ -211,18 +230,17 @@ async fn stream_bands(
     let mut bands = bands(&meta, &sel).into_iter();
     // The first band is read before answering, so that common errors still get a status.
     let first = match bands.next() {
-        Some(b) => band_bytes(read_region(&ctx, &path, meta.clone(), &b).await?)?,
+        Some(b) => read_region_bytes(&ctx, &path, meta.clone(), &b).await?,
         None => Bytes::new(),
     };
     let rest = stream::iter(bands)
         .map(move |band| {
             let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
             async move {
-                let elements = read_region(&ctx, &path, meta, &band).await.map_err(|e| {
+                read_region_bytes(&ctx, &path, meta, &band).await.map_err(|e| {
                     tracing::error!(error = %e, "slice stream failed after the response started");
                     std::io::Error::other("read failed")
-                })?;
-                band_bytes(elements).map_err(|_| std::io::Error::other("not fixed-size"))
+                })
             }
         })
         .buffered(2);

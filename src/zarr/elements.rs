@@ -200,6 +200,37 @@ impl Elements {
     }
 }
 
+impl Elements {
+    /// Writes the fixed-size element `one` into a block of this C-order array of `shape`: the
+    /// `count` elements per dimension from `start`.
+    pub fn fill_block(&mut self, one: &[u8], shape: &[u64], start: &[u64], count: &[u64]) -> Result<(), CopyError> {
+        let Elements::Fixed(dst) = self else {
+            return Err(CopyError("only fixed-size elements are filled by block".into()));
+        };
+        let item = one.len();
+        if item == 0 {
+            return Ok(());
+        }
+        let zeros = vec![0; count.len()];
+        let ones = vec![1; count.len()];
+        let copy = BlockCopy {
+            src_shape: count,
+            src_start: &zeros,
+            src_step: &ones,
+            dst_shape: shape,
+            dst_start: start,
+            count,
+        };
+        copy.check(count.iter().product::<u64>() as usize, dst.len() / item)?;
+        copy.for_each_run(|_, d, len, _| {
+            for slot in dst[d * item..(d + len) * item].chunks_exact_mut(item) {
+                slot.copy_from_slice(one);
+            }
+        });
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,6 +260,25 @@ mod tests {
             .collect();
         let x = 0xffff;
         assert_eq!(vals, [x, x, x, x, x, 5, 7, 9, x, 15, 17, 19]);
+    }
+
+    #[test]
+    fn fill_block_writes_only_the_block() {
+        let mut dst = Elements::Fixed(vec![0; 3 * 4 * 2]);
+        dst.fill_block(&[0xab, 0xcd], &[3, 4], &[1, 1], &[2, 2]).unwrap();
+        let Elements::Fixed(bytes) = &dst else { unreachable!() };
+        let vals: Vec<u16> = bytes
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        let f = 0xcdab;
+        assert_eq!(vals, [0, 0, 0, 0, 0, f, f, 0, 0, f, f, 0]);
+        assert!(dst.fill_block(&[1, 2], &[3, 4], &[2, 3], &[2, 2]).is_err());
+        assert!(
+            Elements::Strings(vec![None])
+                .fill_block(&[1], &[1], &[0], &[1])
+                .is_err()
+        );
     }
 
     #[test]
