@@ -412,7 +412,7 @@ async fn decode(
             c.decodes.fetch_add(1, Ordering::Relaxed);
         }
         chain
-            .decode(&bytes, shape, &meta.fill, limit)
+            .decode_bytes(bytes, shape, &meta.fill, limit)
             .map(Arc::new)
             .map_err(|e| ReadError::codec(&key, e))
     })

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
 use serde_json::Value;
 
 use super::categorize::Categorize;
@@ -278,6 +279,27 @@ impl CodecChain {
         }
     }
 
+    /// [`CodecChain::decode`] of a buffer the caller gives up: a chunk stored as plain
+    /// fixed-size elements (no compressor, filter or transpose) becomes the elements without a
+    /// copy, where the buffer is not shared.
+    pub fn decode_bytes(
+        &self,
+        input: Bytes,
+        shape: &[u64],
+        fill: &FillValue,
+        limit: usize,
+    ) -> Result<Elements, CodecError> {
+        match &self.array_to_bytes {
+            ArrayToBytes::Fixed(stored) if self.bytes_to_bytes.is_empty() && self.array_to_array.is_empty() => {
+                check_fixed_len(stored, input.len(), shape.iter().product::<u64>() as usize)?;
+                let mut owned = Vec::from(input);
+                stored.to_little_endian(&mut owned);
+                Ok(coerce(Elements::Fixed(owned), &self.dtype))
+            }
+            _ => self.decode(&input, shape, fill, limit),
+        }
+    }
+
     /// Decodes one stored chunk of `shape` elements. `limit` bounds every intermediate buffer.
     pub fn decode(&self, input: &[u8], shape: &[u64], fill: &FillValue, limit: usize) -> Result<Elements, CodecError> {
         // Shapes and element types as each array->array stage leaves them.
@@ -304,14 +326,7 @@ impl CodecChain {
         }
         let mut elements = match &self.array_to_bytes {
             ArrayToBytes::Fixed(stored) => {
-                let size = stored.item_size().unwrap_or(0);
-                if bytes.len() != n * size {
-                    return Err(CodecError::Corrupt(format!(
-                        "chunk decodes to {} bytes, expected {} ({n} elements of {size} bytes)",
-                        bytes.len(),
-                        n * size
-                    )));
-                }
+                check_fixed_len(stored, bytes.len(), n)?;
                 let mut owned = bytes.into_owned();
                 stored.to_little_endian(&mut owned);
                 Elements::Fixed(owned)
@@ -334,6 +349,18 @@ impl CodecChain {
         }
         Ok(coerce(elements, &self.dtype))
     }
+}
+
+/// Plain fixed-size elements must fill the chunk exactly.
+fn check_fixed_len(stored: &DType, len: usize, n: usize) -> Result<(), CodecError> {
+    let size = stored.item_size().unwrap_or(0);
+    if len != n * size {
+        return Err(CodecError::Corrupt(format!(
+            "chunk decodes to {len} bytes, expected {} ({n} elements of {size} bytes)",
+            n * size
+        )));
+    }
+    Ok(())
 }
 
 /// Strings decoded for a fixed-width unicode array (categorize on `<U`) become UTF-32.

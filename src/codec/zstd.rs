@@ -48,10 +48,43 @@ fn window_log_max(limit: usize) -> u32 {
     log.clamp(WINDOW_LOG_FLOOR, WINDOW_LOG_CAP)
 }
 
+/// Decodes a chunk that is one frame whose header states its content size (zarr-python and
+/// numcodecs write that) into an allocation of exactly that size, in one call. `None` when
+/// the frame states no size, the size is over the limit, or the frame does not decode to
+/// exactly that size (more frames, bad data): the streaming decoder then decides.
+fn decode_sized(input: &[u8], limit: usize) -> Option<Vec<u8>> {
+    let size = usize::try_from(zstd::zstd_safe::get_frame_content_size(input).ok()??).ok()?;
+    // One frame only: a one-shot decode would otherwise go on into the next frames.
+    if size > limit || zstd::zstd_safe::find_frame_compressed_size(input).ok()? != input.len() {
+        return None;
+    }
+    thread_local! {
+        static DECODER: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    DECODER.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            *slot = zstd::bulk::Decompressor::new().ok();
+        }
+        let decoder = slot.as_mut()?;
+        // The output buffer bounds the memory: a one-shot decode writes into it, with no window
+        // of its own. Checksums are verified.
+        let mut out = Vec::with_capacity(size);
+        match decoder.decompress_to_buffer(input, &mut out) {
+            Ok(n) if n == size => Some(out),
+            _ => None,
+        }
+    })
+}
+
 impl BytesToBytes for Zstd {
     fn decode(&self, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
         if input.is_empty() {
             return Err(CodecError::Corrupt("zstd: empty input".to_string()));
+        }
+        if let Some(out) = decode_sized(input, limit) {
+            return Ok(out);
         }
         let corrupt = |e: std::io::Error| CodecError::Corrupt(format!("zstd: {e}"));
         let mut decoder = zstd::stream::read::Decoder::with_buffer(input).map_err(corrupt)?;
@@ -84,6 +117,45 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn sized_frames_decode_in_one_call_and_fall_back_otherwise() {
+        let data = expected();
+        let sized = zstd::bulk::compress(&data, 3).unwrap();
+        assert_eq!(
+            zstd::zstd_safe::get_frame_content_size(&sized).unwrap(),
+            Some(data.len() as u64)
+        );
+        assert_eq!(decode_sized(&sized, 1 << 20).unwrap(), data);
+        // Over the limit: not decoded here (and the streaming path refuses it).
+        assert_eq!(decode_sized(&sized, data.len() - 1), None);
+        assert_eq!(
+            Zstd.decode(&sized, data.len() - 1),
+            Err(CodecError::TooLarge { limit: data.len() - 1 })
+        );
+        // Two frames: the first frame's size is not the whole; the streaming path reads both.
+        let two = [sized.clone(), sized.clone()].concat();
+        assert_eq!(decode_sized(&two, 1 << 20), None);
+        assert_eq!(
+            Zstd.decode(&two, 1 << 20).unwrap(),
+            [data.clone(), data.clone()].concat()
+        );
+        // A header that lies about the size.
+        let half = &data[..data.len() / 2];
+        let mut lying = zstd::bulk::compress(half, 3).unwrap();
+        let fhd = lying[4];
+        assert_eq!(fhd >> 6, 1, "a 2-byte content size field");
+        let at = 5 + usize::from(fhd & 0x20 == 0) + [0, 1, 2, 4][usize::from(fhd & 3)];
+        let stated = u16::from_le_bytes([lying[at], lying[at + 1]]);
+        assert_eq!(usize::from(stated) + 256, half.len());
+        lying[at..at + 2].copy_from_slice(&(stated + 8).to_le_bytes());
+        assert_eq!(
+            zstd::zstd_safe::get_frame_content_size(&lying).unwrap(),
+            Some(half.len() as u64 + 8)
+        );
+        assert_eq!(decode_sized(&lying, 1 << 20), None);
+        assert!(Zstd.decode(&lying, 1 << 20).is_err());
     }
 
     #[test]
