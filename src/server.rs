@@ -23,7 +23,7 @@ use crate::http::{api, raw, slice, zom};
 use crate::state::AppState;
 
 /// Headers a browser client may read from our responses.
-const EXPOSED: [&str; 7] = [
+const EXPOSED: [&str; 9] = [
     "content-range",
     "content-length",
     "etag",
@@ -31,6 +31,8 @@ const EXPOSED: [&str; 7] = [
     "last-modified",
     "x-zarr-shape",
     "x-zarr-dtype",
+    "x-zarr-vmin",
+    "x-zarr-vmax",
 ];
 
 fn cors(origins: &[String]) -> CorsLayer {

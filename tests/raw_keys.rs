@@ -179,7 +179,15 @@ async fn cors_on_every_response_and_preflight() {
             .header("access-control-expose-headers")
             .unwrap_or_default()
             .to_ascii_lowercase();
-        for h in ["content-range", "content-length", "etag"] {
+        for h in [
+            "content-range",
+            "content-length",
+            "etag",
+            "x-zarr-shape",
+            "x-zarr-dtype",
+            "x-zarr-vmin",
+            "x-zarr-vmax",
+        ] {
             assert!(exposed.contains(h), "{uri} exposes {h}: {exposed}");
         }
     }

@@ -199,6 +199,9 @@ async fn csv_and_png() {
     let (lo, hi) = vals
         .iter()
         .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+    // The automatic range is told in headers, so a viewer can draw its colour bar.
+    assert_eq!(r.header("x-zarr-vmin"), Some(lo.to_string().as_str()));
+    assert_eq!(r.header("x-zarr-vmax"), Some(hi.to_string().as_str()));
     for (i, v) in vals.iter().enumerate() {
         let want = ((v - lo) / (hi - lo) * 255.0).round() as u8;
         assert_eq!(px[i * 4], want, "pixel {i}");
@@ -206,11 +209,19 @@ async fn csv_and_png() {
     }
     let r = get(
         &app,
-        "/api/v1/slice/fx/v2/compressor_none_i4?format=png&vmin=0&vmax=1&cmap=viridis",
+        "/api/v1/slice/fx/v2/compressor_none_i4?format=png&vmin=0&vmax=1.5&cmap=viridis",
         &[],
     )
     .await;
     assert_eq!(r.status, 200);
+    assert_eq!(
+        (r.header("x-zarr-vmin"), r.header("x-zarr-vmax")),
+        (Some("0"), Some("1.5"))
+    );
+    assert_eq!(
+        r.header("x-zarr-shape"),
+        Some(format!("{},{}", e.shape[0], e.shape[1]).as_str())
+    );
 }
 
 #[tokio::test]

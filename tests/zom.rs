@@ -105,6 +105,14 @@ async fn unknown_paths_and_listing() {
     );
     let v = get(&app, "/api/v1/list/fx/v3/group_nested", &[]).await.json();
     assert_eq!(v["node"], json!({"zarr_format": 3, "node_type": "group"}));
+    // A path with no node and nothing below it is not an empty directory.
+    let r = get(&app, "/api/v1/list/fx/v3/no_such_thing", &[]).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.error_code(), "not_found");
+    // A plain directory holding nodes is listed (the fixture roots are such directories).
+    let v = get(&app, "/api/v1/list/fx/v3", &[]).await.json();
+    assert_eq!(v["node"], Value::Null);
+    assert!(v["children"].as_array().unwrap().len() > 10);
 }
 
 #[tokio::test]

@@ -67,8 +67,19 @@ pub struct PngOptions {
     pub cmap: Colormap,
 }
 
+/// A rendered image and the value range its colours span.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The PNG file.
+    pub png: Vec<u8>,
+    /// The value at the bottom of the colormap (`vmin`, or the data's minimum).
+    pub vmin: f64,
+    /// The value at the top (`vmax`, or the data's maximum).
+    pub vmax: f64,
+}
+
 /// Encodes a 2-D region as an RGBA PNG.
-pub fn encode(region: &Region, opts: &PngOptions) -> Result<Vec<u8>, FormatError> {
+pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatError> {
     if region.shape.len() != 2 {
         return Err(FormatError::BadRequest(format!(
             "png needs a 2-D result; this one has {} dimensions",
@@ -131,7 +142,7 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Vec<u8>, FormatError
             .write_image_data(&rgba)
             .map_err(|e| FormatError::Unsupported(format!("png: {e}")))?;
     }
-    Ok(out)
+    Ok(Rendered { png: out, vmin, vmax })
 }
 
 #[cfg(test)]
@@ -161,7 +172,7 @@ mod tests {
             vmax: Some(10.0),
             cmap: Colormap::Gray,
         };
-        let (w, h, px) = decode(&encode(&r, &opts).unwrap());
+        let (w, h, px) = decode(&encode(&r, &opts).unwrap().png);
         assert_eq!((w, h), (3, 2));
         let pixel = |i: usize| &px[i * 4..i * 4 + 4];
         assert_eq!(pixel(0), [0, 0, 0, 255]);
@@ -171,17 +182,17 @@ mod tests {
         assert_eq!(pixel(4)[3], 0, "the fill value is transparent");
         assert_eq!(pixel(5), [255, 255, 255, 255], "clamped above vmax");
         // Default range: data min..max ignoring NaN and fill (0..20).
-        let (_, _, px) = decode(
-            &encode(
-                &r,
-                &PngOptions {
-                    vmin: None,
-                    vmax: None,
-                    cmap: Colormap::Gray,
-                },
-            )
-            .unwrap(),
-        );
+        let auto = encode(
+            &r,
+            &PngOptions {
+                vmin: None,
+                vmax: None,
+                cmap: Colormap::Gray,
+            },
+        )
+        .unwrap();
+        assert_eq!((auto.vmin, auto.vmax), (0.0, 20.0));
+        let (_, _, px) = decode(&auto.png);
         assert_eq!(&px[8..12], [128, 128, 128, 255]);
         let (_, _, px) = decode(
             &encode(
@@ -192,7 +203,8 @@ mod tests {
                     cmap: Colormap::Viridis,
                 },
             )
-            .unwrap(),
+            .unwrap()
+            .png,
         );
         assert_eq!(&px[0..4], [0x44, 0x01, 0x54, 255]);
         assert_eq!(&px[20..24], [0xfd, 0xe7, 0x25, 255]);

@@ -143,29 +143,39 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
             _ => None,
         },
     };
-    let encode = move || -> Result<(Vec<u8>, String), ApiError> {
+    // The body, its dtype, and for PNG the value range the colours span.
+    let encode = move || -> Result<(Vec<u8>, String, Option<(f64, f64)>), ApiError> {
+        let typestr = region.dtype.typestr();
         Ok(match format {
-            Format::Json => (json::encode(&region), region.dtype.typestr()),
-            Format::Csv => (csv::encode(&region)?, region.dtype.typestr()),
-            Format::Png => (png::encode(&region, &png_opts)?, region.dtype.typestr()),
+            Format::Json => (json::encode(&region), typestr, None),
+            Format::Csv => (csv::encode(&region)?, typestr, None),
+            Format::Png => {
+                let image = png::encode(&region, &png_opts)?;
+                (image.png, typestr, Some((image.vmin, image.vmax)))
+            }
             Format::Bin => {
                 let (dtype, data) = bin::fixed_width(region)?;
-                (data, dtype.typestr())
+                (data, dtype.typestr(), None)
             }
             Format::Npy => {
                 let (dtype, data) = bin::encode_npy(region)?;
-                (data, dtype.typestr())
+                (data, dtype.typestr(), None)
             }
         })
     };
     // Small results are encoded here; larger ones on the blocking pool, off the async workers.
-    let (body, dtype) = if sel.len() <= INLINE_ENCODE_ELEMENTS {
+    let (body, dtype, range) = if sel.len() <= INLINE_ENCODE_ELEMENTS {
         encode()?
     } else {
         tokio::task::spawn_blocking(encode)
             .await
             .map_err(|_| ApiError::Internal)??
     };
+    if let Some((vmin, vmax)) = range {
+        response = response
+            .header("x-zarr-vmin", vmin.to_string())
+            .header("x-zarr-vmax", vmax.to_string());
+    }
     response
         .header("x-zarr-dtype", dtype)
         .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))

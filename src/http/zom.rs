@@ -133,6 +133,13 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
     let describe = |n: &crate::zarr::hierarchy::Node| json!({"zarr_format": n.zarr_format, "node_type": if n.is_group { "group" } else { "array" }});
     let node = find_node(&mount.store, &path).await?;
     let listing = mount.store.list(&path).await?;
+    if node.is_none() && !path.is_root() && listing.prefixes.is_empty() && listing.objects.is_empty() {
+        return Err(ApiError::NotFound(format!(
+            "nothing at '{}' in mount '{}'",
+            path.as_str(),
+            mount.name
+        )));
+    }
     let store = &mount.store;
     let children: Vec<Value> = stream::iter(listing.prefixes)
         .map(|name| {
