@@ -144,7 +144,8 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         },
     };
     // The body, its dtype, and for PNG the value range the colours span.
-    let encode = move || -> Result<(Vec<u8>, String, Option<(f64, f64)>), ApiError> {
+    type Encoded = (Vec<u8>, String, Option<(f64, f64)>);
+    let encode = move || -> Result<Encoded, ApiError> {
         let typestr = region.dtype.typestr();
         Ok(match format {
             Format::Json => (json::encode(&region), typestr, None),
