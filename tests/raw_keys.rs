@@ -36,6 +36,46 @@ async fn get_serves_the_file_byte_for_byte() {
     assert!(on_disk.duration_since(modified).unwrap().as_secs() < 1);
 }
 
+/// A plain GET (and a ranged one, on a store that resolves ranges) is one store read; the
+/// same validators come back as with HEAD, and a conditional GET still answers 304.
+#[tokio::test]
+async fn a_plain_get_is_one_store_read() {
+    use std::sync::atomic::Ordering;
+    let (app, _, reads) = counting_app(&fixtures(), zarrgate::config::Config::default());
+    let uri = "/zarr/m/v2/compressor_zstd_i4/0.0";
+    let expected = chunk_bytes();
+    for (range, want) in [
+        (None, &expected[..]),
+        (Some("bytes=-5"), &expected[expected.len() - 5..]),
+    ] {
+        let before = reads.load(Ordering::SeqCst);
+        let headers: Vec<(&str, &str)> = range.iter().map(|r| ("range", *r)).collect();
+        let r = get(&app, uri, &headers).await;
+        assert_eq!(&r.body[..], want);
+        assert_eq!(reads.load(Ordering::SeqCst) - before, 1, "{range:?}");
+    }
+    let whole = get(&app, uri, &[]).await;
+    let head = request(&app, "HEAD", uri, &[]).await;
+    for h in [
+        "etag",
+        "last-modified",
+        "content-length",
+        "content-type",
+        "accept-ranges",
+    ] {
+        assert_eq!(whole.header(h), head.header(h), "{h}");
+    }
+    let etag = whole.header("etag").unwrap().to_owned();
+    assert_eq!(get(&app, uri, &[("if-none-match", &etag)]).await.status, 304);
+    let r = get(&app, uri, &[("range", "bytes=100000-")]).await;
+    assert_eq!(r.status, 416);
+    assert_eq!(
+        r.header("content-range"),
+        Some(format!("bytes */{}", expected.len()).as_str())
+    );
+    assert_eq!(get(&app, "/zarr/m/v2/compressor_zstd_i4/9.9", &[]).await.status, 404);
+}
+
 #[tokio::test]
 async fn metadata_keys_are_json() {
     let app = fixture_app();

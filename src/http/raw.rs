@@ -13,7 +13,7 @@ use bytes::Bytes;
 use super::zom;
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
-use crate::store::{ByteRange, ObjectMeta, StoreKey};
+use crate::store::{ByteRange, ObjectMeta, StoreError, StoreKey};
 
 const ALLOW: &str = "GET, HEAD, OPTIONS";
 
@@ -158,6 +158,18 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
     }))
 }
 
+/// The headers every representation of a key carries.
+fn stored_headers(key: &StoreKey, etag: &str, last_modified: Option<SystemTime>) -> axum::http::response::Builder {
+    let response = Response::builder()
+        .header(header::ETAG, etag)
+        .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CONTENT_TYPE, content_type(key));
+    match last_modified {
+        Some(t) => response.header(header::LAST_MODIFIED, httpdate::fmt_http_date(t)),
+        None => response,
+    }
+}
+
 async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMap) -> Result<Response, ApiError> {
     let (mount_name, rest) = split_path(path);
     let mount = state.mount(mount_name)?;
@@ -166,17 +178,53 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
     if names_directory || key.is_root() {
         return Err(missing());
     }
+    // A plain GET of a stored key: one read gives the metadata and the bytes (a HEAD first
+    // would cost a second trip to the disk or the bucket). Conditional requests, documents that
+    // may be synthesized, and ranges on stores that do not resolve them take the general path.
+    let conditional = [
+        header::IF_MATCH,
+        header::IF_NONE_MATCH,
+        header::IF_MODIFIED_SINCE,
+        header::IF_RANGE,
+    ]
+    .iter()
+    .any(|h| headers.contains_key(h));
+    let synthesizable = mount.consolidated && matches!(key.name(), ".zmetadata" | "zarr.json");
+    let requested = header_str(headers, header::RANGE).and_then(parse_range);
+    if *method == Method::GET
+        && !conditional
+        && !synthesizable
+        && (requested.is_none() || mount.store.resolves_ranges())
+    {
+        let object = match mount.store.get(&key, requested).await {
+            Ok(Some(object)) => object,
+            Ok(None) => return Err(missing()),
+            Err(StoreError::Range { size, .. }) => return Err(ApiError::RangeNotSatisfiable { size }),
+            Err(e) => return Err(e.into()),
+        };
+        let (size, range) = (object.meta.size, object.range.clone());
+        let mut response = stored_headers(
+            &key,
+            &etag_of(&object.meta),
+            object.meta.last_modified.map(whole_seconds),
+        );
+        if requested.is_some() {
+            response = response.status(StatusCode::PARTIAL_CONTENT).header(
+                header::CONTENT_RANGE,
+                format!("bytes {}-{}/{size}", range.start, range.end.saturating_sub(1)),
+            );
+        }
+        return response
+            .header(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start))
+            .body(Body::from_stream(object.body))
+            .map_err(|_| ApiError::Internal);
+    }
+
     let rep = representation(state, mount, &key).await?.ok_or_else(missing)?;
     let etag = rep.etag.clone();
     let last_modified = rep.last_modified;
 
-    let mut response = Response::builder()
-        .header(header::ETAG, &etag)
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CONTENT_TYPE, content_type(&key));
-    if let Some(t) = last_modified {
-        response = response.header(header::LAST_MODIFIED, httpdate::fmt_http_date(t));
-    }
+    let mut response = stored_headers(&key, &etag, last_modified);
 
     // Preconditions, in the order RFC 9110 section 13.2.2 evaluates them.
     if let Some(list) = header_str(headers, header::IF_MATCH) {
@@ -209,9 +257,7 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
             .ok()
             .is_some_and(|d| Some(d) == last_modified),
     };
-    let requested = header_str(headers, header::RANGE)
-        .filter(|_| if_range_ok)
-        .and_then(parse_range);
+    let requested = requested.filter(|_| if_range_ok);
     let (status, range) = match requested {
         None => (StatusCode::OK, 0..rep.size),
         Some(r) => {

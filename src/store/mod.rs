@@ -4,7 +4,7 @@
 //! wrappers that count reads). The contract every backend keeps:
 //! - a missing key is `Ok(None)`, never an error; a directory is not an object;
 //! - ranges are resolved by the caller against the object size, so a backend only serves
-//!   satisfiable ranges;
+//!   satisfiable ranges (unless it says it resolves them itself: local files and zip entries);
 //! - bodies are streams, so a large object never has to sit in memory.
 
 mod key;
@@ -140,6 +140,13 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Lists the direct children of a prefix (the empty key lists the root).
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError>;
+
+    /// Whether `get` resolves any range itself, answering an unsatisfiable one with
+    /// [`StoreError::Range`] carrying the object's size. Then one `get` can serve an HTTP range
+    /// request; otherwise callers `head` first and pass a satisfiable range.
+    fn resolves_ranges(&self) -> bool {
+        false
+    }
 }
 
 /// A cheap, clonable handle to a backend.
@@ -160,6 +167,11 @@ impl Store {
     /// See [`Backend::get`].
     pub async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         self.0.get(key, range).await
+    }
+
+    /// See [`Backend::resolves_ranges`].
+    pub fn resolves_ranges(&self) -> bool {
+        self.0.resolves_ranges()
     }
 
     /// See [`Backend::list`].

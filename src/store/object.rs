@@ -301,6 +301,10 @@ impl Backend for ObjectStoreBackend {
         Ok(Some(GetObject { meta, range, body }))
     }
 
+    fn resolves_ranges(&self) -> bool {
+        self.local_root.is_some()
+    }
+
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
         if !self.can_list {
             return Err(StoreError::NotSupported("an HTTP origin cannot be listed".into()));

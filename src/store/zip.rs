@@ -302,6 +302,10 @@ impl Backend for ZipBackend {
         Ok(dir.entries.get(key.as_str()).map(|e| Self::meta(&dir, e)))
     }
 
+    fn resolves_ranges(&self) -> bool {
+        true
+    }
+
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         let dir = self.directory().await?;
         let Some(entry) = dir.entries.get(key.as_str()) else {

@@ -126,6 +126,10 @@ impl zarrgate::store::Backend for CountingStore {
         self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.list(prefix).await
     }
+
+    fn resolves_ranges(&self) -> bool {
+        self.inner.resolves_ranges()
+    }
 }
 
 /// The app over one directory whose reads are counted.
