@@ -1,128 +1,211 @@
 "use strict";
-// Optional cases (ZARRGATE_NEUROGLANCER=1): neuroglancer's client, as bundled in the
-// `neuroglancer` PyPI wheel, shows the demo arrays from zarrgate in headless Chromium.
+// Neuroglancer cases (ZARRGATE_NEUROGLANCER=1; run.sh sets it by default): the client bundled in
+// the `neuroglancer` PyPI wheel, driven through neuroglancer.Viewer on 127.0.0.1, opens zarr2://
+// and zarr3:// (sharded) layers on zarrgate in headless Chromium and reads the arrays back.
 //
-// The bundled client is the Python-integration build: it insists on a URL of the form
-// `/v/<token>/` (else "Failed to determine token from URL") and then polls the Python server's
-// /events/<token> endpoint, which our static server answers with 404 ("Disconnected from Python
-// server" in the status bar: harmless, the viewer state comes from the URL fragment).
-// Neuroglancer fetches chunks from a Web Worker, so requests are observed through playwright's
-// context-wide events (the page's CDP session does not see worker traffic).
+// neuroglancer_read.py (in the venv of requirements-neuroglancer.txt, made by run_browser.sh)
+// starts the viewer's server on its own 127.0.0.1 port, so the client's requests to zarrgate are
+// cross-origin, adds one image layer per case and prints the viewer URL; this file opens it in a
+// new page of the suite's Chromium. The Python side then asks the client for each volume
+// (viewer.volume): the client fetches the chunks from zarrgate in its Web Workers with its own
+// zarr driver, decodes them and hands them back, and Python compares the values with the
+// expected data. Here every request the client made to zarrgate is checked as well (status,
+// CORS, no Content-Encoding; byte ranges answered 206 on the shards). Requests come from Web
+// Workers, so they are observed through playwright's context-wide events.
 
 const fs = require("fs");
 const os = require("os");
 const path = require("path");
-const { startStaticServer } = require("./lib/static-server.cjs");
+const { spawn } = require("child_process");
 
+// expected: {npy: path relative to the repo} (manifest values written by zarr-python) or
+// {local: {driver, path relative to the repo}} (tensorstore reading the local files).
 const CASES = [
-  // zarr3://, sharded (index at the end, crc32c), inner zstd chunks: shard index via HEAD + range
-  { name: "neuroglancer: zarr3:// sharded demo volume", source: "zarr3://BASE/zarr/demo/v3.zarr/volume/", key: "/zarr/demo/v3.zarr/volume/", range: [0, 2000], sharded: true },
-  // zarr2://, blosc lz4 float32 chunks
-  { name: "neuroglancer: zarr2:// demo image", source: "zarr2://BASE/zarr/demo/v2.zarr/image/", key: "/zarr/demo/v2.zarr/image/", range: [-0.5, 0.5], sharded: false },
-];
+  // sharded: 16x128x128 uint16, shards 8x64x64 of 4x32x32 zstd inner chunks, crc32c index at the end
+  { mount: "demo", path: "v3.zarr/volume", format: 3, sharded: true, expected: { local: { driver: "zarr3", path: "data/demo/v3.zarr/volume" } } },
+  { mount: "fx", path: "v3/sharding_end_i4", format: 3, sharded: true, expected: { npy: "tests/fixtures/expected/v3/sharding_end_i4.npy" } },
+  // one shard of 2x2 big-endian gzip inner chunks, crc32c on the index
+  { mount: "fx", path: "v3/sharding_index_crc32c_gzip_inner_u2", format: 3, sharded: true, expected: { npy: "tests/fixtures/expected/v3/sharding_index_crc32c_gzip_inner_u2.npy" } },
+  // index at the start of the shard; shards inside shards; transpose in the inner codecs
+  { mount: "fx", path: "v3/sharding_start_i4", format: 3, sharded: true, expected: { npy: "tests/fixtures/expected/v3/sharding_start_i4.npy" } },
+  { mount: "fx", path: "v3/sharding_nested_i4", format: 3, sharded: true, expected: { npy: "tests/fixtures/expected/v3/sharding_nested_i4.npy" } },
+  { mount: "fx", path: "v3/sharding_transpose_inner_i2", format: 3, sharded: true, expected: { npy: "tests/fixtures/expected/v3/sharding_transpose_inner_i2.npy" } },
+  { mount: "zarrita", path: "v3/data.zarr/3d.chunked.mixed.compressed.sharded.i2", format: 3, sharded: true,
+    expected: { npy: "tests/fixtures/zarrita_expected/v3/data.zarr/3d.chunked.mixed.compressed.sharded.i2.npy" } },
+  // 256x256 float32, blosc lz4 64x64 chunks; "/" separator; order F; big-endian
+  { mount: "demo", path: "v2.zarr/image", format: 2, expected: { local: { driver: "zarr", path: "data/demo/v2.zarr/image" } } },
+  { mount: "fx", path: "v2/separator_slash_3d_f4", format: 2, expected: { npy: "tests/fixtures/expected/v2/separator_slash_3d_f4.npy" } },
+  { mount: "fx", path: "v2/order_F_3d_u2_nocompressor", format: 2, expected: { npy: "tests/fixtures/expected/v2/order_F_3d_u2_nocompressor.npy" } },
+  { mount: "fx", path: "v2/dtype_be_u4", format: 2, expected: { npy: "tests/fixtures/expected/v2/dtype_be_u4.npy" } },
+  { mount: "zarrita", path: "v2/data.zarr/3d.chunked.mixed.i2.F", format: 2,
+    expected: { npy: "tests/fixtures/zarrita_expected/v2/data.zarr/3d.chunked.mixed.i2.F.npy" } },
+].map((c) => ({ ...c, name: `neuroglancer: zarr${c.format}://${c.mount}/${c.path}` }));
 
+const BUDGET_MS = 150000;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function runNeuroglancer({ base, browser, clientDir, record, demoMounted }) {
-  if (!clientDir || !fs.existsSync(path.join(clientDir, "index.html"))) {
-    for (const c of CASES) record(c.name, "skip", "optional: set ZARRGATE_NEUROGLANCER=1 to run");
+/**
+ * python: the neuroglancer venv's interpreter, or null with `skipReason`.
+ * present(mount): whether zarrgate serves that mount (else its cases are skipped).
+ * deadline: Date.now() value by which everything must be over (cases not finished then fail).
+ */
+async function runNeuroglancer({ base, browser, python, skipReason, repo, present, record, deadline = Infinity }) {
+  if (!python) {
+    for (const c of CASES) record(c.name, "skip", skipReason || "neuroglancer not installed");
     return;
   }
-  if (!demoMounted) {
-    for (const c of CASES) record(c.name, "skip", "mount 'demo' not served");
+  const budget = Math.min(BUDGET_MS, deadline - Date.now());
+  if (budget < 20000) {
+    for (const c of CASES) record(c.name, "fail", "not run: time budget exceeded");
     return;
   }
-  const root = fs.mkdtempSync(path.join(os.tmpdir(), "zarrgate-ng-"));
-  fs.mkdirSync(path.join(root, "v"));
-  fs.symlinkSync(path.resolve(clientDir), path.join(root, "v", "zarrgate"));
-  const site = await startStaticServer({ root });
-  try {
-    for (const c of CASES) {
-      const errors = await runOne({ base, browser, site, c });
-      record(c.name, errors.length ? "fail" : "pass", errors.slice(0, 6).join("\n    "));
-    }
-  } finally {
-    await site.close();
-    fs.rmSync(root, { recursive: true, force: true });
+  const cases = [];
+  for (const c of CASES) {
+    if (!(await present(c.mount))) record(c.name, "skip", `mount '${c.mount}' not served`);
+    else cases.push(c);
   }
-}
+  if (!cases.length) return;
 
-async function runOne({ base, browser, site, c }) {
-  const errors = [];
-  const page = await browser.context.newPage();
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), "zarrgate-ng-"));
+  const planFile = path.join(work, "plan.json");
+  const abs = (p) => path.join(repo, p);
+  fs.writeFileSync(planFile, JSON.stringify({
+    cases: cases.map((c) => ({
+      name: c.name,
+      source: `zarr${c.format}://${base}/zarr/${c.mount}/${c.path}/`,
+      expected: c.expected.npy ? { npy: abs(c.expected.npy) } : { local: { ...c.expected.local, path: abs(c.expected.local.path) } },
+      region: true,
+    })),
+  }));
+
   const seen = [];
   const onFinished = async (req) => {
-    if (!req.url().startsWith(base)) return;
+    if (!req.url().startsWith(base + "/")) return;
     const resp = await req.response().catch(() => null);
-    const headers = resp ? await resp.allHeaders().catch(() => ({})) : {};
-    seen.push({ method: req.method(), url: req.url(), range: (await req.allHeaders().catch(() => ({}))).range, status: resp && resp.status(), headers });
+    seen.push({
+      method: req.method(),
+      url: req.url(),
+      range: (await req.allHeaders().catch(() => ({}))).range,
+      status: resp && resp.status(),
+      headers: resp ? await resp.allHeaders().catch(() => ({})) : {},
+    });
   };
   const onFailed = (req) => {
-    if (req.url().startsWith(base)) seen.push({ method: req.method(), url: req.url(), failed: req.failure() && req.failure().errorText });
+    if (req.url().startsWith(base + "/")) seen.push({ method: req.method(), url: req.url(), failed: (req.failure() || {}).errorText || "failed" });
   };
-  const pageErrors = [];
-  page.on("pageerror", (e) => pageErrors.push(String(e)));
   browser.context.on("requestfinished", onFinished);
   browser.context.on("requestfailed", onFailed);
+
+  const started = Date.now();
+  const results = new Map();
+  const stderr = [];
+  let page;
+  let done = false;
+  let exited = false;
+  const child = spawn(python, [path.join(__dirname, "neuroglancer_read.py"), planFile], { stdio: ["ignore", "pipe", "pipe"] });
+  const exit = new Promise((resolve) => {
+    child.on("exit", (code, signal) => { exited = true; resolve(signal || code); });
+    child.on("error", (e) => { exited = true; stderr.push(String(e.message)); resolve("spawn failed"); });
+  });
+  child.stderr.on("data", (d) => {
+    stderr.push(...String(d).split("\n").filter(Boolean));
+    stderr.splice(0, Math.max(0, stderr.length - 20));
+  });
+  let buf = "";
+  let opening = null;
+  let openError = null;
+  child.stdout.on("data", (d) => {
+    buf += d;
+    for (let i; (i = buf.indexOf("\n")) >= 0; buf = buf.slice(i + 1)) {
+      let msg;
+      try {
+        msg = JSON.parse(buf.slice(0, i));
+      } catch {
+        continue;
+      }
+      if (msg.url && !opening) {
+        opening = openViewer(browser, msg.url).then((p) => { page = p; }, (e) => { openError = `could not open the viewer: ${e.message}`; });
+      }
+      if (msg.case) results.set(msg.case, msg);
+      if (msg.done) done = true;
+    }
+  });
+
+  const pageErrors = [];
+  let fatal = null;
   try {
-    const state = {
-      crossSectionScale: 0.2,
-      layout: "xy",
-      layers: [{ type: "image", name: "zarrgate", source: c.source.replace("BASE", base), shaderControls: { normalized: { range: c.range } } }],
-    };
-    await page.goto(`${site.url}/v/zarrgate/#!${encodeURIComponent(JSON.stringify(state))}`);
-    // Wait until chunk traffic starts and then stays quiet for 1.5 s (at most 30 s).
-    const data = () => seen.filter((r) => r.url.startsWith(base + c.key) && !/(zarr\.json|\.zarray|\.zattrs|\.zgroup)$/.test(r.url));
-    let last = -1;
-    let quietSince = Date.now();
-    const until = Date.now() + 30000;
-    while (Date.now() < until) {
-      await sleep(250);
-      const n = data().length;
-      if (n !== last) { last = n; quietSince = Date.now(); }
-      else if (n > 0 && Date.now() - quietSince > 1500) break;
+    while (!done && !exited && !openError && Date.now() - started < budget) await sleep(100);
+    if (opening) await opening;
+    if (!done) {
+      fatal = openError || (exited
+        ? `neuroglancer_read.py exited early (${await exit}): ${stderr.slice(-5).join(" | ")}`
+        : `not finished within ${Math.round(budget / 1000)} s`);
     }
-    const chunks = data();
-    if (!chunks.length) errors.push("no chunk request reached zarrgate within 30 s");
-    for (const r of seen) {
-      const what = `${r.method} ${r.url.slice(base.length)}${r.range ? ` (Range: ${r.range})` : ""}`;
-      // Neuroglancer aborts its HEAD (size probe) once it has the headers.
-      if (r.failed) { if (!(r.method === "HEAD" && /ERR_ABORTED/.test(r.failed))) errors.push(`request failed: ${what}: ${r.failed}`); continue; }
-      if (![200, 206, 404].includes(r.status)) errors.push(`status ${r.status}: ${what}`);
-      if (!r.headers["access-control-allow-origin"]) errors.push(`no Access-Control-Allow-Origin: ${what}`);
-    }
-    if (c.sharded && !chunks.some((r) => r.status === 206 && r.range)) errors.push("no range request on a shard was answered 206");
-    if (!c.sharded && !chunks.some((r) => r.status === 200)) errors.push("no chunk was answered 200");
-    const text = await page.evaluate(() => document.body.innerText);
-    const layerError = /error/i.test(text) ? text.split("\n").filter((l) => /error/i.test(l)).slice(0, 2).join(" | ") : null;
-    if (layerError) errors.push(`viewer shows: ${layerError}`);
-    if (pageErrors.length) errors.push(`page errors: ${pageErrors.slice(0, 2).join(" | ")}`);
-    // The slice must show data: the middle of the panel is not one flat colour.
+    // Let the rendering's own chunk requests settle before judging the traffic.
     await sleep(500);
-    const png = await page.screenshot({ clip: { x: 620, y: 320, width: 40, height: 200 } });
-    const levels = await page.evaluate(async (b64) => {
-      const img = new Image();
-      img.src = `data:image/png;base64,${b64}`;
-      await img.decode();
-      const cv = document.createElement("canvas");
-      cv.width = img.width;
-      cv.height = img.height;
-      const g = cv.getContext("2d");
-      g.drawImage(img, 0, 0);
-      const px = g.getImageData(0, 0, cv.width, cv.height).data;
-      const set = new Set();
-      for (let i = 0; i < px.length; i += 4) set.add((px[i] << 16) | (px[i + 1] << 8) | px[i + 2]);
-      return set.size;
-    }, png.toString("base64"));
-    if (levels < 4) errors.push(`rendered slice is (nearly) flat: ${levels} distinct colours in the panel centre`);
-  } catch (e) {
-    errors.push(String(e && e.message ? e.message : e));
+    if (page) pageErrors.push(...page.__errors);
   } finally {
     browser.context.off("requestfinished", onFinished);
     browser.context.off("requestfailed", onFailed);
-    await page.close().catch(() => {});
+    if (page) await page.close().catch(() => {});
+    if (!exited) {
+      child.kill("SIGTERM");
+      await Promise.race([exit, sleep(3000)]);
+      if (!exited) child.kill("SIGKILL");
+    }
+    fs.rmSync(work, { recursive: true, force: true });
   }
+
+  for (const c of cases) {
+    const errors = [];
+    const r = results.get(c.name);
+    if (!r) errors.push(fatal || "no result from neuroglancer_read.py");
+    else errors.push(...r.errors, ...requestErrors(base, seen.filter((s) => s.url.startsWith(`${base}/zarr/${c.mount}/${c.path}/`)), c));
+    if (pageErrors.length) errors.push(`page errors: ${pageErrors.slice(0, 2).join(" | ")}`);
+    const info = r && r.info && r.info.chunkShape ? `neuroglancer: ${r.info.dataType}, shape ${r.info.upperBound}, chunks ${r.info.chunkShape}` : "";
+    record(c.name, errors.length ? "fail" : "pass", errors.length ? errors.slice(0, 6).join("\n    ") : info);
+  }
+  const all = seen.filter((s) => s.url.startsWith(`${base}/zarr/`));
+  console.log(`browser: neuroglancer made ${all.length} requests to zarrgate (${all.filter((s) => s.status === 206).length} answered 206) in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+}
+
+async function openViewer(browser, url) {
+  const page = await browser.context.newPage();
+  page.__errors = [];
+  page.on("pageerror", (e) => page.__errors.push(String(e)));
+  const cdp = await browser.context.newCDPSession(page);
+  await cdp.send("Network.enable");
+  await cdp.send("Network.setCacheDisabled", { cacheDisabled: true });
+  try {
+    if (!/^http:\/\/127\.0\.0\.1:\d+\//.test(url)) throw new Error(`viewer not on 127.0.0.1: ${url}`);
+    await page.goto(url);
+  } catch (e) {
+    await page.close().catch(() => {});
+    throw e;
+  }
+  return page;
+}
+
+function requestErrors(base, reqs, c) {
+  const errors = [];
+  const isMeta = (u) => /(zarr\.json|\.zarray|\.zattrs|\.zgroup|\.zmetadata)$/.test(u);
+  for (const r of reqs) {
+    const what = `${r.method} ${r.url.slice(base.length)}${r.range ? ` (Range: ${r.range})` : ""}`;
+    if (r.failed) {
+      // Neuroglancer cancels requests it no longer needs (e.g. a HEAD once it has the size).
+      if (!/ERR_ABORTED/.test(r.failed)) errors.push(`request failed: ${what}: ${r.failed}`);
+      continue;
+    }
+    if (![200, 206, 404].includes(r.status)) errors.push(`status ${r.status}: ${what}`);
+    if (!r.headers["access-control-allow-origin"]) errors.push(`no Access-Control-Allow-Origin: ${what}`);
+    if (r.headers["content-encoding"] && r.headers["content-encoding"] !== "identity") errors.push(`Content-Encoding ${r.headers["content-encoding"]}: ${what}`);
+    if (r.status === 206 && !r.headers["content-range"]) errors.push(`206 without Content-Range: ${what}`);
+  }
+  const data = reqs.filter((r) => !r.failed && !isMeta(r.url));
+  if (!data.length) errors.push("no chunk or shard request reached zarrgate");
+  if (c.sharded && !data.some((r) => r.status === 206 && r.range)) errors.push("no byte-range request on a shard was answered 206");
+  if (!c.sharded && !data.some((r) => r.status === 200)) errors.push("no chunk was answered 200");
   return errors;
 }
 
-module.exports = { runNeuroglancer };
+module.exports = { runNeuroglancer, CASES };

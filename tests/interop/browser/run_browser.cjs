@@ -10,7 +10,9 @@
 //   demo:<path>     the demo arrays, compared with zarrgate's own slice API (.npy)
 //   consolidated:*  groups opened through consolidated metadata
 //   http:*          raw cross-origin fetches: 404s, HEAD, Range (suffix too), 416, ETag/304
-//   neuroglancer:*  optional (ZARRGATE_NEUROGLANCER=1): neuroglancer's client shows the demo
+//   neuroglancer:*  ZARRGATE_NEUROGLANCER=1 (run.sh's default): neuroglancer.Viewer and its bundled
+//                   client open zarr2:// and zarr3:// (sharded) layers and read the arrays back
+//                   (neuroglancer.cjs, neuroglancer_read.py), compared with the expected values
 // Every array is read three times: without suffix ranges (HEAD + bytes=a-b for shard indexes),
 // with suffix ranges (bytes=-N) and a sub-region with suffix ranges. Afterwards every request the
 // page made to zarrgate must have succeeded with CORS headers.
@@ -35,6 +37,8 @@ const DEMO_DIR = path.join(REPO, "data", "demo");
 const VERBOSE = !!process.env.ZARRGATE_BROWSER_VERBOSE;
 const CALL_TIMEOUT_MS = 30000;
 const BUDGET_MS = Number(process.env.ZARRGATE_BROWSER_BUDGET_MS || 240000);
+// The neuroglancer cases must end before run_browser.sh's hard stop (290 s).
+const NG_DEADLINE_MS = 275000;
 const started = Date.now();
 
 const results = [];
@@ -104,9 +108,12 @@ async function main() {
     await runNeuroglancer({
       base,
       browser,
-      clientDir: process.env.ZARRGATE_NEUROGLANCER === "1" ? process.env.ZARRGATE_NEUROGLANCER_CLIENT : null,
+      python: process.env.ZARRGATE_NEUROGLANCER === "1" ? process.env.ZARRGATE_NEUROGLANCER_PYTHON || null : null,
+      skipReason: process.env.ZARRGATE_NEUROGLANCER_SKIP,
+      repo: REPO,
+      present: async (mount) => (mount === "demo" ? demoMounted(base) : mount === "zarrita" ? fs.existsSync(ZARRITA_DIR) : true),
       record,
-      demoMounted: await demoMounted(base),
+      deadline: started + NG_DEADLINE_MS,
     });
     if (browser.pageErrors.length) {
       record("page: no uncaught errors", "fail", browser.pageErrors.slice(0, 3).join(" | "));

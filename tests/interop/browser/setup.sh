@@ -10,8 +10,8 @@
 # 2. The npm packages pinned in package.json + package-lock.json (`npm ci`) into
 #      ${ZARRGATE_CACHE:-$HOME/.cache/zarrgate}/node/<sha256 of node version + package-lock.json>/node_modules
 #    reused between runs (a stamp file marks a complete install). Nothing is written to the repo.
-# 3. Only with ZARRGATE_NEUROGLANCER=1: the client bundled in the `neuroglancer` wheel (PyPI,
-#    pinned below) into ${ZARRGATE_CACHE:-$HOME/.cache/zarrgate}/neuroglancer/<version>/client.
+# (The neuroglancer cases' Python venv is made by run_browser.sh, so that a failed install skips
+# those cases instead of failing the suite.)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
@@ -55,32 +55,4 @@ if [ ! -f "$stamp" ] || [ ! -d "$dir/node_modules" ]; then
   touch "$stamp"
 fi
 
-# --- optional: neuroglancer's bundled client (ZARRGATE_NEUROGLANCER=1) -------------------------
-# The client that the `neuroglancer` PyPI wheel ships (neuroglancer/static/client), extracted to
-#   ${ZARRGATE_CACHE:-$HOME/.cache/zarrgate}/neuroglancer/<version>/client
-if [ "${ZARRGATE_NEUROGLANCER:-0}" = "1" ]; then
-  ng_version="2.41.2"
-  ng_dir="$cache/neuroglancer/$ng_version"
-  if [ ! -f "$ng_dir/.complete" ]; then
-    log "downloading neuroglancer==$ng_version (wheel, client only) into $ng_dir"
-    rm -rf "$ng_dir"
-    mkdir -p "$ng_dir/wheel"
-    python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$ng_dir/wheel" "neuroglancer==$ng_version" >&2
-    python3 - "$ng_dir" >&2 <<'PY'
-import pathlib, sys, zipfile
-out = pathlib.Path(sys.argv[1])
-wheel = next((out / "wheel").glob("neuroglancer-*.whl"))
-prefix = "neuroglancer/static/client/"
-with zipfile.ZipFile(wheel) as z:
-    for name in z.namelist():
-        if name.startswith(prefix) and not name.endswith("/") and not name.endswith(".map"):
-            target = out / "client" / name[len(prefix):]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(z.read(name))
-assert (out / "client" / "index.html").exists(), "no client/index.html in the wheel"
-PY
-    rm -rf "$ng_dir/wheel"
-    touch "$ng_dir/.complete"
-  fi
-fi
 echo "$dir/node_modules"
