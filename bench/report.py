@@ -111,10 +111,12 @@ def main():
     w("## Slices of one chunk, warm cache")
     w("")
     w("`/api/v1/slice/bench/issue9/...&format=bin`, the same URL repeated (decoded chunk cached). "
-      "c64 = 64 connections, c1 = one connection. Target: warm one-chunk slice p50 under 1 ms.")
+      "c64 = 64 connections, c1 = one connection. Target: warm one-chunk slice p50 under 1 ms. "
+      "Reference: nginx serving a static file of the response's size from the page cache, "
+      "interleaved run by run; ratio = zarrgate / nginx requests/s per run pair (min / median / max).")
     w("")
-    w("| case | requests/s | p50 ms | p99 ms | p50 < 1 ms |")
-    w("|---|---|---|---|---|")
+    w("| case | requests/s | p50 ms | p99 ms | p50 < 1 ms | nginx same-size file: requests/s | nginx p50 ms | ratio (rps) |")
+    w("|---|---|---|---|---|---|---|---|")
     for name in ["unsharded_chunk_1MiB", "sharded_inner_1MiB", "sharded_64x64_16KiB"]:
         for c in ["c64", "c1"]:
             case = f"{name}_{c}"
@@ -122,8 +124,12 @@ def main():
             if not rps:
                 continue
             p50 = g("slice_one", case, "p50_ms")
+            ng = g("slice_one", f"{name}_nginx_{c}", "rps")
+            ng_p50 = g("slice_one", f"{name}_nginx_{c}", "p50_ms")
             w(f"| {case} | {mmm(rps, '{:.0f}')} | {mmm(p50)} | {mmm(g('slice_one', case, 'p99_ms'))} | "
-              f"{'yes' if statistics.median(p50) < 1.0 else 'no'} |")
+              f"{'yes' if statistics.median(p50) < 1.0 else 'no'} | "
+              f"{mmm(ng, '{:.0f}') if ng else 'n/a'} | {mmm(ng_p50) if ng_p50 else 'n/a'} | "
+              f"{paired(rps, ng)} |")
     w("")
 
     # Regions

@@ -130,7 +130,11 @@ hwm_kib() { awk '/^VmHWM/ {print $2}' "/proc/$ZG_PID/status"; }
 
 NG_PORT="$(free_port)"
 NG="http://127.0.0.1:$NG_PORT"
-mkdir -p "$WORK/nginx"
+mkdir -p "$WORK/nginx/ref"
+# Static files of the sizes of the one-chunk slice responses: nginx serving them is the
+# reference for those (a file from the page cache is the least work a server can do for them).
+head -c $((1 << 20)) /dev/zero >"$WORK/nginx/ref/1MiB"
+head -c $((16 << 10)) /dev/zero >"$WORK/nginx/ref/16KiB"
 cat >"$WORK/nginx/nginx.conf" <<EOF
 user $(id -un);
 worker_processes auto;
@@ -152,6 +156,7 @@ http {
     server {
         listen 127.0.0.1:$NG_PORT;
         root $DATA;
+        location /ref/ { alias $WORK/nginx/ref/; }
     }
 }
 EOF
@@ -291,12 +296,16 @@ ONE[sharded_inner_1MiB]="/api/v1/slice/bench/issue9/sharded.zarr?select=512:1024
 ONE[sharded_64x64_16KiB]="/api/v1/slice/bench/issue9/sharded.zarr?select=520:584,520:584&format=bin"
 for name in unsharded_chunk_1MiB sharded_inner_1MiB sharded_64x64_16KiB; do
     f="$(one_url_file "${ONE[$name]}")"
+    ref="$(one_url_file "/ref/${name##*_}")"
     curl -sf -o /dev/null "$ZG${ONE[$name]}"
     wrk_run "$ZG" "$f" 64 1 >/dev/null
+    wrk_run "$NG" "$ref" 64 1 >/dev/null
     hwm_reset
     for run in $(seq 1 "$RUNS"); do
         load slice_one "${name}_c64" "$ZG" "$f" 64
+        load slice_one "${name}_nginx_c64" "$NG" "$ref" 64
         load slice_one "${name}_c1" "$ZG" "$f" 1
+        load slice_one "${name}_nginx_c1" "$NG" "$ref" 1
     done
     record memory "slice_one_${name}_64conn" vmhwm_mib "$(($(hwm_kib) / 1024))"
 done
