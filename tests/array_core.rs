@@ -53,14 +53,18 @@ fn expected_case(path: &str) -> Expected {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// Any selection of a sharded 2-D array (ragged inner chunks, index at the start) equals
-    /// slicing the whole array.
+    /// Any selection of a 2-D array (sharded with ragged inner chunks or the index at the start,
+    /// missing shards, chunks and inner chunks read as non-zero fills, F order, transposes)
+    /// equals slicing the whole array.
     #[test]
     fn random_selections_equal_slicing(
         a in 0u64..12, b in 0u64..12, s0 in 1u64..4, c in 0u64..12, d in 0u64..12, s1 in 1u64..4,
-        case in prop::sample::select(vec!["v3/sharding_start_i4", "v3/sharding_nested_ragged_u1", "v2/order_F_2d_i4", "v3/transpose_2d_10"]),
+        case in prop::sample::select(vec![
+            "v3/sharding_start_i4", "v3/sharding_nested_ragged_u1", "v2/order_F_2d_i4", "v3/transpose_2d_10",
+            "v3/sharding_missing_shard_f8", "v2/fill_nonzero_i2", "v3/sharding_empty_inner_chunks_i4",
+        ]),
     ) {
         let expected = expected_case(case);
         let store = Store::new(open_local(&common::fixtures()).unwrap());
