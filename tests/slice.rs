@@ -486,9 +486,10 @@ async fn metrics_count_requests_by_route() {
 }
 
 /// Every chunk (or inner chunk of a shard) of every fixed-size fixture array, asked for as a
-/// selection of exactly that unit: the bin route answers from the decoded unit itself (missing
-/// units as fill, units cut by the array edge through the general path), and the bytes equal
-/// zarr-python's values; a repeat is served from the cache without decoding again.
+/// selection of exactly that unit and as a strided part of it: the bin route answers from the
+/// decoded unit (the whole unit without a copy, missing units as fill, units cut by the array
+/// edge and parts copied out), the bytes equal zarr-python's values, and nothing is decoded
+/// twice.
 #[tokio::test]
 async fn single_chunk_selections_are_zarr_pythons_blocks() {
     let (app, state, _) = counting_app(&fixtures(), Config::default());
@@ -540,6 +541,29 @@ async fn single_chunk_selections_are_zarr_pythons_blocks() {
             let decodes = state.caches.decodes.load(Ordering::Relaxed);
             let again = get(&app, &uri, &[]).await;
             assert_eq!(again.body, r.body, "{uri}");
+            assert_eq!(
+                state.caches.decodes.load(Ordering::Relaxed),
+                decodes,
+                "{uri} decoded again"
+            );
+            // A strided part inside the same unit (a viewer's tile): copied out of it.
+            let offsets: Vec<u64> = counts.iter().map(|c| (*c > 1) as u64).collect();
+            let part_starts: Vec<u64> = starts.iter().zip(&offsets).map(|(s, o)| s + o).collect();
+            let part_counts: Vec<u64> = counts.iter().zip(&offsets).map(|(c, o)| (c - o).div_ceil(2)).collect();
+            let select: Vec<String> = part_starts
+                .iter()
+                .zip(&starts)
+                .zip(&counts)
+                .map(|((p, s), c)| format!("{p}:{}:2", s + c))
+                .collect();
+            let uri = format!("/api/v1/slice/m/{}?select={}&format=bin", case.path, select.join(","));
+            let r = get(&app, &uri, &[]).await;
+            assert_eq!(r.status, 200, "{uri}: {:?}", r.body);
+            let Elements::Fixed(want) = slice_naive(&e, item, &part_starts, &vec![2; counts.len()], &part_counts)
+            else {
+                unreachable!()
+            };
+            assert_eq!(&r.body[..], &want[..], "{uri}");
             assert_eq!(
                 state.caches.decodes.load(Ordering::Relaxed),
                 decodes,

@@ -19,7 +19,7 @@ use crate::codec::CodecError;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
 use crate::store::{ByteRange, Store, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
-use crate::zarr::elements::{BlockCopy, Elements};
+use crate::zarr::elements::{BlockCopy, Elements, copy_fixed};
 use crate::zarr::fill::FillValue;
 
 /// Errors of reading a region.
@@ -225,23 +225,35 @@ fn check_unit(ctx: &ReadContext, meta: &ArrayMeta) -> Result<(), ReadError> {
     Ok(())
 }
 
-/// The grid coordinates of the decode unit (chunk, or inner chunk of a shard) whose elements
-/// are exactly the selection, in the same order; `None` when the selection is anything else
-/// (part of a unit, several units, a step, an edge unit that the array cuts).
-fn single_unit(meta: &ArrayMeta, sel: &Selection) -> Option<Vec<u64>> {
+/// The decode unit (chunk, or inner chunk of a shard) that holds every element of a selection.
+#[derive(Debug, PartialEq, Eq)]
+struct OneUnit {
+    /// Its grid coordinates (in units).
+    coords: Vec<u64>,
+    /// The selection is exactly the whole unit, in the same order.
+    whole: bool,
+}
+
+/// The one decode unit a non-empty selection lies in; `None` when it spans several.
+fn one_unit(meta: &ArrayMeta, sel: &Selection) -> Option<OneUnit> {
     let unit = unit_shape(meta);
-    if sel.0.len() != unit.len() || unit.len() != meta.shape.len() {
+    if sel.0.len() != unit.len() || unit.len() != meta.shape.len() || sel.is_empty() {
         return None;
     }
-    sel.0
+    let mut whole = true;
+    let coords = sel
+        .0
         .iter()
         .zip(unit.iter().zip(&meta.shape))
         .map(|(d, (&u, &n))| {
             let (start, step, count) = d.span();
-            let whole = u > 0 && count == u && (step == 1 || u == 1) && start % u == 0 && start.checked_add(u)? <= n;
-            whole.then(|| start / u)
+            let last = start.checked_add(count.checked_sub(1)?.checked_mul(step)?)?;
+            let cell = start.checked_div(u)?;
+            whole &= count == u && (step == 1 || u == 1) && start % u == 0 && start.checked_add(u)? <= n;
+            (last / u == cell).then_some(cell)
         })
-        .collect()
+        .collect::<Option<Vec<u64>>>()?;
+    Some(OneUnit { coords, whole })
 }
 
 /// A decoded fixed-size chunk shared as bytes (its little-endian C-order elements).
@@ -265,12 +277,40 @@ pub async fn read_region_bytes(
     meta: Arc<ArrayMeta>,
     sel: &Selection,
 ) -> Result<Bytes, ReadError> {
-    if let (Some(coords), FillValue::Fixed(one)) = (single_unit(&meta, sel), &meta.fill) {
+    // A selection inside one unit (a viewer's tile, a whole chunk) needs no assembly: it is
+    // copied straight out of the decoded unit, or is the unit itself.
+    if let (Some(one), FillValue::Fixed(fill)) = (one_unit(&meta, sel), &meta.fill) {
         check_unit(ctx, &meta)?;
-        match read_unit(ctx, path, &meta, &coords).await? {
-            Some(block) if matches!(*block, Elements::Fixed(_)) => return Ok(Bytes::from_owner(SharedFixed(block))),
-            Some(_) => {} // not fixed-size after all: the general path reports it
-            None => return Ok(Bytes::from(one.repeat(sel.len() as usize))),
+        let unit = unit_shape(&meta);
+        match read_unit(ctx, path, &meta, &one.coords).await? {
+            Some(block) => match &*block {
+                Elements::Fixed(_) if one.whole => return Ok(Bytes::from_owner(SharedFixed(block))),
+                Elements::Fixed(src) => {
+                    let item = fill.len();
+                    let mut out = vec![0; sel.len() as usize * item];
+                    let spans: Vec<(u64, u64, u64)> = sel.0.iter().map(DimSelection::span).collect();
+                    let src_start: Vec<u64> = spans.iter().zip(unit).map(|(s, u)| s.0 % u).collect();
+                    let src_step: Vec<u64> = spans.iter().map(|s| s.1).collect();
+                    let count: Vec<u64> = spans.iter().map(|s| s.2).collect();
+                    copy_fixed(
+                        &mut out,
+                        src,
+                        item,
+                        &BlockCopy {
+                            src_shape: unit,
+                            src_start: &src_start,
+                            src_step: &src_step,
+                            dst_shape: &count,
+                            dst_start: &vec![0; count.len()],
+                            count: &count,
+                        },
+                    )
+                    .map_err(|e| ReadError::copy(path, e.to_string()))?;
+                    return Ok(Bytes::from(out));
+                }
+                _ => {} // not fixed-size after all: the general path reports it
+            },
+            None => return Ok(Bytes::from(fill.repeat(sel.len() as usize))),
         }
     }
     match read_region(ctx, path, meta, sel).await? {
@@ -670,13 +710,14 @@ mod tests {
     }
 
     #[test]
-    fn single_unit_is_exactly_one_whole_chunk() {
+    fn one_unit_holds_the_selection() {
         let doc = json!({
             "zarr_format": 2, "shape": [10, 8], "chunks": [4, 1], "dtype": "<f4",
             "compressor": null, "fill_value": 0, "order": "C", "filters": null
         });
         let meta = parse_v2(&doc, None).unwrap();
-        assert_eq!(single_unit(&meta, &sel(&[(4, 1, 4), (3, 1, 1)])), Some(vec![1, 3]));
+        let unit = |coords: Vec<u64>, whole| Some(OneUnit { coords, whole });
+        assert_eq!(one_unit(&meta, &sel(&[(4, 1, 4), (3, 1, 1)])), unit(vec![1, 3], true));
         // An integer on a dimension of chunk length 1 is that chunk too.
         let s = Selection(vec![
             DimSelection::Slice {
@@ -686,15 +727,19 @@ mod tests {
             },
             DimSelection::Index(7),
         ]);
-        assert_eq!(single_unit(&meta, &s), Some(vec![0, 7]));
+        assert_eq!(one_unit(&meta, &s), unit(vec![0, 7], true));
+        // Inside one chunk, but not all of it.
+        assert_eq!(one_unit(&meta, &sel(&[(4, 1, 3), (3, 1, 1)])), unit(vec![1, 3], false));
+        assert_eq!(one_unit(&meta, &sel(&[(4, 3, 2), (3, 1, 1)])), unit(vec![1, 3], false));
+        assert_eq!(one_unit(&meta, &sel(&[(8, 1, 2), (3, 1, 1)])), unit(vec![2, 3], false)); // the edge chunk
         for other in [
-            sel(&[(4, 1, 3), (3, 1, 1)]), // part of a chunk
             sel(&[(2, 1, 4), (3, 1, 1)]), // straddles two
-            sel(&[(0, 2, 4), (3, 1, 1)]), // a step
-            sel(&[(8, 1, 2), (3, 1, 1)]), // the edge chunk, cut by the array
+            sel(&[(0, 2, 4), (3, 1, 1)]), // a step that leaves the chunk
+            sel(&[(0, 1, 4), (3, 1, 2)]), // two chunks along the second dimension
+            sel(&[(4, 1, 0), (3, 1, 1)]), // nothing
             sel(&[(4, 1, 4)]),            // wrong rank
         ] {
-            assert_eq!(single_unit(&meta, &other), None, "{other:?}");
+            assert_eq!(one_unit(&meta, &other), None, "{other:?}");
         }
     }
 }

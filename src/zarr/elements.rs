@@ -176,21 +176,11 @@ impl Elements {
     /// Copies a strided block of `src` into `self`. Both hold the same kind of elements;
     /// `item` is the byte size of fixed-size elements.
     pub fn copy_block(&mut self, src: &Elements, item: usize, copy: &BlockCopy) -> Result<(), CopyError> {
+        if let (Elements::Fixed(dst), Elements::Fixed(src)) = (&mut *self, src) {
+            return copy_fixed(dst, src, item, copy);
+        }
         copy.check(src.count(item), self.count(item))?;
         match (self, src) {
-            (Elements::Fixed(dst), Elements::Fixed(src)) => {
-                copy.for_each_run(|s, d, len, step| {
-                    let (s, d) = (s * item, d * item);
-                    if step == 1 {
-                        dst[d..d + len * item].copy_from_slice(&src[s..s + len * item]);
-                    } else {
-                        for i in 0..len {
-                            let from = s + i * step * item;
-                            dst[d + i * item..d + (i + 1) * item].copy_from_slice(&src[from..from + item]);
-                        }
-                    }
-                });
-            }
             (Elements::Strings(dst), Elements::Strings(src)) => copy_vec(src, dst, copy),
             (Elements::Bytes(dst), Elements::Bytes(src)) => copy_vec(src, dst, copy),
             (Elements::Objects(dst), Elements::Objects(src)) => copy_vec(src, dst, copy),
@@ -198,6 +188,24 @@ impl Elements {
         }
         Ok(())
     }
+}
+
+/// [`Elements::copy_block`] of fixed-size elements (`item` bytes each) between byte buffers.
+pub fn copy_fixed(dst: &mut [u8], src: &[u8], item: usize, copy: &BlockCopy) -> Result<(), CopyError> {
+    let count = |len: usize| len.checked_div(item).unwrap_or(0);
+    copy.check(count(src.len()), count(dst.len()))?;
+    copy.for_each_run(|s, d, len, step| {
+        let (s, d) = (s * item, d * item);
+        if step == 1 {
+            dst[d..d + len * item].copy_from_slice(&src[s..s + len * item]);
+        } else {
+            for i in 0..len {
+                let from = s + i * step * item;
+                dst[d + i * item..d + (i + 1) * item].copy_from_slice(&src[from..from + item]);
+            }
+        }
+    });
+    Ok(())
 }
 
 impl Elements {
