@@ -74,6 +74,9 @@ pub struct ServerConfig {
     pub cors_origins: Vec<String>,
     /// Bearer token protecting /metrics, as `"env:VAR"` (read at start).
     pub metrics_token: Option<String>,
+    /// Most threads reading local files and decoding chunks at once (tokio's blocking pool);
+    /// more work waits for a free thread. Bounds the memory of work in flight.
+    pub blocking_threads: usize,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +85,7 @@ impl Default for ServerConfig {
             bind: "127.0.0.1:8080".into(),
             cors_origins: vec!["*".into()],
             metrics_token: None,
+            blocking_threads: 64,
         }
     }
 }
@@ -400,6 +404,9 @@ impl Config {
         {
             return Err(ConfigError::Invalid("limits must be positive".into()));
         }
+        if self.server.blocking_threads == 0 {
+            return Err(ConfigError::Invalid("server.blocking_threads must be positive".into()));
+        }
         if !(l.request_timeout_s > 0.0 && l.request_timeout_s.is_finite()) {
             return Err(ConfigError::Invalid(
                 "limits.request_timeout_s must be a positive number".into(),
@@ -449,6 +456,19 @@ mod tests {
         assert_eq!(c.limits.max_slice_bytes, 268_435_456);
         assert_eq!(c.cache.chunk_bytes, 536_870_912);
         assert_eq!(c.cache.shard_index_bytes, 67_108_864);
+        assert_eq!(c.server.blocking_threads, 64);
+    }
+
+    #[test]
+    fn blocking_threads_is_configurable_and_positive() {
+        let c = parse("[server]\nblocking_threads = 8\n").unwrap();
+        assert_eq!(c.server.blocking_threads, 8);
+        let err = parse("[server]\nblocking_threads = 0\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.blocking_threads"), "{err}");
     }
 
     #[test]

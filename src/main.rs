@@ -6,8 +6,29 @@ use tracing_subscriber::EnvFilter;
 use zarrgate::config::{Cli, Command, Config, ServeArgs};
 use zarrgate::{AppState, server};
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// Pins glibc's mmap threshold at 128 KiB. By default glibc raises the threshold to the size of
+/// every mmapped block freed (up to 32 MiB), after which decoded chunks (typically 64 KiB to a
+/// few MiB, allocated on one thread and freed on another when the cache evicts them) are carved
+/// out of per-thread arenas that fragment and never shrink: under the load test RSS reached
+/// about twice the chunk cache and kept creeping. With the threshold pinned, every large buffer
+/// is its own mapping, returned to the system when freed, so RSS tracks the cache budget (see
+/// load/README.md). An operator's `MALLOC_MMAP_THRESHOLD_` or `GLIBC_TUNABLES` wins.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn pin_mmap_threshold() {
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() && std::env::var_os("GLIBC_TUNABLES").is_none() {
+        // SAFETY: mallopt only changes allocator parameters; it is called before any other thread
+        // exists, and glibc serialises it against allocations anyway.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn pin_mmap_threshold() {}
+
+fn main() -> ExitCode {
+    pin_mmap_threshold();
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
@@ -27,6 +48,22 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The blocking pool runs local file reads and chunk decoding: its size bounds the memory of
+    // that work in flight (tokio's default of 512 threads lets a burst hold hundreds of buffers).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(config.server.blocking_threads)
+        .build();
+    match runtime {
+        Ok(rt) => rt.block_on(serve(config)),
+        Err(e) => {
+            eprintln!("zarrgate: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve(config: Config) -> ExitCode {
     let addr = match config.bind_addr() {
         Ok(a) => a,
         Err(e) => {
