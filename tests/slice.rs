@@ -408,6 +408,126 @@ async fn large_binary_responses_stream_and_match() {
     );
 }
 
+/// Writes `big` (chunked) and `big_sharded` (shards of 200 x 10000 holding 50 x 5000 inner
+/// chunks, index at the end without checksum) of a 300 x 20000 float32 array with values
+/// `i * 20000 + j`, leaving out the chunks and inner chunks `missing` says; the fill is 7.5.
+fn write_wide_arrays(root: &std::path::Path, missing: impl Fn(u64, u64) -> bool) {
+    let (rows, cols) = (300u64, 20000u64);
+    let raw = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    let block = |r0: u64, c0: u64, nr: u64, nc: u64| -> Vec<u8> {
+        let mut out = Vec::with_capacity((nr * nc * 4) as usize);
+        for i in r0..r0 + nr {
+            for j in c0..c0 + nc {
+                out.extend(((i * cols + j) as f32).to_le_bytes());
+            }
+        }
+        out
+    };
+    write_v3_array(
+        &root.join("big"),
+        &[rows, cols],
+        &[100, 5000],
+        "float32",
+        json!(7.5),
+        raw.clone(),
+    );
+    for ci in 0..3 {
+        for cj in 0..4 {
+            if !missing(ci * 100, cj * 5000) {
+                let p = root.join(format!("big/c/{ci}"));
+                std::fs::create_dir_all(&p).unwrap();
+                std::fs::write(p.join(cj.to_string()), block(ci * 100, cj * 5000, 100, 5000)).unwrap();
+            }
+        }
+    }
+    let sharding = json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [50, 5000], "codecs": raw, "index_location": "end",
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}]);
+    write_v3_array(
+        &root.join("big_sharded"),
+        &[rows, cols],
+        &[200, 10000],
+        "float32",
+        json!(7.5),
+        sharding,
+    );
+    for si in 0..2 {
+        for sj in 0..2 {
+            let (mut data, mut index) = (Vec::new(), Vec::new());
+            for ii in 0..4 {
+                for ij in 0..2 {
+                    let (r0, c0) = (si * 200 + ii * 50, sj * 10000 + ij * 5000);
+                    if r0 >= rows || missing(r0, c0) {
+                        index.extend([u64::MAX.to_le_bytes(), u64::MAX.to_le_bytes()].concat());
+                        continue;
+                    }
+                    let b = block(r0, c0, 50, 5000);
+                    index.extend([(data.len() as u64).to_le_bytes(), (b.len() as u64).to_le_bytes()].concat());
+                    data.extend(b);
+                }
+            }
+            data.extend(index);
+            let p = root.join(format!("big_sharded/c/{si}"));
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join(sj.to_string()), data).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn streamed_responses_hold_every_element_of_wide_sharded_and_sparse_arrays() {
+    let dir = tempfile::tempdir().unwrap();
+    // Missing: the chunk at rows 100..200, columns 5000..10000, and the inner chunks it holds.
+    let missing = |r0: u64, c0: u64| (100..200).contains(&r0) && (5000..10000).contains(&c0);
+    write_wide_arrays(dir.path(), missing);
+    let app = app_for(&[("t", dir.path())]);
+    let value = |i: u64, j: u64| {
+        if missing(i / 50 * 50, j / 5000 * 5000) {
+            7.5
+        } else {
+            (i * 20000 + j) as f32
+        }
+    };
+    // Rows of 80 KB (more than one body buffer each), steps on either dimension; all above
+    // the 8 MiB that makes a response stream.
+    for array in ["big", "big_sharded"] {
+        for (select, starts, steps, counts) in [
+            ("1:300,::2", [1u64, 0], [1u64, 2], [299u64, 10000]),
+            ("1:300:2,:", [1, 0], [2, 1], [150, 20000]),
+            (":,:", [0, 0], [1, 1], [300, 20000]),
+        ] {
+            let r = get(
+                &app,
+                &format!("/api/v1/slice/t/{array}?format=bin&select={select}"),
+                &[],
+            )
+            .await;
+            assert_eq!(r.status, 200, "{array} {select}");
+            assert_eq!(r.body.len() as u64, counts[0] * counts[1] * 4, "{array} {select}");
+            for (k, c) in r.body.chunks_exact(4).enumerate() {
+                let (a, b) = (k as u64 / counts[1], k as u64 % counts[1]);
+                let (i, j) = (starts[0] + a * steps[0], starts[1] + b * steps[1]);
+                let got = f32::from_le_bytes(c.try_into().unwrap());
+                assert_eq!(got, value(i, j), "{array} {select}: element ({i}, {j})");
+            }
+        }
+        let r = get(&app, &format!("/api/v1/slice/t/{array}?format=npy"), &[]).await;
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), &r.body).unwrap();
+        let back = load_npy(file.path());
+        assert_eq!(back.shape, [300, 20000]);
+        let Elements::Fixed(b) = back.elements else { panic!() };
+        for (k, c) in b.chunks_exact(4).enumerate() {
+            let (i, j) = (k as u64 / 20000, k as u64 % 20000);
+            assert_eq!(
+                f32::from_le_bytes(c.try_into().unwrap()),
+                value(i, j),
+                "{array} npy ({i}, {j})"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_warm_request_reads_nothing_from_the_store() {
     for path in [

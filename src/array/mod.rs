@@ -3,5 +3,7 @@
 pub mod read;
 pub mod selection;
 
-pub use read::{ReadContext, ReadError, ReadOptions, read_region, read_region_bytes};
+pub use read::{
+    LoadedRegion, ReadContext, ReadError, ReadOptions, load_region, read_region, read_region_bytes, unit_shape,
+};
 pub use selection::{DimSelection, Selection, SelectionError};

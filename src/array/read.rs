@@ -19,7 +19,7 @@ use crate::codec::CodecError;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
 use crate::store::{ByteRange, Store, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
-use crate::zarr::elements::{BlockCopy, Elements, copy_fixed};
+use crate::zarr::elements::{BlockCopy, Elements, copy_fixed, fill_fixed};
 use crate::zarr::fill::FillValue;
 
 /// Errors of reading a region.
@@ -157,9 +157,17 @@ fn limit_for(meta: &ArrayMeta, elements: u64, opts: &ReadOptions) -> usize {
     }
 }
 
-/// The result being assembled.
+/// Where the decoded units of a read go.
+enum Sink {
+    /// Copied into one result as they arrive.
+    Assemble(Mutex<Elements>),
+    /// Kept, to be copied out later a range of rows at a time ([`LoadedRegion`]).
+    Collect(Mutex<Vec<Piece>>),
+}
+
+/// The result being read.
 struct Output {
-    elements: Mutex<Elements>,
+    sink: Sink,
     shape: Vec<u64>,
     item: usize,
     steps: Vec<u64>,
@@ -171,25 +179,47 @@ struct Output {
 impl Output {
     /// Writes the fill value into the parts of a missing chunk, where it is not already there.
     fn fill(&self, parts: &[CellPart]) -> Result<(), ReadError> {
-        let Some(one) = &self.fill else {
-            return Ok(());
-        };
-        let dst_start: Vec<u64> = parts.iter().map(|p| p.dst_start).collect();
-        let count: Vec<u64> = parts.iter().map(|p| p.count).collect();
-        let mut out = self
-            .elements
-            .lock()
-            .map_err(|_| ReadError::Internal("output lock poisoned".into()))?;
-        out.fill_block(one, &self.shape, &dst_start, &count)
-            .map_err(|e| ReadError::Internal(e.to_string()))
+        let poisoned = || ReadError::Internal("output lock poisoned".into());
+        match &self.sink {
+            Sink::Collect(pieces) => {
+                pieces.lock().map_err(|_| poisoned())?.push(Piece {
+                    block: None,
+                    block_shape: Vec::new(),
+                    parts: parts.to_vec(),
+                });
+                Ok(())
+            }
+            Sink::Assemble(elements) => {
+                let Some(one) = &self.fill else {
+                    return Ok(());
+                };
+                let dst_start: Vec<u64> = parts.iter().map(|p| p.dst_start).collect();
+                let count: Vec<u64> = parts.iter().map(|p| p.count).collect();
+                let mut out = elements.lock().map_err(|_| poisoned())?;
+                out.fill_block(one, &self.shape, &dst_start, &count)
+                    .map_err(|e| ReadError::Internal(e.to_string()))
+            }
+        }
     }
 
-    /// Copies the parts of a decoded block (of `block_shape`) into the result.
-    fn copy(&self, block: &Elements, block_shape: &[u64], parts: &[CellPart]) -> Result<(), String> {
+    /// Copies the parts of a decoded block (of `block_shape`) into the result, or keeps them.
+    fn copy(&self, block: &Arc<Elements>, block_shape: &[u64], parts: &[CellPart]) -> Result<(), String> {
+        let poisoned = || "output lock poisoned".to_string();
+        let elements = match &self.sink {
+            Sink::Collect(pieces) => {
+                pieces.lock().map_err(|_| poisoned())?.push(Piece {
+                    block: Some(block.clone()),
+                    block_shape: block_shape.to_vec(),
+                    parts: parts.to_vec(),
+                });
+                return Ok(());
+            }
+            Sink::Assemble(elements) => elements,
+        };
         let src_start: Vec<u64> = parts.iter().map(|p| p.src_start).collect();
         let dst_start: Vec<u64> = parts.iter().map(|p| p.dst_start).collect();
         let count: Vec<u64> = parts.iter().map(|p| p.count).collect();
-        let mut out = self.elements.lock().map_err(|_| "output lock poisoned".to_string())?;
+        let mut out = elements.lock().map_err(|_| poisoned())?;
         out.copy_block(
             block,
             self.item,
@@ -206,8 +236,143 @@ impl Output {
     }
 }
 
+/// One decoded unit's share of a region: which of its elements go where.
+struct Piece {
+    /// The decoded unit; `None` for a missing one (its share reads as fill).
+    block: Option<Arc<Elements>>,
+    /// The unit's shape.
+    block_shape: Vec<u64>,
+    /// Per dimension, the unit's elements the region takes and where they go.
+    parts: Vec<CellPart>,
+}
+
+/// A region of fixed-size elements whose decoded units are loaded (and held) but not copied
+/// together: its C-order little-endian bytes are written out a range of rows (indices of the
+/// first dimension) at a time. A large response is streamed this way in small buffers that stay
+/// in the CPU cache, instead of being assembled whole in fresh memory first.
+pub struct LoadedRegion {
+    /// The full shape (integer-indexed dimensions kept, with length 1).
+    shape: Vec<u64>,
+    item: usize,
+    steps: Vec<u64>,
+    /// The fill value; written where it is not all zero bytes.
+    fill: Option<Vec<u8>>,
+    pieces: Vec<Piece>,
+    /// Where the pieces came from, for errors.
+    path: StoreKey,
+}
+
+impl LoadedRegion {
+    /// Rows (indices of the first dimension; 1 for a 0-d result).
+    pub fn rows(&self) -> u64 {
+        self.shape.first().copied().unwrap_or(1)
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> u64 {
+        self.shape
+            .iter()
+            .skip(1)
+            .product::<u64>()
+            .saturating_mul(self.item as u64)
+    }
+
+    /// The bytes of rows `rows` (a range within `0..self.rows()`).
+    pub fn write_rows(&self, rows: Range<u64>) -> Result<Vec<u8>, ReadError> {
+        let n = rows.end.saturating_sub(rows.start);
+        let mut out = vec![0u8; (n * self.row_bytes()) as usize];
+        if n == 0 {
+            return Ok(out);
+        }
+        let mut dst_shape = self.shape.clone();
+        if let Some(first) = dst_shape.first_mut() {
+            *first = n;
+        }
+        for piece in &self.pieces {
+            // The piece's rows that fall in `rows`, moved to the band's coordinates.
+            let mut parts = piece.parts.clone();
+            if let Some(p) = parts.first_mut() {
+                let (lo, hi) = (p.dst_start.max(rows.start), (p.dst_start + p.count).min(rows.end));
+                if lo >= hi {
+                    continue;
+                }
+                p.src_start += (lo - p.dst_start) * self.steps[0];
+                p.dst_start = lo - rows.start;
+                p.count = hi - lo;
+            }
+            let dst_start: Vec<u64> = parts.iter().map(|p| p.dst_start).collect();
+            let count: Vec<u64> = parts.iter().map(|p| p.count).collect();
+            let result = match &piece.block {
+                Some(block) => {
+                    let Elements::Fixed(src) = &**block else {
+                        return Err(ReadError::Unsupported(
+                            "variable-length elements have no fixed-size bytes".into(),
+                        ));
+                    };
+                    let src_start: Vec<u64> = parts.iter().map(|p| p.src_start).collect();
+                    copy_fixed(
+                        &mut out,
+                        src,
+                        self.item,
+                        &BlockCopy {
+                            src_shape: &piece.block_shape,
+                            src_start: &src_start,
+                            src_step: &self.steps,
+                            dst_shape: &dst_shape,
+                            dst_start: &dst_start,
+                            count: &count,
+                        },
+                    )
+                }
+                None => match &self.fill {
+                    Some(one) => fill_fixed(&mut out, one, &dst_shape, &dst_start, &count),
+                    None => Ok(()),
+                },
+            };
+            result.map_err(|e| ReadError::copy(&self.path, e.to_string()))?;
+        }
+        Ok(out)
+    }
+}
+
+/// Loads the decoded units that `sel` of an array of fixed-size elements touches, for writing
+/// the region out later row by row ([`LoadedRegion::write_rows`]).
+pub async fn load_region(
+    ctx: &ReadContext,
+    path: &StoreKey,
+    meta: Arc<ArrayMeta>,
+    sel: &Selection,
+) -> Result<LoadedRegion, ReadError> {
+    let FillValue::Fixed(one) = &meta.fill else {
+        return Err(ReadError::Unsupported(
+            "variable-length elements have no fixed-size bytes".into(),
+        ));
+    };
+    let output = Output {
+        sink: Sink::Collect(Mutex::new(Vec::new())),
+        shape: sel.full_shape(),
+        item: one.len(),
+        steps: sel.0.iter().map(|d| d.span().1).collect(),
+        fill: one.iter().any(|&b| b != 0).then(|| one.clone()),
+    };
+    let output = read_into(ctx, path, &meta, sel, output).await?;
+    let Sink::Collect(pieces) = output.sink else {
+        return Err(ReadError::Internal("loaded region without pieces".into()));
+    };
+    Ok(LoadedRegion {
+        shape: output.shape,
+        item: output.item,
+        steps: output.steps,
+        fill: output.fill,
+        pieces: pieces
+            .into_inner()
+            .map_err(|_| ReadError::Internal("output lock poisoned".into()))?,
+        path: path.clone(),
+    })
+}
+
 /// The unit that is decoded whole: an inner chunk of a shard, or a chunk.
-fn unit_shape(meta: &ArrayMeta) -> &[u64] {
+pub fn unit_shape(meta: &ArrayMeta) -> &[u64] {
     meta.chain.sharding().map_or(&meta.chunk_shape, |s| &s.inner_shape)
 }
 
@@ -379,8 +544,6 @@ pub async fn read_region(
     meta: Arc<ArrayMeta>,
     sel: &Selection,
 ) -> Result<Elements, ReadError> {
-    // The unit that is decoded whole: an inner chunk of a shard, or a chunk.
-    check_unit(ctx, &meta)?;
     let total = sel.len() as usize;
     // Fixed-size results start zeroed (fresh pages cost nothing until written) rather than
     // filled: every element is either copied from a chunk or, for missing chunks, filled.
@@ -390,16 +553,35 @@ pub async fn read_region(
         }
         other => (Elements::filled(other, total), None),
     };
-    let output = Arc::new(Output {
-        elements: Mutex::new(elements),
+    let output = Output {
+        sink: Sink::Assemble(Mutex::new(elements)),
         shape: sel.full_shape(),
         item: meta.dtype.item_size().unwrap_or(0),
         steps: sel.0.iter().map(|d| d.span().1).collect(),
         fill,
-    });
-    if total == 0 {
-        return Ok(Elements::filled(&meta.fill, 0));
+    };
+    match read_into(ctx, path, &meta, sel, output).await?.sink {
+        Sink::Assemble(elements) => elements
+            .into_inner()
+            .map_err(|_| ReadError::Internal("output lock poisoned".into())),
+        Sink::Collect(_) => Err(ReadError::Internal("read without a result".into())),
     }
+}
+
+/// Reads every stored object `sel` touches into `output`.
+async fn read_into(
+    ctx: &ReadContext,
+    path: &StoreKey,
+    meta: &Arc<ArrayMeta>,
+    sel: &Selection,
+    output: Output,
+) -> Result<Output, ReadError> {
+    // The unit that is decoded whole: an inner chunk of a shard, or a chunk.
+    check_unit(ctx, meta)?;
+    if sel.is_empty() {
+        return Ok(output);
+    }
+    let output = Arc::new(output);
     let plan: Vec<Vec<CellPart>> = sel
         .0
         .iter()
@@ -424,11 +606,7 @@ pub async fn read_region(
         .buffer_unordered(ctx.opts.concurrency.max(1))
         .try_collect::<Vec<()>>()
         .await?;
-    let output = Arc::try_unwrap(output).map_err(|_| ReadError::Internal("output still shared".into()))?;
-    output
-        .elements
-        .into_inner()
-        .map_err(|_| ReadError::Internal("output lock poisoned".into()))
+    Arc::try_unwrap(output).map_err(|_| ReadError::Internal("output still shared".into()))
 }
 
 /// Decodes `bytes` with the array's chain (or, `inner`, the shard's inner chain) on the
@@ -469,7 +647,7 @@ async fn copy_out(
     key: &StoreKey,
 ) -> Result<(), ReadError> {
     let n: u64 = parts.iter().map(|p| p.count).product();
-    if n < 16 * 1024 {
+    if n < 16 * 1024 || matches!(output.sink, Sink::Collect(_)) {
         return output.copy(&block, &shape, &parts).map_err(|m| ReadError::copy(key, m));
     }
     let (output, key) = (output.clone(), key.clone());

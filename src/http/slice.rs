@@ -8,11 +8,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::Response;
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{StreamExt, stream};
 use serde::Deserialize;
 
 use crate::array::selection::{cells, cells_touched};
-use crate::array::{DimSelection, ReadContext, Selection, read_region, read_region_bytes};
+use crate::array::{
+    DimSelection, LoadedRegion, ReadContext, ReadError, Selection, load_region, read_region, read_region_bytes,
+    unit_shape,
+};
 use crate::error::ApiError;
 use crate::format::png::{Colormap, PngOptions};
 use crate::format::{Format, Region, bin, csv, json, png};
@@ -21,8 +24,11 @@ use crate::store::StoreKey;
 use crate::zarr::ArrayMeta;
 use crate::zarr::fill::FillValue;
 
-/// Bytes a streamed band aims for.
+/// Bytes a streamed band aims for: the decoded units it touches are loaded (and held) together.
 const BAND_BYTES: u64 = 8 << 20;
+/// Bytes of one body buffer a band is written out in: small enough to stay in the CPU cache
+/// and below the allocator's mmap threshold, so buffers are reused rather than faulted in.
+const PIECE_BYTES: u64 = 64 << 10;
 /// Results of at most this many elements are encoded (JSON, CSV, PNG, strings) on the request's
 /// own task: for them a hop to the blocking pool costs more than the encoding.
 const INLINE_ENCODE_ELEMENTS: u64 = 16 * 1024;
@@ -184,8 +190,8 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         .map_err(|_| ApiError::Internal)
 }
 
-/// Splits a selection along its first dimension into bands of whole chunk rows of about
-/// [`BAND_BYTES`].
+/// Splits a selection along its first dimension into bands of whole rows of decode units
+/// (chunks, or inner chunks of shards) of about [`BAND_BYTES`].
 fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
     let Some(&first) = sel.0.first() else {
         return vec![sel.clone()];
@@ -194,7 +200,7 @@ fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
     let row_bytes = (sel.len() / first.span().2.max(1)).saturating_mul(meta.dtype.item_size().unwrap_or(1) as u64);
     let mut out = Vec::new();
     let mut pending: Option<(u64, u64)> = None; // (first k, count)
-    for part in cells(first, meta.chunk_shape[0], 0, 0, meta.shape[0]) {
+    for part in cells(first, unit_shape(meta)[0], 0, 0, meta.shape[0]) {
         let (k0, n) = match pending {
             Some((k0, n)) => (k0, n + part.count),
             None => (part.dst_start, part.count),
@@ -223,7 +229,25 @@ fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
         .collect()
 }
 
-/// Streams a large bin/npy response band by band, so memory holds about two bands.
+/// The bytes of a loaded band in buffers of about [`PIECE_BYTES`] (whole rows each).
+fn band_pieces(band: LoadedRegion) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    let band = Arc::new(band);
+    let rows = band.rows();
+    let per_piece = (PIECE_BYTES / band.row_bytes().max(1)).max(1);
+    stream::iter((0..rows).step_by(per_piece as usize)).map(move |r| {
+        band.write_rows(r..(r + per_piece).min(rows))
+            .map(Bytes::from)
+            .map_err(|e| {
+                tracing::error!(error = %e, "slice stream failed after the response started");
+                std::io::Error::other("read failed")
+            })
+    })
+}
+
+/// Streams a large bin/npy response band by band. A band's decoded units are loaded by a task
+/// of its own while the band before it is written out, so decoding and sending overlap; each
+/// band is copied out in small buffers, so memory holds the units of about two bands and no
+/// assembled copy of them.
 async fn stream_bands(
     ctx: ReadContext,
     path: StoreKey,
@@ -239,25 +263,33 @@ async fn stream_bands(
     };
     let length = header.len() as u64 + sel.len() * item;
     let mut bands = bands(&meta, &sel).into_iter();
-    // The first band is read before answering, so that common errors still get a status.
-    let first = match bands.next() {
-        Some(b) => read_region_bytes(&ctx, &path, meta.clone(), &b).await?,
-        None => Bytes::new(),
+    // The first band is loaded before answering, so that common errors still get a status.
+    let Some(first) = bands.next() else {
+        return Err(ApiError::Internal);
     };
+    let first = load_region(&ctx, &path, meta.clone(), &first).await?;
     let rest = stream::iter(bands)
         .map(move |band| {
             let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
-            async move {
-                read_region_bytes(&ctx, &path, meta, &band).await.map_err(|e| {
-                    tracing::error!(error = %e, "slice stream failed after the response started");
-                    std::io::Error::other("read failed")
-                })
+            tokio::spawn(async move { load_region(&ctx, &path, meta, &band).await })
+        })
+        .buffered(2)
+        .map(|loaded| match loaded {
+            Ok(Ok(band)) => Ok(band),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(ReadError::Internal(format!("band task failed: {e}"))),
+        })
+        .map(|band| match band {
+            Ok(band) => band_pieces(band).left_stream(),
+            Err(e) => {
+                tracing::error!(error = %e, "slice stream failed after the response started");
+                stream::iter([Err(std::io::Error::other("read failed"))]).right_stream()
             }
         })
-        .buffered(2);
-    let body = stream::iter([Ok::<Bytes, std::io::Error>(header), Ok(first)])
-        .chain(rest)
-        .into_stream();
+        .flatten();
+    let body = stream::iter([Ok::<Bytes, std::io::Error>(header)])
+        .chain(band_pieces(first))
+        .chain(rest);
     response
         .header(header::CONTENT_LENGTH, HeaderValue::from(length))
         .body(Body::from_stream(body))

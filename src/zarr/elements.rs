@@ -208,6 +208,32 @@ pub fn copy_fixed(dst: &mut [u8], src: &[u8], item: usize, copy: &BlockCopy) -> 
     Ok(())
 }
 
+/// Writes the fixed-size element `one` into a block of the C-order byte array `dst` of `shape`:
+/// the `count` elements per dimension from `start`.
+pub fn fill_fixed(dst: &mut [u8], one: &[u8], shape: &[u64], start: &[u64], count: &[u64]) -> Result<(), CopyError> {
+    let item = one.len();
+    if item == 0 {
+        return Ok(());
+    }
+    let zeros = vec![0; count.len()];
+    let ones = vec![1; count.len()];
+    let copy = BlockCopy {
+        src_shape: count,
+        src_start: &zeros,
+        src_step: &ones,
+        dst_shape: shape,
+        dst_start: start,
+        count,
+    };
+    copy.check(count.iter().product::<u64>() as usize, dst.len() / item)?;
+    copy.for_each_run(|_, d, len, _| {
+        for slot in dst[d * item..(d + len) * item].chunks_exact_mut(item) {
+            slot.copy_from_slice(one);
+        }
+    });
+    Ok(())
+}
+
 impl Elements {
     /// Writes the fixed-size element `one` into a block of this C-order array of `shape`: the
     /// `count` elements per dimension from `start`.
@@ -215,27 +241,7 @@ impl Elements {
         let Elements::Fixed(dst) = self else {
             return Err(CopyError("only fixed-size elements are filled by block".into()));
         };
-        let item = one.len();
-        if item == 0 {
-            return Ok(());
-        }
-        let zeros = vec![0; count.len()];
-        let ones = vec![1; count.len()];
-        let copy = BlockCopy {
-            src_shape: count,
-            src_start: &zeros,
-            src_step: &ones,
-            dst_shape: shape,
-            dst_start: start,
-            count,
-        };
-        copy.check(count.iter().product::<u64>() as usize, dst.len() / item)?;
-        copy.for_each_run(|_, d, len, _| {
-            for slot in dst[d * item..(d + len) * item].chunks_exact_mut(item) {
-                slot.copy_from_slice(one);
-            }
-        });
-        Ok(())
+        fill_fixed(dst, one, shape, start, count)
     }
 }
 
