@@ -6,29 +6,45 @@ use tracing_subscriber::EnvFilter;
 use zarrgate::config::{Cli, Command, Config, ServeArgs};
 use zarrgate::{AppState, server};
 
-/// Pins glibc's mmap threshold at 128 KiB. By default glibc raises the threshold to the size of
-/// every mmapped block freed (up to 32 MiB), after which decoded chunks (typically 64 KiB to a
-/// few MiB, allocated on one thread and freed on another when the cache evicts them) are carved
-/// out of per-thread arenas that fragment and never shrink: under the load test RSS reached
-/// about twice the chunk cache and kept creeping. With the threshold pinned, every large buffer
-/// is its own mapping, returned to the system when freed, so RSS tracks the cache budget (see
-/// load/README.md). An operator's `MALLOC_MMAP_THRESHOLD_` or `GLIBC_TUNABLES` wins.
+/// Tunes glibc's malloc for a server whose big buffers live long (decoded chunks in the cache)
+/// and whose small ones are short-lived (read buffers, response pieces).
+///
+/// - The mmap threshold is pinned at 128 KiB. By default glibc raises it to the size of every
+///   mmapped block freed (up to 32 MiB), after which decoded chunks (typically 64 KiB to a few
+///   MiB, allocated on one thread and freed on another when the cache evicts them) are carved
+///   out of per-thread arenas that fragment and never shrink: under the load test RSS reached
+///   about twice the chunk cache and kept creeping. Pinned, every large buffer is its own
+///   mapping, returned to the system when freed, so RSS tracks the cache budget.
+/// - The trim threshold is raised from 128 KiB to 4 MiB: pinning the mmap threshold also pins
+///   the trim threshold, and at 128 KiB every freed 64 KiB response piece gave its pages back
+///   and the next one faulted them in again (a streamed 64 MiB slice took twice as long).
+///
+/// See load/README.md and bench/README.md. An operator's `MALLOC_MMAP_THRESHOLD_`,
+/// `MALLOC_TRIM_THRESHOLD_` or `GLIBC_TUNABLES` wins.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn pin_mmap_threshold() {
-    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() && std::env::var_os("GLIBC_TUNABLES").is_none() {
-        // SAFETY: mallopt only changes allocator parameters; it is called before any other thread
-        // exists, and glibc serialises it against allocations anyway.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+fn tune_allocator() {
+    if std::env::var_os("GLIBC_TUNABLES").is_some() {
+        return;
+    }
+    for (var, param, value) in [
+        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, 128 << 10),
+        ("MALLOC_TRIM_THRESHOLD_", libc::M_TRIM_THRESHOLD, 4 << 20),
+    ] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: mallopt only changes allocator parameters; it runs before any other
+            // thread exists, and glibc serialises it against allocations anyway.
+            unsafe {
+                libc::mallopt(param, value);
+            }
         }
     }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn pin_mmap_threshold() {}
+fn tune_allocator() {}
 
 fn main() -> ExitCode {
-    pin_mmap_threshold();
+    tune_allocator();
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,

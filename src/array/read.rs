@@ -16,6 +16,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use super::selection::{CellPart, DimSelection, Selection, cells};
 use crate::cache::{CachedChunk, CachedIndex, Caches, ChunkId, cached};
 use crate::codec::CodecError;
+use crate::codec::chain::CodecChain;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
 use crate::store::{ByteRange, Store, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
@@ -521,16 +522,8 @@ async fn read_unit(
     else {
         return Ok(None);
     };
-    let load = async {
-        match ctx
-            .store
-            .get_range_bytes(&key, ByteRange::Bounded(range.start, range.end))
-            .await?
-        {
-            None => Ok::<CachedChunk, ReadError>(None), // the shard vanished between requests
-            Some((bytes, _)) => decode(ctx, meta, &key, bytes, true).await.map(Some),
-        }
-    };
+    // `None` if the shard vanished between requests.
+    let load = read_and_decode(ctx, meta, &key, Some(ByteRange::Bounded(range.start, range.end)));
     match &ctx.caches {
         Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(&key, Some(number)), load).await?),
         None => load.await,
@@ -618,24 +611,70 @@ async fn decode(
     bytes: Bytes,
     inner: bool,
 ) -> Result<Arc<Elements>, ReadError> {
-    let (meta, key, caches) = (meta.clone(), key.clone(), ctx.caches.clone());
-    let opts = ctx.opts.clone();
+    let decoder = Decoder::new(ctx, meta, key, inner);
     tokio::task::spawn_blocking(move || {
-        let (chain, shape) = match (inner, meta.chain.sharding()) {
-            (true, Some(s)) => (&s.inner, &s.inner_shape),
-            _ => (&meta.chain, &meta.chunk_shape),
-        };
-        let limit = limit_for(&meta, shape.iter().product(), &opts);
-        if let Some(c) = &caches {
-            c.decodes.fetch_add(1, Ordering::Relaxed);
-        }
-        chain
-            .decode_bytes(bytes, shape, &meta.fill, limit)
-            .map(Arc::new)
-            .map_err(|e| ReadError::codec(&key, e))
+        decoder.decode(|chain, shape, fill, limit| chain.decode_bytes(bytes, shape, fill, limit))
     })
     .await
     .map_err(|e| ReadError::Internal(format!("decode task failed: {e}")))?
+}
+
+/// Reads a stored unit (`range` of `key`: an inner chunk; `None`: a whole chunk) and decodes it
+/// in the same trip to the blocking pool where the store allows; `None` when it is missing.
+async fn read_and_decode(
+    ctx: &ReadContext,
+    meta: &Arc<ArrayMeta>,
+    key: &StoreKey,
+    range: Option<ByteRange>,
+) -> Result<CachedChunk, ReadError> {
+    let decoder = Decoder::new(ctx, meta, key, range.is_some());
+    let decoded = ctx
+        .store
+        .read_with(key, range, move |bytes, _| {
+            decoder.decode(|chain, shape, fill, limit| chain.decode(bytes, shape, fill, limit))
+        })
+        .await?;
+    decoded.transpose()
+}
+
+/// What decoding one stored unit of an array needs, owned, for the blocking pool.
+struct Decoder {
+    meta: Arc<ArrayMeta>,
+    key: StoreKey,
+    inner: bool,
+    caches: Option<Arc<Caches>>,
+    opts: ReadOptions,
+}
+
+impl Decoder {
+    fn new(ctx: &ReadContext, meta: &Arc<ArrayMeta>, key: &StoreKey, inner: bool) -> Self {
+        Self {
+            meta: meta.clone(),
+            key: key.clone(),
+            inner,
+            caches: ctx.caches.clone(),
+            opts: ctx.opts.clone(),
+        }
+    }
+
+    /// Runs `run` with the chain, shape, fill and size limit of the unit.
+    fn decode(
+        &self,
+        run: impl FnOnce(&CodecChain, &[u64], &FillValue, usize) -> Result<Elements, CodecError>,
+    ) -> Result<Arc<Elements>, ReadError> {
+        let meta = &self.meta;
+        let (chain, shape) = match (self.inner, meta.chain.sharding()) {
+            (true, Some(s)) => (&s.inner, &s.inner_shape),
+            _ => (&meta.chain, &meta.chunk_shape),
+        };
+        let limit = limit_for(meta, shape.iter().product(), &self.opts);
+        if let Some(c) = &self.caches {
+            c.decodes.fetch_add(1, Ordering::Relaxed);
+        }
+        run(chain, shape, &meta.fill, limit)
+            .map(Arc::new)
+            .map_err(|e| ReadError::codec(&self.key, e))
+    }
 }
 
 /// Copies on the blocking pool when the block is large, inline when it is small.
@@ -662,12 +701,7 @@ async fn copy_out(
 
 /// A whole decoded chunk of an unsharded array, through the cache.
 async fn load_chunk(ctx: &ReadContext, key: &StoreKey, meta: &Arc<ArrayMeta>) -> Result<CachedChunk, ReadError> {
-    let load = async {
-        match ctx.store.get_bytes(key).await? {
-            None => Ok::<CachedChunk, ReadError>(None),
-            Some(bytes) => decode(ctx, meta, key, bytes, false).await.map(Some),
-        }
-    };
+    let load = read_and_decode(ctx, meta, key, None);
     match &ctx.caches {
         Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(key, None), load).await?),
         None => load.await,

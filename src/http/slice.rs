@@ -29,6 +29,8 @@ const BAND_BYTES: u64 = 8 << 20;
 /// Bytes of one body buffer a band is written out in: small enough to stay in the CPU cache
 /// and below the allocator's mmap threshold, so buffers are reused rather than faulted in.
 const PIECE_BYTES: u64 = 64 << 10;
+/// Bands of a streamed response loading at once.
+const BANDS_AHEAD: usize = 3;
 /// Results of at most this many elements are encoded (JSON, CSV, PNG, strings) on the request's
 /// own task: for them a hop to the blocking pool costs more than the encoding.
 const INLINE_ENCODE_ELEMENTS: u64 = 16 * 1024;
@@ -245,8 +247,8 @@ fn band_pieces(band: LoadedRegion) -> impl futures::Stream<Item = Result<Bytes, 
 }
 
 /// Streams a large bin/npy response band by band. A band's decoded units are loaded by a task
-/// of its own while the band before it is written out, so decoding and sending overlap; each
-/// band is copied out in small buffers, so memory holds the units of about two bands and no
+/// of its own while the bands before it are written out, so decoding and sending overlap; each
+/// band is copied out in small buffers, so memory holds the units of a few bands and no
 /// assembled copy of them.
 async fn stream_bands(
     ctx: ReadContext,
@@ -262,23 +264,25 @@ async fn stream_bands(
         _ => Bytes::new(),
     };
     let length = header.len() as u64 + sel.len() * item;
-    let mut bands = bands(&meta, &sel).into_iter();
-    // The first band is loaded before answering, so that common errors still get a status.
-    let Some(first) = bands.next() else {
-        return Err(ApiError::Internal);
-    };
-    let first = load_region(&ctx, &path, meta.clone(), &first).await?;
-    let rest = stream::iter(bands)
+    // Each band is loaded by a task of its own, up to BANDS_AHEAD at once, from the start: the
+    // bands after the first are decoding while the first is awaited and sent.
+    let mut loads = stream::iter(bands(&meta, &sel))
         .map(move |band| {
             let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
             tokio::spawn(async move { load_region(&ctx, &path, meta, &band).await })
         })
-        .buffered(2)
+        .buffered(BANDS_AHEAD)
         .map(|loaded| match loaded {
             Ok(Ok(band)) => Ok(band),
             Ok(Err(e)) => Err(e),
             Err(e) => Err(ReadError::Internal(format!("band task failed: {e}"))),
-        })
+        });
+    // The first band is loaded before answering, so that common errors still get a status.
+    let first = match loads.next().await {
+        Some(band) => band?,
+        None => return Err(ApiError::Internal),
+    };
+    let rest = loads
         .map(|band| match band {
             Ok(band) => band_pieces(band).left_stream(),
             Err(e) => {

@@ -147,6 +147,50 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     fn resolves_ranges(&self) -> bool {
         false
     }
+
+    /// For stores read by blocking calls (local files): a reader that [`Store::read_with`] runs
+    /// on the blocking pool together with the work on the bytes. `None` (the default): bytes are
+    /// fetched with [`Backend::get`] first.
+    fn blocking_reader(&self) -> Option<Arc<dyn BlockingRead>> {
+        None
+    }
+}
+
+/// Reads objects with blocking calls, into a buffer the caller provides.
+pub trait BlockingRead: Send + Sync + fmt::Debug {
+    /// Reads `range` of `key` (all of it when `None`) into `buf`, replacing its contents, and
+    /// returns the object's size; `None` when it does not exist.
+    fn read_into(&self, key: &StoreKey, range: Option<ByteRange>, buf: &mut Vec<u8>)
+    -> Result<Option<u64>, StoreError>;
+}
+
+/// Read buffers kept for reuse by [`Store::read_with`], at most this many bytes in all: bytes
+/// read into memory the process already has cost no page faults.
+const SPARE_READ_BYTES: usize = 16 << 20;
+/// Read buffers larger than this are not kept.
+const SPARE_READ_MAX: usize = 4 << 20;
+
+static SPARE_READS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+fn take_read_buffer() -> Vec<u8> {
+    SPARE_READS
+        .lock()
+        .ok()
+        .and_then(|mut spare| spare.pop())
+        .unwrap_or_default()
+}
+
+fn keep_read_buffer(mut buf: Vec<u8>) {
+    if buf.capacity() > SPARE_READ_MAX {
+        return;
+    }
+    buf.clear();
+    if let Ok(mut spare) = SPARE_READS.lock() {
+        let kept: usize = spare.iter().map(Vec::capacity).sum();
+        if kept + buf.capacity() <= SPARE_READ_BYTES {
+            spare.push(buf);
+        }
+    }
 }
 
 /// A cheap, clonable handle to a backend.
@@ -187,6 +231,45 @@ impl Store {
         }
     }
 
+    /// Reads `range` of an object (all of it when `None`) and runs `work` on its bytes and the
+    /// object's size on the blocking pool; `None` when the object does not exist. Local files
+    /// are read in the same blocking call, into a reused buffer: one trip to the blocking pool
+    /// and no fresh memory for bytes that only live until `work` is done with them.
+    pub async fn read_with<R: Send + 'static>(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        work: impl FnOnce(&[u8], u64) -> R + Send + 'static,
+    ) -> Result<Option<R>, StoreError> {
+        let joined = |e: tokio::task::JoinError| StoreError::Io(format!("blocking task: {e}"));
+        if let Some(reader) = self.0.blocking_reader() {
+            let key = key.clone();
+            return tokio::task::spawn_blocking(move || {
+                let mut buf = take_read_buffer();
+                let done = reader
+                    .read_into(&key, range, &mut buf)
+                    .map(|size| size.map(|size| work(&buf, size)));
+                keep_read_buffer(buf);
+                done
+            })
+            .await
+            .map_err(joined)?;
+        }
+        let fetched = match range {
+            None => self.get_bytes(key).await?.map(|b| {
+                let size = b.len() as u64;
+                (b, size)
+            }),
+            Some(r) => self.get_range_bytes(key, r).await?,
+        };
+        let Some((bytes, size)) = fetched else {
+            return Ok(None);
+        };
+        tokio::task::spawn_blocking(move || Some(work(&bytes, size)))
+            .await
+            .map_err(joined)
+    }
+
     /// Reads a range of an object into memory, with the object's total size.
     pub async fn get_range_bytes(&self, key: &StoreKey, range: ByteRange) -> Result<Option<(Bytes, u64)>, StoreError> {
         match self.get(key, Some(range)).await? {
@@ -210,7 +293,47 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::ByteRange;
+    use super::{ByteRange, Store, StoreKey, open_local};
+
+    /// Reads through reused buffers hand `work` exactly the bytes asked for, whatever an
+    /// earlier, larger read left in the buffer, and the same bytes a plain `get` returns.
+    #[tokio::test]
+    async fn read_with_gives_exactly_the_bytes_of_the_range() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("big"), vec![0xab; 300_000]).unwrap();
+        std::fs::write(dir.path().join("small"), b"hello").unwrap();
+        let store = Store::new(open_local(dir.path()).unwrap());
+        let key = |k: &str| StoreKey::new(k).unwrap();
+        let read = |k: &'static str, r: Option<ByteRange>| {
+            let store = store.clone();
+            async move { store.read_with(&key(k), r, |b, size| (b.to_vec(), size)).await.unwrap() }
+        };
+        for _ in 0..4 {
+            let (big, size) = read("big", None).await.unwrap();
+            assert_eq!((big.len(), size), (300_000, 300_000));
+            assert!(big.iter().all(|&b| b == 0xab));
+            assert_eq!(read("small", None).await, Some((b"hello".to_vec(), 5)));
+            assert_eq!(
+                read("small", Some(ByteRange::Bounded(1, 3))).await,
+                Some((b"el".to_vec(), 5))
+            );
+            assert_eq!(
+                read("small", Some(ByteRange::Suffix(2))).await,
+                Some((b"lo".to_vec(), 5))
+            );
+            assert_eq!(read("missing", None).await, None);
+        }
+        let plain = store
+            .get_range_bytes(&key("big"), ByteRange::From(299_990))
+            .await
+            .unwrap();
+        let via = read("big", Some(ByteRange::From(299_990))).await;
+        assert_eq!(plain.map(|(b, n)| (b.to_vec(), n)), via);
+        let past_end = store
+            .read_with(&key("small"), Some(ByteRange::From(9)), |b, _| b.len())
+            .await;
+        assert!(past_end.is_err(), "an unsatisfiable range is an error, not bytes");
+    }
 
     #[test]
     fn ranges_resolve_like_http() {

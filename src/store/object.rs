@@ -14,7 +14,7 @@ use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectSt
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use super::{Backend, ByteRange, GetObject, Listing, ObjectMeta, StoreError, StoreKey, body_stream};
+use super::{Backend, BlockingRead, ByteRange, GetObject, Listing, ObjectMeta, StoreError, StoreKey, body_stream};
 
 /// Buffer size for streaming local files: large enough that a big shard does not cost a
 /// blocking-pool hop per few KiB, small enough to keep memory per response bounded.
@@ -242,8 +242,53 @@ impl From<std::io::Error> for StoreError {
     }
 }
 
+/// Blocking reads of the files under a local root.
+#[derive(Debug)]
+struct LocalFiles {
+    root: PathBuf,
+}
+
+impl BlockingRead for LocalFiles {
+    fn read_into(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<u64>, StoreError> {
+        use std::io::{Read, Seek};
+        let LocalFile::Found(meta, mut file) = open_local_file(&self.root, key)? else {
+            return Ok(None);
+        };
+        let range = match range {
+            None => 0..meta.size,
+            Some(r) => r.resolve(meta.size).ok_or(StoreError::Range {
+                start: 0,
+                end: 0,
+                size: meta.size,
+            })?,
+        };
+        buf.clear();
+        file.seek(std::io::SeekFrom::Start(range.start))?;
+        let want = range.end - range.start;
+        buf.reserve(usize::try_from(want).map_err(|_| StoreError::Io(format!("{key}: too large to read")))?);
+        file.take(want).read_to_end(buf)?;
+        if buf.len() as u64 != want {
+            return Err(StoreError::Io(format!(
+                "{key}: short read ({} of {want} bytes)",
+                buf.len()
+            )));
+        }
+        Ok(Some(meta.size))
+    }
+}
+
 #[async_trait]
 impl Backend for ObjectStoreBackend {
+    fn blocking_reader(&self) -> Option<Arc<dyn BlockingRead>> {
+        let root = self.local_root.clone()?;
+        Some(Arc::new(LocalFiles { root }))
+    }
+
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
         if key.is_root() {
             return Ok(None);
