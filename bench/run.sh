@@ -344,6 +344,23 @@ for ds in sharded unsharded blosc_v2; do
             record slice "${ds}_${reg}_warm" zarrgate_s "$(curl_time "$url" "${RBYTES[$reg]}")"
         done
         record memory "slice_${ds}_${reg}_warm" vmhwm_mib "$(($(hwm_kib) / 1024))"
+        # Cold in a running server: a fresh server warmed up by one slice of another array, then
+        # each run reads a region of the same size that this server has not read before (the
+        # page cache dropped first). Unlike the restart above, no process start-up is timed.
+        log "slice $ds $reg: zarrgate cold in a running server (distinct regions)"
+        stop_zg
+        start_zg
+        curl -sf -o /dev/null "$ZG/api/v1/slice/bench/small/zstd.zarr?select=0:512,0:512&format=bin"
+        side=$((${RBYTES[$reg]} == (64 << 20) ? 4096 : 8192))
+        per_row=$((16384 / side))
+        for run in $(seq 0 $((RUNS - 1))); do
+            [ "$run" -lt $((per_row * per_row)) ] || break
+            r0=$(((run / per_row) * side))
+            c0=$(((run % per_row) * side))
+            drop_caches
+            record slice "${ds}_${reg}_cold_running" zarrgate_s \
+                "$(curl_time "$(slice_url "$ds.zarr" "$r0:$((r0 + side)),$c0:$((c0 + side))")" "${RBYTES[$reg]}")"
+        done
         for reader in ts zarr; do
             log "slice $ds $reg: $reader cold and warm"
             drop=""
