@@ -157,6 +157,27 @@ fn open_local_file(root: &FsPath, key: &StoreKey) -> Result<LocalFile, StoreErro
     Ok(LocalFile::Found(local_meta(&meta), file))
 }
 
+/// Opens `key` under `root` and resolves `range` against its size (all of it when `None`);
+/// `None` when the file does not exist, [`StoreError::Range`] when the range is unsatisfiable.
+fn open_local_range(
+    root: &FsPath,
+    key: &StoreKey,
+    range: Option<ByteRange>,
+) -> Result<Option<(ObjectMeta, Range<u64>, std::fs::File)>, StoreError> {
+    let LocalFile::Found(meta, file) = open_local_file(root, key)? else {
+        return Ok(None);
+    };
+    let range = match range {
+        None => 0..meta.size,
+        Some(r) => r.resolve(meta.size).ok_or(StoreError::Range {
+            start: 0,
+            end: 0,
+            size: meta.size,
+        })?,
+    };
+    Ok(Some((meta, range, file)))
+}
+
 impl ObjectStoreBackend {
     async fn local_head(&self, root: PathBuf, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
         let key = key.clone();
@@ -178,16 +199,8 @@ impl ObjectStoreBackend {
         let key = key.clone();
         // Open, check and (for small ranges) read in one trip to the blocking pool.
         let opened = tokio::task::spawn_blocking(move || -> Result<LocalRead, StoreError> {
-            let LocalFile::Found(meta, mut file) = open_local_file(&root, &key)? else {
+            let Some((meta, range, mut file)) = open_local_range(&root, &key, range)? else {
                 return Ok(None);
-            };
-            let range = match range {
-                None => 0..meta.size,
-                Some(r) => r.resolve(meta.size).ok_or(StoreError::Range {
-                    start: 0,
-                    end: 0,
-                    size: meta.size,
-                })?,
             };
             if range.end - range.start <= SMALL_READ {
                 use std::io::{Read, Seek};
@@ -256,16 +269,8 @@ impl BlockingRead for LocalFiles {
         buf: &mut Vec<u8>,
     ) -> Result<Option<u64>, StoreError> {
         use std::io::{Read, Seek};
-        let LocalFile::Found(meta, mut file) = open_local_file(&self.root, key)? else {
+        let Some((meta, range, mut file)) = open_local_range(&self.root, key, range)? else {
             return Ok(None);
-        };
-        let range = match range {
-            None => 0..meta.size,
-            Some(r) => r.resolve(meta.size).ok_or(StoreError::Range {
-                start: 0,
-                end: 0,
-                size: meta.size,
-            })?,
         };
         buf.clear();
         file.seek(std::io::SeekFrom::Start(range.start))?;
