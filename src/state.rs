@@ -133,7 +133,7 @@ impl AppState {
             store: mount.store.clone(),
             mount: Arc::from(mount.name.as_str()),
             caches: Some(self.caches.clone()),
-            opts: self.read_options.clone(),
+            opts: self.read_options.for_one_request(),
         }
     }
 

@@ -81,11 +81,23 @@ pub struct ReadOptions {
     pub variable_chunk_limit: usize,
     /// Largest decoded chunk (or inner chunk) read; arrays with larger chunks are refused.
     pub max_chunk_bytes: u64,
-    /// Decodes running at once, across every read that shares these options (a server's
-    /// reads all do). Decoding is CPU work: more of it at once than the machine has cores only
-    /// makes threads take turns and evict each other's caches (a cold 64 MiB slice on two
-    /// cores took ~15% longer with 48 decodes in flight than with 4).
+    /// Decodes running at once for the reads that share these options: one request's (see
+    /// [`ReadOptions::for_one_request`]). Decoding is CPU work: one request running more of it at
+    /// once than the machine has cores only makes threads take turns and evict each other's
+    /// caches (a cold 64 MiB slice on two cores took ~10% longer with 24-48 decodes in flight
+    /// than with 4). Not shared across requests: a server-wide queue made cached slices whose
+    /// few chunks were evicted wait behind bulk reads (load test p99 72 -> 617 ms).
     pub decoders: Arc<tokio::sync::Semaphore>,
+}
+
+impl ReadOptions {
+    /// The same tuning with decode turns of its own, for one request.
+    pub fn for_one_request(&self) -> Self {
+        Self {
+            decoders: Arc::new(tokio::sync::Semaphore::new(default_decoders())),
+            ..self.clone()
+        }
+    }
 }
 
 /// Decodes at once by default: twice the cores, and at least four.
