@@ -88,13 +88,16 @@ pub struct ReadOptions {
     /// than with 4). Not shared across requests: a server-wide queue made cached slices whose
     /// few chunks were evicted wait behind bulk reads (load test p99 72 -> 617 ms).
     pub decoders: Arc<tokio::sync::Semaphore>,
+    /// How many decodes [`ReadOptions::for_one_request`] allows at once (counted once: asking
+    /// the system for its cores reads cgroup files).
+    pub decode_turns: usize,
 }
 
 impl ReadOptions {
     /// The same tuning with decode turns of its own, for one request.
     pub fn for_one_request(&self) -> Self {
         Self {
-            decoders: Arc::new(tokio::sync::Semaphore::new(default_decoders())),
+            decoders: Arc::new(tokio::sync::Semaphore::new(self.decode_turns)),
             ..self.clone()
         }
     }
@@ -113,6 +116,7 @@ impl Default for ReadOptions {
             variable_chunk_limit: 256 << 20,
             max_chunk_bytes: 1 << 30,
             decoders: Arc::new(tokio::sync::Semaphore::new(default_decoders())),
+            decode_turns: default_decoders(),
         }
     }
 }
