@@ -129,12 +129,12 @@ impl AppState {
 
     /// How reads on `mount` fetch and cache chunks.
     pub fn read_context(&self, mount: &Mount) -> ReadContext {
-        ReadContext {
-            store: mount.store.clone(),
-            mount: Arc::from(mount.name.as_str()),
-            caches: Some(self.caches.clone()),
-            opts: self.read_options.for_one_request(),
-        }
+        ReadContext::new(
+            mount.store.clone(),
+            Arc::from(mount.name.as_str()),
+            Some(self.caches.clone()),
+            self.read_options.clone(),
+        )
     }
 
     /// The metadata of the array at `path` in `mount` (cached).

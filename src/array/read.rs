@@ -56,6 +56,11 @@ impl ReadError {
         }
     }
 
+    /// Asked for the fixed-size bytes of variable-length elements.
+    fn not_fixed() -> Self {
+        ReadError::Unsupported("variable-length elements have no fixed-size bytes".into())
+    }
+
     fn copy(key: &StoreKey, message: String) -> Self {
         ReadError::Corrupt {
             key: key.to_string(),
@@ -81,26 +86,8 @@ pub struct ReadOptions {
     pub variable_chunk_limit: usize,
     /// Largest decoded chunk (or inner chunk) read; arrays with larger chunks are refused.
     pub max_chunk_bytes: u64,
-    /// Decodes running at once for the reads that share these options: one request's (see
-    /// [`ReadOptions::for_one_request`]). Decoding is CPU work: one request running more of it at
-    /// once than the machine has cores only makes threads take turns and evict each other's
-    /// caches (a cold 64 MiB slice on two cores took ~10% longer with 24-48 decodes in flight
-    /// than with 4). Not shared across requests: a server-wide queue made cached slices whose
-    /// few chunks were evicted wait behind bulk reads (load test p99 72 -> 617 ms).
-    pub decoders: Arc<tokio::sync::Semaphore>,
-    /// How many decodes [`ReadOptions::for_one_request`] allows at once (counted once: asking
-    /// the system for its cores reads cgroup files).
+    /// Decodes one request runs at once (see [`ReadContext::decoders`]).
     pub decode_turns: usize,
-}
-
-impl ReadOptions {
-    /// The same tuning with decode turns of its own, for one request.
-    pub fn for_one_request(&self) -> Self {
-        Self {
-            decoders: Arc::new(tokio::sync::Semaphore::new(self.decode_turns)),
-            ..self.clone()
-        }
-    }
 }
 
 /// Decodes at once by default: twice the cores, and at least four.
@@ -115,7 +102,6 @@ impl Default for ReadOptions {
             coalesce_gap: 1 << 20,
             variable_chunk_limit: 256 << 20,
             max_chunk_bytes: 1 << 30,
-            decoders: Arc::new(tokio::sync::Semaphore::new(default_decoders())),
             decode_turns: default_decoders(),
         }
     }
@@ -132,17 +118,31 @@ pub struct ReadContext {
     pub caches: Option<Arc<Caches>>,
     /// Tuning.
     pub opts: ReadOptions,
+    /// Turns to decode, `opts.decode_turns` of them, shared by the reads of this context (one
+    /// request's). Decoding is CPU work: one request running more of it at once than the
+    /// machine has cores only makes threads take turns and evict each other's caches (a cold
+    /// 64 MiB slice on two cores took ~10% longer with 24-48 decodes in flight than with 4).
+    /// Not shared across requests: a server-wide queue made cached slices whose few chunks
+    /// were evicted wait behind bulk reads (load test p99 72 -> 617 ms).
+    pub decoders: Arc<tokio::sync::Semaphore>,
 }
 
 impl ReadContext {
-    /// A context without caches.
-    pub fn uncached(store: Store) -> Self {
+    /// A context for one request's reads.
+    pub fn new(store: Store, mount: Arc<str>, caches: Option<Arc<Caches>>, opts: ReadOptions) -> Self {
+        let decoders = Arc::new(tokio::sync::Semaphore::new(opts.decode_turns.max(1)));
         Self {
             store,
-            mount: Arc::from(""),
-            caches: None,
-            opts: ReadOptions::default(),
+            mount,
+            caches,
+            opts,
+            decoders,
         }
+    }
+
+    /// A context without caches.
+    pub fn uncached(store: Store) -> Self {
+        Self::new(store, Arc::from(""), None, ReadOptions::default())
     }
 
     fn id(&self, key: &StoreKey, inner: Option<u64>) -> ChunkId {
@@ -333,9 +333,7 @@ impl LoadedRegion {
             let result = match &piece.block {
                 Some(block) => {
                     let Elements::Fixed(src) = &**block else {
-                        return Err(ReadError::Unsupported(
-                            "variable-length elements have no fixed-size bytes".into(),
-                        ));
+                        return Err(ReadError::not_fixed());
                     };
                     let src_start: Vec<u64> = parts.iter().map(|p| p.src_start).collect();
                     copy_fixed(
@@ -372,9 +370,7 @@ pub async fn load_region(
     sel: &Selection,
 ) -> Result<LoadedRegion, ReadError> {
     let FillValue::Fixed(one) = &meta.fill else {
-        return Err(ReadError::Unsupported(
-            "variable-length elements have no fixed-size bytes".into(),
-        ));
+        return Err(ReadError::not_fixed());
     };
     let output = Output {
         sink: Sink::Collect(Mutex::new(Vec::new())),
@@ -508,9 +504,7 @@ pub async fn read_region_bytes(
     }
     match read_region(ctx, path, meta, sel).await? {
         Elements::Fixed(b) => Ok(Bytes::from(b)),
-        _ => Err(ReadError::Unsupported(
-            "variable-length elements have no fixed-size bytes".into(),
-        )),
+        _ => Err(ReadError::not_fixed()),
     }
 }
 
@@ -666,11 +660,10 @@ async fn read_and_decode(
     decoded.transpose()
 }
 
-/// Waits for a turn to decode (see [`ReadOptions::decoders`]); the turn ends when the permit
+/// Waits for a turn to decode (see [`ReadContext::decoders`]); the turn ends when the permit
 /// is dropped.
 async fn decode_turn(ctx: &ReadContext) -> Result<tokio::sync::SemaphorePermit<'_>, ReadError> {
-    ctx.opts
-        .decoders
+    ctx.decoders
         .acquire()
         .await
         .map_err(|_| ReadError::Internal("decoder permits closed".into()))
