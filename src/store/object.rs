@@ -28,8 +28,9 @@ const SMALL_READ: u64 = 1 << 20;
 pub struct ObjectStoreBackend {
     store: Arc<dyn ObjectStore>,
     prefix: Vec<String>,
-    /// For local directories: the canonical root that every resolved file must stay under.
-    local_root: Option<PathBuf>,
+    /// For local directories: the files under the canonical root that every resolved file must
+    /// stay under, read with blocking calls.
+    local: Option<Arc<LocalFiles>>,
     /// Whether the store can list (HTTP origins cannot).
     can_list: bool,
     /// Whether the store takes suffix ranges (Azure does not: HEAD, then a bounded range).
@@ -47,7 +48,7 @@ pub fn open_local(dir: &FsPath) -> Result<ObjectStoreBackend, String> {
     Ok(ObjectStoreBackend {
         store: Arc::new(fs),
         prefix: Vec::new(),
-        local_root: Some(root),
+        local: Some(Arc::new(LocalFiles { root })),
         can_list: true,
         suffix_ranges: true,
     })
@@ -59,7 +60,7 @@ impl ObjectStoreBackend {
         Self {
             store,
             prefix: prefix.split('/').filter(|s| !s.is_empty()).map(str::to_owned).collect(),
-            local_root: None,
+            local: None,
             can_list: true,
             suffix_ranges: true,
         }
@@ -77,6 +78,11 @@ impl ObjectStoreBackend {
         self
     }
 
+    /// The canonical root of a local directory.
+    fn local_root(&self) -> Option<&PathBuf> {
+        self.local.as_ref().map(|l| &l.root)
+    }
+
     fn path(&self, key: &StoreKey) -> Result<Path, StoreError> {
         let joined: Vec<&str> = self.prefix.iter().map(String::as_str).chain(key.segments()).collect();
         Path::parse(joined.join("/")).map_err(|e| StoreError::Io(format!("invalid key {key}: {e}")))
@@ -85,7 +91,7 @@ impl ObjectStoreBackend {
     /// For local roots: whether `key` resolves (following symlinks) to a place inside the root.
     /// Missing files count as inside; object_store then reports them missing.
     async fn contained(&self, key: &StoreKey) -> bool {
-        let Some(root) = &self.local_root else { return true };
+        let Some(root) = self.local_root() else { return true };
         match tokio::fs::canonicalize(root.join(key.as_str())).await {
             Ok(real) => real.starts_with(root),
             Err(_) => true,
@@ -290,15 +296,14 @@ impl BlockingRead for LocalFiles {
 #[async_trait]
 impl Backend for ObjectStoreBackend {
     fn blocking_reader(&self) -> Option<Arc<dyn BlockingRead>> {
-        let root = self.local_root.clone()?;
-        Some(Arc::new(LocalFiles { root }))
+        self.local.clone().map(|l| l as Arc<dyn BlockingRead>)
     }
 
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
         if key.is_root() {
             return Ok(None);
         }
-        if let Some(root) = &self.local_root {
+        if let Some(root) = self.local_root() {
             return self.local_head(root.clone(), key).await;
         }
         match self.store.head(&self.path(key)?).await {
@@ -312,7 +317,7 @@ impl Backend for ObjectStoreBackend {
         if key.is_root() {
             return Ok(None);
         }
-        if let Some(root) = &self.local_root {
+        if let Some(root) = self.local_root() {
             return self.local_get(root.clone(), key, range).await;
         }
         let range = match range {
@@ -352,7 +357,7 @@ impl Backend for ObjectStoreBackend {
     }
 
     fn resolves_ranges(&self) -> bool {
-        self.local_root.is_some()
+        self.local.is_some()
     }
 
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
