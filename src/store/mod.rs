@@ -193,6 +193,22 @@ fn keep_read_buffer(mut buf: Vec<u8>) {
     }
 }
 
+/// A read buffer that goes back to the spare buffers when the last `Bytes` sharing it is
+/// dropped.
+struct SpareBuffer(Vec<u8>);
+
+impl AsRef<[u8]> for SpareBuffer {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for SpareBuffer {
+    fn drop(&mut self) {
+        keep_read_buffer(std::mem::take(&mut self.0));
+    }
+}
+
 /// A cheap, clonable handle to a backend.
 #[derive(Clone, Debug)]
 pub struct Store(Arc<dyn Backend>);
@@ -225,10 +241,39 @@ impl Store {
 
     /// Reads a whole object into memory (metadata documents, chunks).
     pub async fn get_bytes(&self, key: &StoreKey) -> Result<Option<Bytes>, StoreError> {
+        if self.0.blocking_reader().is_some() {
+            return Ok(self.read_blocking(key, None).await?.map(|(bytes, _)| bytes));
+        }
         match self.get(key, None).await? {
             Some(obj) => Ok(Some(obj.bytes().await?)),
             None => Ok(None),
         }
+    }
+
+    /// Reads `range` of an object (all of it when `None`) with the backend's blocking reader in
+    /// one call, into a spare read buffer that returns to the spares when the bytes are
+    /// dropped; `None` when the object does not exist (or the backend has no blocking reader).
+    async fn read_blocking(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+    ) -> Result<Option<(Bytes, u64)>, StoreError> {
+        let Some(reader) = self.0.blocking_reader() else {
+            return Ok(None);
+        };
+        let key = key.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut buf = take_read_buffer();
+            match reader.read_into(&key, range, &mut buf) {
+                Ok(Some(size)) => Ok(Some((Bytes::from_owner(SpareBuffer(buf)), size))),
+                other => {
+                    keep_read_buffer(buf);
+                    other.map(|_| None)
+                }
+            }
+        })
+        .await
+        .map_err(|e| StoreError::Io(format!("blocking task: {e}")))?
     }
 
     /// Reads `range` of an object (all of it when `None`) and runs `work` on its bytes and the
@@ -272,6 +317,9 @@ impl Store {
 
     /// Reads a range of an object into memory, with the object's total size.
     pub async fn get_range_bytes(&self, key: &StoreKey, range: ByteRange) -> Result<Option<(Bytes, u64)>, StoreError> {
+        if self.0.blocking_reader().is_some() {
+            return self.read_blocking(key, Some(range)).await;
+        }
         match self.get(key, Some(range)).await? {
             Some(obj) => {
                 let size = obj.meta.size;
@@ -323,16 +371,92 @@ mod tests {
             );
             assert_eq!(read("missing", None).await, None);
         }
-        let plain = store
-            .get_range_bytes(&key("big"), ByteRange::From(299_990))
+        let streamed = store
+            .get(&key("big"), Some(ByteRange::From(299_990)))
+            .await
+            .unwrap()
+            .unwrap()
+            .bytes()
             .await
             .unwrap();
         let via = read("big", Some(ByteRange::From(299_990))).await;
-        assert_eq!(plain.map(|(b, n)| (b.to_vec(), n)), via);
+        assert_eq!(via, Some((streamed.to_vec(), 300_000)));
         let past_end = store
             .read_with(&key("small"), Some(ByteRange::From(9)), |b, _| b.len())
             .await;
         assert!(past_end.is_err(), "an unsatisfiable range is an error, not bytes");
+    }
+
+    /// Bytes read into spare buffers stay intact while held, whatever is read after them into
+    /// other (or returned) buffers, and equal what the streamed `get` delivers.
+    #[tokio::test]
+    async fn bytes_in_spare_buffers_are_not_reused_while_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<(String, Vec<u8>)> = (0..6u8)
+            .map(|i| {
+                (
+                    format!("f{i}"),
+                    (0..200_000u32).map(|j| (j as u8) ^ i.wrapping_mul(37)).collect(),
+                )
+            })
+            .collect();
+        for (name, data) in &files {
+            std::fs::write(dir.path().join(name), data).unwrap();
+        }
+        let store = Store::new(open_local(dir.path()).unwrap());
+        let key = |k: &str| StoreKey::new(k).unwrap();
+        let mut held = Vec::new();
+        for round in 0..3 {
+            for (i, (name, data)) in files.iter().enumerate() {
+                let whole = store.get_bytes(&key(name)).await.unwrap().unwrap();
+                assert_eq!(&whole[..], &data[..], "{name}");
+                let (a, b) = (1000 * i as u64, 150_000 + 7 * i as u64);
+                let (part, size) = store
+                    .get_range_bytes(&key(name), ByteRange::Bounded(a, b))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(size, 200_000);
+                assert_eq!(&part[..], &data[a as usize..b as usize], "{name}");
+                let streamed = store
+                    .get(&key(name), Some(ByteRange::Bounded(a, b)))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap();
+                assert_eq!(part, streamed);
+                // Every other read is held to the end; the rest go back to the spares.
+                if (round + i) % 2 == 0 {
+                    held.push((name.clone(), a, part.slice(10..20_000), whole));
+                }
+            }
+        }
+        for (name, a, part, whole) in held {
+            let data = &files.iter().find(|(n, _)| *n == name).unwrap().1;
+            assert_eq!(&whole[..], &data[..], "{name} changed while held");
+            assert_eq!(
+                &part[..],
+                &data[a as usize + 10..a as usize + 20_000],
+                "{name} changed while held"
+            );
+        }
+        assert_eq!(store.get_bytes(&key("missing")).await.unwrap(), None);
+        assert_eq!(
+            store
+                .get_range_bytes(&key("missing"), ByteRange::Suffix(4))
+                .await
+                .unwrap(),
+            None
+        );
+        assert!(
+            store
+                .get_range_bytes(&key("f0"), ByteRange::From(200_000))
+                .await
+                .is_err(),
+            "an unsatisfiable range is an error"
+        );
     }
 
     #[test]
