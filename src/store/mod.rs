@@ -371,20 +371,25 @@ mod tests {
             );
             assert_eq!(read("missing", None).await, None);
         }
-        let streamed = store
-            .get(&key("big"), Some(ByteRange::From(299_990)))
-            .await
-            .unwrap()
-            .unwrap()
-            .bytes()
-            .await
-            .unwrap();
+        let streamed = streamed(&store, &key("big"), ByteRange::From(299_990)).await;
         let via = read("big", Some(ByteRange::From(299_990))).await;
         assert_eq!(via, Some((streamed.to_vec(), 300_000)));
         let past_end = store
             .read_with(&key("small"), Some(ByteRange::From(9)), |b, _| b.len())
             .await;
         assert!(past_end.is_err(), "an unsatisfiable range is an error, not bytes");
+    }
+
+    /// `range` of `key` as the streamed `get` (the raw-key path) delivers it.
+    async fn streamed(store: &Store, key: &StoreKey, range: ByteRange) -> bytes::Bytes {
+        store
+            .get(key, Some(range))
+            .await
+            .unwrap()
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
     }
 
     /// Bytes read into spare buffers stay intact while held, whatever is read after them into
@@ -418,15 +423,7 @@ mod tests {
                     .unwrap();
                 assert_eq!(size, 200_000);
                 assert_eq!(&part[..], &data[a as usize..b as usize], "{name}");
-                let streamed = store
-                    .get(&key(name), Some(ByteRange::Bounded(a, b)))
-                    .await
-                    .unwrap()
-                    .unwrap()
-                    .bytes()
-                    .await
-                    .unwrap();
-                assert_eq!(part, streamed);
+                assert_eq!(part, streamed(&store, &key(name), ByteRange::Bounded(a, b)).await);
                 // Every other read is held to the end; the rest go back to the spares.
                 if (round + i) % 2 == 0 {
                     held.push((name.clone(), a, part.slice(10..20_000), whole));
