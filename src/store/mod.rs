@@ -67,6 +67,15 @@ pub enum ByteRange {
     Suffix(u64),
 }
 
+/// Resolves an optional range (`None`: the whole object) against an object's size, for
+/// backends that resolve ranges themselves; unsatisfiable is [`StoreError::Range`].
+pub(crate) fn resolve_range(range: Option<ByteRange>, size: u64) -> Result<Range<u64>, StoreError> {
+    match range {
+        None => Ok(0..size),
+        Some(r) => r.resolve(size).ok_or(StoreError::Range { start: 0, end: 0, size }),
+    }
+}
+
 impl ByteRange {
     /// Resolves against an object size; `None` when unsatisfiable. An end past the object is
     /// clamped, as HTTP requires.
@@ -209,6 +218,34 @@ impl Drop for SpareBuffer {
     }
 }
 
+/// A blocking task that did not finish (it panicked or the runtime is shutting down).
+pub(crate) fn joined(e: tokio::task::JoinError) -> StoreError {
+    StoreError::Io(format!("blocking task: {e}"))
+}
+
+/// Reads `range` of an object (all of it when `None`) with a blocking reader in one call, into a
+/// spare read buffer that returns to the spares when the bytes are dropped; `None` when the
+/// object does not exist.
+async fn read_blocking(
+    reader: Arc<dyn BlockingRead>,
+    key: &StoreKey,
+    range: Option<ByteRange>,
+) -> Result<Option<(Bytes, u64)>, StoreError> {
+    let key = key.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut buf = take_read_buffer();
+        match reader.read_into(&key, range, &mut buf) {
+            Ok(Some(size)) => Ok(Some((Bytes::from_owner(SpareBuffer(buf)), size))),
+            other => {
+                keep_read_buffer(buf);
+                other.map(|_| None)
+            }
+        }
+    })
+    .await
+    .map_err(joined)?
+}
+
 /// A cheap, clonable handle to a backend.
 #[derive(Clone, Debug)]
 pub struct Store(Arc<dyn Backend>);
@@ -241,39 +278,13 @@ impl Store {
 
     /// Reads a whole object into memory (metadata documents, chunks).
     pub async fn get_bytes(&self, key: &StoreKey) -> Result<Option<Bytes>, StoreError> {
-        if self.0.blocking_reader().is_some() {
-            return Ok(self.read_blocking(key, None).await?.map(|(bytes, _)| bytes));
+        if let Some(reader) = self.0.blocking_reader() {
+            return Ok(read_blocking(reader, key, None).await?.map(|(bytes, _)| bytes));
         }
         match self.get(key, None).await? {
             Some(obj) => Ok(Some(obj.bytes().await?)),
             None => Ok(None),
         }
-    }
-
-    /// Reads `range` of an object (all of it when `None`) with the backend's blocking reader in
-    /// one call, into a spare read buffer that returns to the spares when the bytes are
-    /// dropped; `None` when the object does not exist (or the backend has no blocking reader).
-    async fn read_blocking(
-        &self,
-        key: &StoreKey,
-        range: Option<ByteRange>,
-    ) -> Result<Option<(Bytes, u64)>, StoreError> {
-        let Some(reader) = self.0.blocking_reader() else {
-            return Ok(None);
-        };
-        let key = key.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut buf = take_read_buffer();
-            match reader.read_into(&key, range, &mut buf) {
-                Ok(Some(size)) => Ok(Some((Bytes::from_owner(SpareBuffer(buf)), size))),
-                other => {
-                    keep_read_buffer(buf);
-                    other.map(|_| None)
-                }
-            }
-        })
-        .await
-        .map_err(|e| StoreError::Io(format!("blocking task: {e}")))?
     }
 
     /// Reads `range` of an object (all of it when `None`) and runs `work` on its bytes and the
@@ -286,7 +297,6 @@ impl Store {
         range: Option<ByteRange>,
         work: impl FnOnce(&[u8], u64) -> R + Send + 'static,
     ) -> Result<Option<R>, StoreError> {
-        let joined = |e: tokio::task::JoinError| StoreError::Io(format!("blocking task: {e}"));
         if let Some(reader) = self.0.blocking_reader() {
             let key = key.clone();
             return tokio::task::spawn_blocking(move || {
@@ -317,8 +327,8 @@ impl Store {
 
     /// Reads a range of an object into memory, with the object's total size.
     pub async fn get_range_bytes(&self, key: &StoreKey, range: ByteRange) -> Result<Option<(Bytes, u64)>, StoreError> {
-        if self.0.blocking_reader().is_some() {
-            return self.read_blocking(key, Some(range)).await;
+        if let Some(reader) = self.0.blocking_reader() {
+            return read_blocking(reader, key, Some(range)).await;
         }
         match self.get(key, Some(range)).await? {
             Some(obj) => {

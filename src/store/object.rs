@@ -14,7 +14,10 @@ use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectSt
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use super::{Backend, BlockingRead, ByteRange, GetObject, Listing, ObjectMeta, StoreError, StoreKey, body_stream};
+use super::{
+    Backend, BlockingRead, ByteRange, GetObject, Listing, ObjectMeta, StoreError, StoreKey, body_stream, joined,
+    resolve_range,
+};
 
 /// Buffer size for streaming local files: large enough that a big shard does not cost a
 /// blocking-pool hop per few KiB, small enough to keep memory per response bounded.
@@ -173,14 +176,7 @@ fn open_local_range(
     let LocalFile::Found(meta, file) = open_local_file(root, key)? else {
         return Ok(None);
     };
-    let range = match range {
-        None => 0..meta.size,
-        Some(r) => r.resolve(meta.size).ok_or(StoreError::Range {
-            start: 0,
-            end: 0,
-            size: meta.size,
-        })?,
-    };
+    let range = resolve_range(range, meta.size)?;
     Ok(Some((meta, range, file)))
 }
 
@@ -189,7 +185,7 @@ impl ObjectStoreBackend {
         let key = key.clone();
         let found = tokio::task::spawn_blocking(move || open_local_file(&root, &key))
             .await
-            .map_err(|e| StoreError::Io(format!("blocking task: {e}")))??;
+            .map_err(joined)??;
         Ok(match found {
             LocalFile::Missing => None,
             LocalFile::Found(meta, _) => Some(meta),
@@ -218,7 +214,7 @@ impl ObjectStoreBackend {
             Ok(Some((meta, range, Err(file))))
         })
         .await
-        .map_err(|e| StoreError::Io(format!("blocking task: {e}")))??;
+        .map_err(joined)??;
         let Some((meta, range, content)) = opened else {
             return Ok(None);
         };

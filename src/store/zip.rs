@@ -16,7 +16,9 @@ use bytes::Bytes;
 use futures::stream;
 use tokio::sync::OnceCell;
 
-use super::{Backend, ByteRange, GetObject, Listing, ObjectMeta, Store, StoreError, StoreKey, body_stream};
+use super::{
+    Backend, ByteRange, GetObject, Listing, ObjectMeta, Store, StoreError, StoreKey, body_stream, resolve_range,
+};
 
 const EOCD_SIG: u32 = 0x0605_4b50;
 const EOCD64_LOCATOR_SIG: u32 = 0x0706_4b50;
@@ -312,14 +314,7 @@ impl Backend for ZipBackend {
             return Ok(None);
         };
         let meta = Self::meta(&dir, entry);
-        let range = match range {
-            None => 0..entry.size,
-            Some(r) => r.resolve(entry.size).ok_or(StoreError::Range {
-                start: 0,
-                end: 0,
-                size: entry.size,
-            })?,
-        };
+        let range = resolve_range(range, entry.size)?;
         if range.is_empty() {
             return Ok(Some(GetObject {
                 meta,
