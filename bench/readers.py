@@ -3,7 +3,7 @@
 region of a local Zarr array, timed per run. Prints one line per run: the seconds it took.
 
     python bench/readers.py --reader ts|zarr --array PATH --select 2048:6144,2048:6144 \
-        --mode cold|warm [--runs 5] [--drop-caches]
+        --mode cold|warm [--runs 5] [--drop-caches] [--serve]
 
 cold: every run opens the array anew (metadata read included, like zarrgate after a restart),
       with tensorstore's default context (no chunk cache) and, with --drop-caches, the page
@@ -13,6 +13,11 @@ warm: the array is opened once and read once untimed; then each run reads the sa
       recheck_cached_data "open"; zarr-python has no decoded-chunk cache, so its warm runs
       read from the page cache and decode again.
 
+--serve (cold only): the process stays up and does one cold run per line read from stdin,
+      printing its seconds (flushed), so that bench/run.sh can interleave these runs with
+      zarrgate's run by run. One untimed cold read first warms up the process (thread pools,
+      drivers), as zarrgate's start-up is not timed either.
+
 The result is checked once against the expected shape and dtype (and that it is not all fill).
 """
 
@@ -20,6 +25,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -78,6 +84,7 @@ def main():
     p.add_argument("--mode", choices=["cold", "warm"], required=True)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--drop-caches", action="store_true")
+    p.add_argument("--serve", action="store_true")
     args = p.parse_args()
     sel = parse_select(args.select)
     expect = tuple(s.stop - s.start for s in sel)
@@ -88,6 +95,24 @@ def main():
         out = np.asarray(out)
         assert out.shape == expect and out.dtype == np.float32, (out.shape, out.dtype)
         assert float(np.abs(out).max()) > 0
+
+    def cold_run():
+        if args.drop_caches:
+            drop_caches()
+        t = time.perf_counter()
+        arr = opener(args.array, False)
+        out = reader(arr, sel)
+        return time.perf_counter() - t, out
+
+    if args.serve:
+        if warm:
+            p.error("--serve runs cold reads only")
+        check(cold_run()[1])
+        for _ in sys.stdin:
+            seconds, out = cold_run()
+            del out
+            print(f"{seconds:.6f}", flush=True)
+        return
 
     times = []
     if warm:
@@ -100,15 +125,11 @@ def main():
             del out
     else:
         for i in range(args.runs):
-            if args.drop_caches:
-                drop_caches()
-            t = time.perf_counter()
-            arr = opener(args.array, False)
-            out = reader(arr, sel)
-            times.append(time.perf_counter() - t)
+            seconds, out = cold_run()
+            times.append(seconds)
             if i == 0:
                 check(out)
-            del out, arr
+            del out
     for t in times:
         print(f"{t:.6f}")
 

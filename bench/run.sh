@@ -328,16 +328,42 @@ REGION[256MiB]="2048:10240,2048:10240"
 declare -A RBYTES
 RBYTES[64MiB]=$((64 << 20))
 RBYTES[256MiB]=$((256 << 20))
+# tensorstore's cold reads run in one reader process kept up for a region (bench/readers.py
+# --serve), one read per request, so that they interleave with zarrgate's cold runs run by run:
+# the load of other tenants on this host changes within minutes, and a ratio of two blocks
+# measured minutes apart moved by 1.3x-2.2x between otherwise equal runs.
+TS_PID=""
+ts_start() {  # ARRAY SELECT
+    local drop=""
+    [ "$CAN_DROP" = 1 ] && drop="--drop-caches"
+    coproc TSR { exec "$PY" bench/readers.py --reader ts --array "$1" --select "$2" --mode cold --serve $drop 2>>"$WORK/readers.err"; }
+    TS_PID=$TSR_PID  # bash unsets TSR_PID once the reader has exited
+    PIDS+=("$TS_PID")
+}
+ts_cold() {  # one cold tensorstore read of the region; its seconds in TS_T
+    TS_T=""
+    echo run >&"${TSR[1]}"
+    read -r -t 600 TS_T <&"${TSR[0]}" && [ -n "$TS_T" ] || { echo "run.sh: the tensorstore reader failed" >&2; return 1; }
+}
+ts_stop() {  # end of input ends the reader
+    eval "exec ${TSR[1]}>&-"
+    wait "$TS_PID" 2>/dev/null || true
+    forget_pid "$TS_PID"
+}
+
 for ds in sharded unsharded blosc_v2; do
     for reg in 64MiB 256MiB; do
         url="$(slice_url "$ds.zarr" "${REGION[$reg]}")"
-        log "slice $ds $reg: zarrgate cold (restart$([ "$CAN_DROP" = 1 ] && echo ' + drop_caches')) and warm"
+        ts_start "$DATA/issue9/$ds.zarr" "${REGION[$reg]}"
+        log "slice $ds $reg: zarrgate cold (restart$([ "$CAN_DROP" = 1 ] && echo ' + drop_caches')) and tensorstore cold, interleaved; zarrgate warm"
         for run in $(seq 1 "$RUNS"); do
             stop_zg
             drop_caches
             start_zg
             record slice "${ds}_${reg}_cold" zarrgate_s "$(curl_time "$url" "${RBYTES[$reg]}")"
             record memory "slice_${ds}_${reg}_cold" vmhwm_mib "$(($(hwm_kib) / 1024))"
+            ts_cold
+            record slice "${ds}_${reg}_cold" ts_s "$TS_T"
         done
         curl_time "$url" "${RBYTES[$reg]}" >/dev/null
         for run in $(seq 1 "$RUNS"); do
@@ -347,7 +373,7 @@ for ds in sharded unsharded blosc_v2; do
         # Cold in a running server: a fresh server warmed up by one slice of another array, then
         # each run reads a region of the same size that this server has not read before (the
         # page cache dropped first). Unlike the restart above, no process start-up is timed.
-        log "slice $ds $reg: zarrgate cold in a running server (distinct regions)"
+        log "slice $ds $reg: zarrgate cold in a running server (distinct regions) and tensorstore cold, interleaved"
         stop_zg
         start_zg
         curl -sf -o /dev/null "$ZG/api/v1/slice/bench/small/zstd.zarr?select=0:512,0:512&format=bin"
@@ -360,12 +386,17 @@ for ds in sharded unsharded blosc_v2; do
             drop_caches
             record slice "${ds}_${reg}_cold_running" zarrgate_s \
                 "$(curl_time "$(slice_url "$ds.zarr" "$r0:$((r0 + side)),$c0:$((c0 + side))")" "${RBYTES[$reg]}")"
+            ts_cold
+            record slice "${ds}_${reg}_cold_running" ts_s "$TS_T"
         done
+        ts_stop
         for reader in ts zarr; do
-            log "slice $ds $reg: $reader cold and warm"
             drop=""
             [ "$CAN_DROP" = 1 ] && drop="--drop-caches"
-            for mode in cold warm; do
+            modes="cold warm"
+            [ "$reader" = ts ] && modes="warm"  # its cold runs were interleaved above
+            log "slice $ds $reg: $reader $modes"
+            for mode in $modes; do
                 timeout 900 "$PY" bench/readers.py --reader "$reader" --array "$DATA/issue9/$ds.zarr" \
                     --select "${REGION[$reg]}" --mode "$mode" --runs "$RUNS" $drop >"$WORK/reader.out"
                 while read -r t; do
