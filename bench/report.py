@@ -36,14 +36,19 @@ def ratio_of_medians(a, b):
     return statistics.median(a) / statistics.median(b)
 
 
+def pair_ratios(a, b):
+    """The per-run ratios a[i] / b[i]."""
+    return [x / y for x, y in zip(a, b) if y]
+
+
 def paired(a, b):
     """min / median / max of the per-run ratios a[i] / b[i]."""
-    rs = [x / y for x, y in zip(a, b) if y]
+    rs = pair_ratios(a, b)
     return mmm(rs, "{:.2f}") if rs else "n/a"
 
 
 def paired_median(a, b):
-    rs = [x / y for x, y in zip(a, b) if y]
+    rs = pair_ratios(a, b)
     return statistics.median(rs) if rs else None
 
 
@@ -159,11 +164,12 @@ def main():
                 zg = g("slice", case, "zarrgate_s")
                 # Cold tensorstore runs are interleaved with zarrgate's (recorded under the same
                 # case): their ratio is per run pair. Older runs and warm rows: of medians.
-                ts = g("slice", case, "ts_s") or g("slice", ref, "ts_s")
+                ts_same_case = g("slice", case, "ts_s")
+                ts = ts_same_case or g("slice", ref, "ts_s")
                 zp = g("slice", ref, "zarr_s")
                 if not zg:
                     continue
-                pairs = mode.startswith("cold") and len(g("slice", case, "ts_s")) == len(zg)
+                pairs = mode.startswith("cold") and len(ts_same_case) == len(zg)
                 r_ts = paired_median(zg, ts) if pairs else ratio_of_medians(zg, ts)
                 ts_text = f"{paired(zg, ts)} (per run pair)" if pairs else fmt_ratio(r_ts)
                 r_zp = ratio_of_medians(zp, zg)

@@ -173,8 +173,9 @@ pub trait BlockingRead: Send + Sync + fmt::Debug {
     -> Result<Option<u64>, StoreError>;
 }
 
-/// Read buffers kept for reuse by [`Store::read_with`], at most this many bytes in all: bytes
-/// read into memory the process already has cost no page faults.
+/// Read buffers kept for reuse by blocking reads ([`Store::read_with`], and local
+/// [`Store::get_bytes`] / [`Store::get_range_bytes`]), at most this many bytes in all: bytes read
+/// into memory the process already has cost no page faults.
 const SPARE_READ_BYTES: usize = 16 << 20;
 /// Read buffers larger than this are not kept.
 const SPARE_READ_MAX: usize = 4 << 20;
@@ -202,9 +203,23 @@ fn keep_read_buffer(mut buf: Vec<u8>) {
     }
 }
 
-/// A read buffer that goes back to the spare buffers when the last `Bytes` sharing it is
-/// dropped.
+/// A read buffer taken from the spares that goes back to them when dropped (for `Bytes` made
+/// from it: when the last one sharing it is dropped).
 struct SpareBuffer(Vec<u8>);
+
+impl SpareBuffer {
+    /// Reads `range` of `key` (all of it when `None`) with `reader` into a spare buffer, with the
+    /// object's size; `None` when the object does not exist. On `None` or an error the buffer
+    /// goes straight back.
+    fn read(
+        reader: &dyn BlockingRead,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+    ) -> Result<Option<(Self, u64)>, StoreError> {
+        let mut buf = Self(take_read_buffer());
+        Ok(reader.read_into(key, range, &mut buf.0)?.map(|size| (buf, size)))
+    }
+}
 
 impl AsRef<[u8]> for SpareBuffer {
     fn as_ref(&self) -> &[u8] {
@@ -233,14 +248,7 @@ async fn read_blocking(
 ) -> Result<Option<(Bytes, u64)>, StoreError> {
     let key = key.clone();
     tokio::task::spawn_blocking(move || {
-        let mut buf = take_read_buffer();
-        match reader.read_into(&key, range, &mut buf) {
-            Ok(Some(size)) => Ok(Some((Bytes::from_owner(SpareBuffer(buf)), size))),
-            other => {
-                keep_read_buffer(buf);
-                other.map(|_| None)
-            }
-        }
+        Ok(SpareBuffer::read(&*reader, &key, range)?.map(|(buf, size)| (Bytes::from_owner(buf), size)))
     })
     .await
     .map_err(joined)?
@@ -300,12 +308,7 @@ impl Store {
         if let Some(reader) = self.0.blocking_reader() {
             let key = key.clone();
             return tokio::task::spawn_blocking(move || {
-                let mut buf = take_read_buffer();
-                let done = reader
-                    .read_into(&key, range, &mut buf)
-                    .map(|size| size.map(|size| work(&buf, size)));
-                keep_read_buffer(buf);
-                done
+                Ok(SpareBuffer::read(&*reader, &key, range)?.map(|(buf, size)| work(&buf.0, size)))
             })
             .await
             .map_err(joined)?;
