@@ -586,6 +586,34 @@ async fn concurrent_identical_requests_decode_each_chunk_once() {
     );
 }
 
+/// Over local files, a shard's inner chunks are each read and decoded in one blocking call
+/// (not coalesced): concurrent identical requests still decode each stored inner chunk once,
+/// and agree with the coalescing path of a store without blocking reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_identical_requests_decode_each_local_inner_chunk_once() {
+    let path = "v3/sharding_start_i4";
+    let state = zarrgate::AppState::from_config(config_with(&[("m", &fixtures())])).unwrap();
+    let app = zarrgate::app(state.clone());
+    let uri = format!("/api/v1/slice/m/{path}?format=bin");
+    let replies = futures::future::join_all((0..16).map(|_| get(&app, &uri, &[]))).await;
+    assert!(replies.iter().all(|r| r.status == 200 && r.body == replies[0].body));
+    let (counted, _, _) = counting_app(&fixtures(), Config::default());
+    assert_eq!(get(&counted, &uri, &[]).await.body, replies[0].body);
+    // Inner chunks stored: index entries (at the start of each shard: 2 x 2 of 16 bytes, then a
+    // crc32c) that are not the empty marker.
+    let mut stored = 0;
+    for shard in ["0/0", "0/1", "1/0", "1/1"] {
+        let bytes = std::fs::read(fixtures().join(path).join("c").join(shard)).unwrap();
+        stored += bytes[..64].chunks_exact(16).filter(|e| e[..8] != [0xff; 8]).count() as u64;
+    }
+    assert!(stored > 0);
+    assert_eq!(
+        state.caches.decodes.load(Ordering::Relaxed),
+        stored,
+        "each stored inner chunk decoded once"
+    );
+}
+
 #[tokio::test]
 async fn metrics_count_requests_by_route() {
     let app = fixture_app();

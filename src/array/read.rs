@@ -3,7 +3,9 @@
 //! one C-order result.
 //!
 //! Sharded arrays are read with ranges: the shard index first (a suffix or prefix range), then
-//! only the inner chunks the selection needs, with nearby ranges coalesced into one request.
+//! only the inner chunks the selection needs, with nearby ranges coalesced into one request
+//! (remote stores; local files are read one inner chunk at a time, each read and decoded in one
+//! blocking call).
 //! With caches, decoded chunks, inner chunks and shard indexes are loaded once and reused.
 
 use std::ops::Range;
@@ -543,10 +545,21 @@ async fn read_unit(
     else {
         return Ok(None);
     };
-    // `None` if the shard vanished between requests.
-    let load = read_and_decode(ctx, meta, &key, Some(ByteRange::Bounded(range.start, range.end)));
+    load_inner(ctx, meta, &key, number, range).await
+}
+
+/// Inner chunk `number` of the shard at `key`, stored at `range`, decoded, through the cache;
+/// `None` if the shard vanished between requests.
+async fn load_inner(
+    ctx: &ReadContext,
+    meta: &Arc<ArrayMeta>,
+    key: &StoreKey,
+    number: u64,
+    range: Range<u64>,
+) -> Result<CachedChunk, ReadError> {
+    let load = read_and_decode(ctx, meta, key, Some(ByteRange::Bounded(range.start, range.end)));
     match &ctx.caches {
-        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(&key, Some(number)), load).await?),
+        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(key, Some(number)), load).await?),
         None => load.await,
     }
 }
@@ -875,6 +888,25 @@ async fn read_shard(
             }),
             None => output.fill(&inner_parts)?, // missing inner chunk
         }
+    }
+    if ctx.store.reads_locally() {
+        // Local files: each inner chunk is read and decoded in one blocking call, into a reused
+        // read buffer. Coalesced ranges would save no request here, only hold larger buffers
+        // (fresh memory) while their inner chunks are decoded one after another.
+        stream::iter(wanted)
+            .map(|w| {
+                let (meta, output) = (meta.clone(), output.clone());
+                async move {
+                    match load_inner(ctx, &meta, key, w.number, w.range).await? {
+                        Some(block) => copy_out(&output, block, unit_shape(&meta).to_vec(), w.parts, key).await,
+                        None => output.fill(&w.parts), // the shard vanished: fill
+                    }
+                }
+            })
+            .buffer_unordered(ctx.opts.concurrency.max(1))
+            .try_collect::<Vec<()>>()
+            .await?;
+        return Ok(());
     }
     // Inner chunks already decoded in the cache need no read.
     let mut missing = Vec::new();

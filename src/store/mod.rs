@@ -279,6 +279,13 @@ impl Store {
         self.0.resolves_ranges()
     }
 
+    /// Whether objects are read by blocking calls into reused buffers (local files, zip
+    /// entries), where a read costs no request: callers then read small ranges one by one
+    /// rather than coalescing them.
+    pub fn reads_locally(&self) -> bool {
+        self.0.blocking_reader().is_some()
+    }
+
     /// See [`Backend::list`].
     pub async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
         self.0.list(prefix).await
