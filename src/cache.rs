@@ -13,6 +13,7 @@ use std::time::Duration;
 use moka::future::Cache;
 use moka::notification::RemovalCause;
 
+use crate::buffers;
 use crate::codec::sharding::ShardIndex;
 use crate::config::CacheConfig;
 use crate::store::StoreKey;
@@ -75,7 +76,41 @@ where
 }
 
 /// A decoded chunk (`None`: the chunk does not exist and reads as fill).
-pub type CachedChunk = Option<Arc<Elements>>;
+pub type CachedChunk = Option<Arc<Decoded>>;
+
+/// The elements of a decoded chunk (or inner chunk of a shard). When the last holder lets go
+/// (the cache evicted it or never admitted it, and no response is still writing from it), a
+/// fixed-size chunk's buffer goes back to [`buffers::DECODED`] for the next chunk decoded.
+#[derive(Debug)]
+pub struct Decoded(Elements);
+
+impl Decoded {
+    /// Wraps decoded elements.
+    pub fn new(elements: Elements) -> Self {
+        Self(elements)
+    }
+
+    /// The elements.
+    pub fn elements(&self) -> &Elements {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Decoded {
+    type Target = Elements;
+
+    fn deref(&self) -> &Elements {
+        self.elements()
+    }
+}
+
+impl Drop for Decoded {
+    fn drop(&mut self) {
+        if let Elements::Fixed(bytes) = &mut self.0 {
+            buffers::DECODED.give(std::mem::take(bytes));
+        }
+    }
+}
 /// A shard's index and the shard's length (`None`: the shard does not exist).
 pub type CachedIndex = Option<Arc<(ShardIndex, u64)>>;
 
@@ -118,6 +153,9 @@ fn evictions_listener<K, V>(counter: Arc<AtomicU64>) -> impl Fn(Arc<K>, V, Remov
 impl Caches {
     /// Caches sized by the configuration.
     pub fn new(config: &CacheConfig) -> Self {
+        // Chunks leaving a full cache leave their buffers for the next ones decoded; a quarter
+        // of the cache covers the batches moka evicts at once.
+        buffers::DECODED.set_max_total(usize::try_from(config.chunk_bytes / 4).unwrap_or(usize::MAX));
         let ttl = Duration::from_secs(config.ttl_seconds.max(1));
         let chunk_counters = CacheCounters::default();
         let index_counters = CacheCounters::default();

@@ -16,6 +16,7 @@
 //! `main.rs` only parses arguments, sets up logging and calls [`server::run`].
 
 pub mod array;
+pub mod buffers;
 pub mod cache;
 pub mod codec;
 pub mod config;

@@ -174,6 +174,18 @@ impl Metrics {
             "# HELP zarrgate_chunks_decoded_total Chunks and inner chunks decoded.\n# TYPE zarrgate_chunks_decoded_total counter\nzarrgate_chunks_decoded_total {}",
             caches.decodes.load(Ordering::Relaxed)
         );
+        let _ = writeln!(
+            text,
+            "# HELP zarrgate_spare_buffer_bytes Bytes of freed buffers kept for reuse (decoded: of chunks that left the chunk cache; reads: of store reads).\n# TYPE zarrgate_spare_buffer_bytes gauge\nzarrgate_spare_buffer_bytes{{pool=\"decoded\"}} {}\nzarrgate_spare_buffer_bytes{{pool=\"reads\"}} {}",
+            crate::buffers::DECODED.kept_bytes(),
+            crate::buffers::READS.kept_bytes()
+        );
+        let _ = writeln!(
+            text,
+            "# HELP zarrgate_spare_buffer_reuses_total Kept buffers handed out again.\n# TYPE zarrgate_spare_buffer_reuses_total counter\nzarrgate_spare_buffer_reuses_total{{pool=\"decoded\"}} {}\nzarrgate_spare_buffer_reuses_total{{pool=\"reads\"}} {}",
+            crate::buffers::DECODED.reuses(),
+            crate::buffers::READS.reuses()
+        );
         // The registry's exposition ends with "# EOF"; keep that last.
         match out.rfind("# EOF") {
             Some(i) => {

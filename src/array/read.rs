@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt, stream};
 
 use super::selection::{CellPart, DimSelection, Selection, cells};
-use crate::cache::{CachedChunk, CachedIndex, Caches, ChunkId, cached};
+use crate::cache::{CachedChunk, CachedIndex, Caches, ChunkId, Decoded, cached};
 use crate::codec::CodecError;
 use crate::codec::chain::CodecChain;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
@@ -233,7 +233,7 @@ impl Output {
     }
 
     /// Copies the parts of a decoded block (of `block_shape`) into the result, or keeps them.
-    fn copy(&self, block: &Arc<Elements>, block_shape: &[u64], parts: &[CellPart]) -> Result<(), String> {
+    fn copy(&self, block: &Arc<Decoded>, block_shape: &[u64], parts: &[CellPart]) -> Result<(), String> {
         let poisoned = || "output lock poisoned".to_string();
         let elements = match &self.sink {
             Sink::Collect(pieces) => {
@@ -269,7 +269,7 @@ impl Output {
 /// One decoded unit's share of a region: which of its elements go where.
 struct Piece {
     /// The decoded unit; `None` for a missing one (its share reads as fill).
-    block: Option<Arc<Elements>>,
+    block: Option<Arc<Decoded>>,
     /// The unit's shape.
     block_shape: Vec<u64>,
     /// Per dimension, the unit's elements the region takes and where they go.
@@ -334,7 +334,7 @@ impl LoadedRegion {
             let count: Vec<u64> = parts.iter().map(|p| p.count).collect();
             let result = match &piece.block {
                 Some(block) => {
-                    let Elements::Fixed(src) = &**block else {
+                    let Elements::Fixed(src) = block.elements() else {
                         return Err(ReadError::not_fixed());
                     };
                     let src_start: Vec<u64> = parts.iter().map(|p| p.src_start).collect();
@@ -448,11 +448,11 @@ fn one_unit(meta: &ArrayMeta, sel: &Selection) -> Option<OneUnit> {
 }
 
 /// A decoded fixed-size chunk shared as bytes (its little-endian C-order elements).
-struct SharedFixed(Arc<Elements>);
+struct SharedFixed(Arc<Decoded>);
 
 impl AsRef<[u8]> for SharedFixed {
     fn as_ref(&self) -> &[u8] {
-        match &*self.0 {
+        match self.0.elements() {
             Elements::Fixed(b) => b,
             _ => &[],
         }
@@ -474,7 +474,7 @@ pub async fn read_region_bytes(
         check_unit(ctx, &meta)?;
         let unit = unit_shape(&meta);
         match read_unit(ctx, path, &meta, &one.coords).await? {
-            Some(block) => match &*block {
+            Some(block) => match block.elements() {
                 Elements::Fixed(_) if one.whole => return Ok(Bytes::from_owner(SharedFixed(block))),
                 Elements::Fixed(src) => {
                     let item = fill.len();
@@ -644,7 +644,7 @@ async fn decode(
     key: &StoreKey,
     bytes: Bytes,
     inner: bool,
-) -> Result<Arc<Elements>, ReadError> {
+) -> Result<Arc<Decoded>, ReadError> {
     let decoder = Decoder::new(ctx, meta, key, inner);
     let _turn = decode_turn(ctx).await?;
     tokio::task::spawn_blocking(move || {
@@ -706,7 +706,7 @@ impl Decoder {
     fn decode(
         &self,
         run: impl FnOnce(&CodecChain, &[u64], &FillValue, usize) -> Result<Elements, CodecError>,
-    ) -> Result<Arc<Elements>, ReadError> {
+    ) -> Result<Arc<Decoded>, ReadError> {
         let meta = &self.meta;
         let (chain, shape) = match (self.inner, meta.chain.sharding()) {
             (true, Some(s)) => (&s.inner, &s.inner_shape),
@@ -717,7 +717,7 @@ impl Decoder {
             c.decodes.fetch_add(1, Ordering::Relaxed);
         }
         run(chain, shape, &meta.fill, limit)
-            .map(Arc::new)
+            .map(|elements| Arc::new(Decoded::new(elements)))
             .map_err(|e| ReadError::codec(&self.key, e))
     }
 }
@@ -725,7 +725,7 @@ impl Decoder {
 /// Copies on the blocking pool when the block is large, inline when it is small.
 async fn copy_out(
     output: &Arc<Output>,
-    block: Arc<Elements>,
+    block: Arc<Decoded>,
     shape: Vec<u64>,
     parts: Vec<CellPart>,
     key: &StoreKey,

@@ -47,7 +47,8 @@ impl BytesToBytes for Lz4 {
                 block.len()
             )));
         }
-        let mut out = vec![0u8; size];
+        let mut out = crate::buffers::DECODED.take(size);
+        out.resize(size, 0);
         let written =
             lz4_flex::block::decompress_into(block, &mut out).map_err(|e| CodecError::Corrupt(format!("lz4: {e}")))?;
         if written != size {

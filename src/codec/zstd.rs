@@ -70,7 +70,7 @@ fn decode_sized(input: &[u8], limit: usize) -> Option<Vec<u8>> {
         let decoder = slot.as_mut()?;
         // The output buffer bounds the memory: a one-shot decode writes into it, with no window
         // of its own. Checksums are verified.
-        let mut out = Vec::with_capacity(size);
+        let mut out = crate::buffers::DECODED.take(size);
         match decoder.decompress_to_buffer(input, &mut out) {
             Ok(n) if n == size => Some(out),
             _ => None,

@@ -173,36 +173,6 @@ pub trait BlockingRead: Send + Sync + fmt::Debug {
     -> Result<Option<u64>, StoreError>;
 }
 
-/// Read buffers kept for reuse by blocking reads ([`Store::read_with`], and local
-/// [`Store::get_bytes`] / [`Store::get_range_bytes`]), at most this many bytes in all: bytes read
-/// into memory the process already has cost no page faults.
-const SPARE_READ_BYTES: usize = 16 << 20;
-/// Read buffers larger than this are not kept.
-const SPARE_READ_MAX: usize = 4 << 20;
-
-static SPARE_READS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
-
-fn take_read_buffer() -> Vec<u8> {
-    SPARE_READS
-        .lock()
-        .ok()
-        .and_then(|mut spare| spare.pop())
-        .unwrap_or_default()
-}
-
-fn keep_read_buffer(mut buf: Vec<u8>) {
-    if buf.capacity() > SPARE_READ_MAX {
-        return;
-    }
-    buf.clear();
-    if let Ok(mut spare) = SPARE_READS.lock() {
-        let kept: usize = spare.iter().map(Vec::capacity).sum();
-        if kept + buf.capacity() <= SPARE_READ_BYTES {
-            spare.push(buf);
-        }
-    }
-}
-
 /// A read buffer taken from the spares that goes back to them when dropped (for `Bytes` made
 /// from it: when the last one sharing it is dropped).
 struct SpareBuffer(Vec<u8>);
@@ -216,7 +186,7 @@ impl SpareBuffer {
         key: &StoreKey,
         range: Option<ByteRange>,
     ) -> Result<Option<(Self, u64)>, StoreError> {
-        let mut buf = Self(take_read_buffer());
+        let mut buf = Self(crate::buffers::READS.take_any());
         Ok(reader.read_into(key, range, &mut buf.0)?.map(|size| (buf, size)))
     }
 }
@@ -229,7 +199,7 @@ impl AsRef<[u8]> for SpareBuffer {
 
 impl Drop for SpareBuffer {
     fn drop(&mut self) {
-        keep_read_buffer(std::mem::take(&mut self.0));
+        crate::buffers::READS.give(std::mem::take(&mut self.0));
     }
 }
 

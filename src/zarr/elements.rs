@@ -48,7 +48,7 @@ impl Elements {
     /// Approximate heap size in bytes (for cache weighing).
     pub fn heap_size(&self) -> usize {
         match self {
-            Elements::Fixed(b) => b.len(),
+            Elements::Fixed(b) => b.capacity(),
             Elements::Strings(v) => v.iter().map(|s| 24 + s.as_ref().map_or(0, String::len)).sum(),
             Elements::Bytes(v) => v.iter().map(|s| 24 + s.as_ref().map_or(0, Vec::len)).sum(),
             Elements::Objects(v) => v.iter().map(|o| 32 + o.to_string().len()).sum(),

@@ -1,0 +1,149 @@
+//! Spare byte buffers, kept for reuse in pools bounded in bytes.
+//!
+//! A large allocation is mapped anew by the allocator and faulted in page by page when first
+//! written: for a zstd chunk of 1 MiB that is about a third of the CPU of decoding it. Memory the
+//! process already has costs no faults, so buffers that are freed at the rate new ones are needed
+//! (read buffers; decoded chunks once the chunk cache is full) are handed back here and reused.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// A pool of spare buffers: at most `max_total` bytes of capacity, each between `min_each` and
+/// `max_each` bytes.
+#[derive(Debug)]
+pub struct BufferPool {
+    spare: Mutex<Spare>,
+    min_each: usize,
+    max_each: usize,
+    max_total: AtomicUsize,
+    reuses: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Spare {
+    buffers: Vec<Vec<u8>>,
+    /// Their capacity in all.
+    bytes: usize,
+}
+
+/// Read buffers of blocking store reads (compressed chunks, shard ranges, metadata documents).
+pub static READS: BufferPool = BufferPool::new(0, 4 << 20, 16 << 20);
+
+/// Buffers of decoded chunks (and inner chunks of shards), kept when a chunk leaves the chunk
+/// cache: a server whose cache is full decodes each new chunk into the buffer of one it
+/// evicted. Sized with the cache ([`crate::cache::Caches::new`]). Smaller buffers come from the
+/// allocator's arenas, where freed memory is reused anyway.
+pub static DECODED: BufferPool = BufferPool::new(64 << 10, usize::MAX, 0);
+
+impl BufferPool {
+    /// An empty pool.
+    pub const fn new(min_each: usize, max_each: usize, max_total: usize) -> Self {
+        Self {
+            spare: Mutex::new(Spare {
+                buffers: Vec::new(),
+                bytes: 0,
+            }),
+            min_each,
+            max_each,
+            max_total: AtomicUsize::new(max_total),
+            reuses: AtomicU64::new(0),
+        }
+    }
+
+    /// Sets the most bytes the pool keeps (buffers already kept stay until taken).
+    pub fn set_max_total(&self, bytes: usize) {
+        self.max_total.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The most recently kept buffer, emptied, whatever its capacity (it grows as needed).
+    pub fn take_any(&self) -> Vec<u8> {
+        self.spare
+            .lock()
+            .ok()
+            .and_then(|mut s| {
+                let buf = s.buffers.pop()?;
+                s.bytes -= buf.capacity();
+                self.reuses.fetch_add(1, Ordering::Relaxed);
+                Some(buf)
+            })
+            .unwrap_or_default()
+    }
+
+    /// An empty buffer with room for `len` bytes: a kept one whose capacity is at most an eighth
+    /// over `len` (so that the bytes it holds are what a cache weighs), or a new allocation.
+    pub fn take(&self, len: usize) -> Vec<u8> {
+        if len >= self.min_each
+            && let Ok(mut s) = self.spare.lock()
+            && let Some(i) = s
+                .buffers
+                .iter()
+                .rposition(|b| b.capacity() >= len && b.capacity() - len <= len / 8)
+        {
+            let buf = s.buffers.swap_remove(i);
+            s.bytes -= buf.capacity();
+            self.reuses.fetch_add(1, Ordering::Relaxed);
+            return buf;
+        }
+        Vec::with_capacity(len)
+    }
+
+    /// Keeps `buf` (emptied) for reuse when its capacity is in the pool's range and the pool has
+    /// room; otherwise frees it.
+    pub fn give(&self, mut buf: Vec<u8>) {
+        let capacity = buf.capacity();
+        if capacity < self.min_each.max(1) || capacity > self.max_each {
+            return;
+        }
+        buf.clear();
+        if let Ok(mut s) = self.spare.lock()
+            && s.bytes + capacity <= self.max_total.load(Ordering::Relaxed)
+        {
+            s.bytes += capacity;
+            s.buffers.push(buf);
+        }
+    }
+
+    /// Buffers handed out again.
+    pub fn reuses(&self) -> u64 {
+        self.reuses.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of capacity kept.
+    pub fn kept_bytes(&self) -> usize {
+        self.spare.lock().map_or(0, |s| s.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_reused_within_bounds() {
+        let pool = BufferPool::new(1024, 1 << 20, 3 << 12);
+        let mut a = pool.take(4096);
+        a.extend_from_slice(&[7; 4096]);
+        let ptr = a.as_ptr();
+        pool.give(a);
+        assert_eq!(pool.kept_bytes(), 4096);
+        // Too large for it, or too small: a new allocation; the kept one stays.
+        assert_eq!(pool.take(8192).capacity(), 8192);
+        assert!(pool.take(3000).capacity() >= 3000);
+        assert_eq!(pool.kept_bytes(), 4096);
+        // Within an eighth: reused, emptied.
+        let b = pool.take(3700);
+        assert_eq!((b.as_ptr(), b.len(), b.capacity()), (ptr, 0, 4096));
+        assert_eq!(pool.kept_bytes(), 0);
+        // Outside the size range, or over the total: freed.
+        pool.give(Vec::with_capacity(512));
+        pool.give(Vec::with_capacity(2 << 20));
+        assert_eq!(pool.kept_bytes(), 0);
+        for _ in 0..4 {
+            pool.give(Vec::with_capacity(4096));
+        }
+        assert_eq!(pool.kept_bytes(), 3 << 12);
+        assert_eq!(pool.take_any().capacity(), 4096);
+        // Below the pool's smallest size nothing is looked up.
+        assert_eq!(pool.take(100).capacity(), 100);
+    }
+}
