@@ -153,15 +153,17 @@ fn evictions_listener<K, V>(counter: Arc<AtomicU64>) -> impl Fn(Arc<K>, V, Remov
 impl Caches {
     /// Caches sized by the configuration.
     pub fn new(config: &CacheConfig) -> Self {
-        // Chunks leaving a full cache leave their buffers for the next ones decoded; a quarter
-        // of the cache covers the batches moka evicts at once.
-        buffers::DECODED.set_max_total(usize::try_from(config.chunk_bytes / 4).unwrap_or(usize::MAX));
+        // Chunks leaving a full cache leave their buffers for the next ones decoded. An eighth of
+        // the budget is theirs (it covers the batches moka evicts at once at the default size),
+        // so that decoded chunks, cached or spare, stay within `chunk_bytes`.
+        let spare = config.chunk_bytes / 8;
+        buffers::DECODED.set_max_total(usize::try_from(spare).unwrap_or(usize::MAX));
         let ttl = Duration::from_secs(config.ttl_seconds.max(1));
         let chunk_counters = CacheCounters::default();
         let index_counters = CacheCounters::default();
         let metadata_counters = CacheCounters::default();
         let chunks = Cache::builder()
-            .max_capacity(config.chunk_bytes)
+            .max_capacity(config.chunk_bytes - spare)
             .weigher(|_: &ChunkId, v: &CachedChunk| weight(v.as_ref().map_or(0, |e| e.heap_size())))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(chunk_counters.evictions.clone()))

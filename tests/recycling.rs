@@ -40,7 +40,7 @@ async fn chunks_leaving_a_full_cache_lend_their_buffers_to_the_next() {
         }
     }
     let mut config = config_with(&[("m", dir.path())]);
-    config.cache.chunk_bytes = 1 << 20; // 16 of the 64 chunks; spare buffers up to 256 KiB
+    config.cache.chunk_bytes = 1 << 20; // 14 of the 64 chunks cached, 2 spare buffers
     let state = zarrgate::AppState::from_config(config).unwrap();
     let app = zarrgate::app(state.clone());
     for pass in 0..3 {
