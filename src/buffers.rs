@@ -69,22 +69,39 @@ impl BufferPool {
             .unwrap_or_default()
     }
 
-    /// An empty buffer with room for `len` bytes: a kept one whose capacity is at most an eighth
-    /// over `len` (so that the bytes it holds are what a cache weighs), or a new allocation.
+    /// An empty buffer with room for `len` bytes: a kept one (see [`Self::kept`]), or a new
+    /// allocation.
     pub fn take(&self, len: usize) -> Vec<u8> {
-        if len >= self.min_each
-            && let Ok(mut s) = self.spare.lock()
-            && let Some(i) = s
-                .buffers
-                .iter()
-                .rposition(|b| b.capacity() >= len && b.capacity() - len <= len / 8)
-        {
-            let buf = s.buffers.swap_remove(i);
-            s.bytes -= buf.capacity();
-            self.reuses.fetch_add(1, Ordering::Relaxed);
-            return buf;
+        self.kept(len).unwrap_or_else(|| Vec::with_capacity(len))
+    }
+
+    /// `len` zero bytes, for decoders that write into an initialised slice: a kept buffer
+    /// zeroed, or a new zeroed allocation (whose pages the allocator maps as zero, unwritten).
+    pub fn take_zeroed(&self, len: usize) -> Vec<u8> {
+        match self.kept(len) {
+            Some(mut buf) => {
+                buf.resize(len, 0);
+                buf
+            }
+            None => vec![0; len],
         }
-        Vec::with_capacity(len)
+    }
+
+    /// A kept buffer, emptied, with room for `len` bytes and a capacity at most an eighth over
+    /// it (so that the bytes it holds are what a cache weighs).
+    fn kept(&self, len: usize) -> Option<Vec<u8>> {
+        if len < self.min_each {
+            return None;
+        }
+        let mut s = self.spare.lock().ok()?;
+        let i = s
+            .buffers
+            .iter()
+            .rposition(|b| b.capacity() >= len && b.capacity() - len <= len / 8)?;
+        let buf = s.buffers.swap_remove(i);
+        s.bytes -= buf.capacity();
+        self.reuses.fetch_add(1, Ordering::Relaxed);
+        Some(buf)
     }
 
     /// Keeps `buf` (emptied) for reuse when its capacity is in the pool's range and the pool has
@@ -145,5 +162,14 @@ mod tests {
         assert_eq!(pool.take_any().capacity(), 4096);
         // Below the pool's smallest size nothing is looked up.
         assert_eq!(pool.take(100).capacity(), 100);
+        // Zeroed: a kept buffer that held other bytes comes back as zeros, and so does a new one.
+        let mut c = pool.take(4096);
+        c.extend_from_slice(&[9; 4096]);
+        let ptr = c.as_ptr();
+        pool.give(c);
+        let z = pool.take_zeroed(4000);
+        assert_eq!((z.as_ptr(), z.len()), (ptr, 4000));
+        assert!(z.iter().all(|&b| b == 0));
+        assert_eq!(pool.take_zeroed(5000), vec![0; 5000]);
     }
 }

@@ -124,8 +124,7 @@ impl BytesToBytes for Blosc {
         if nbytes == 0 {
             return Ok(Vec::new());
         }
-        let mut out = crate::buffers::DECODED.take(nbytes);
-        out.resize(nbytes, 0);
+        let mut out = crate::buffers::DECODED.take_zeroed(nbytes);
         // SAFETY: the header was validated against `buffer.len()`, so blosc reads only `buffer`
         // (its block offsets are bounds-checked against the header's cbytes); it writes at most
         // `out.len()` bytes. One internal thread: no global state, safe to call concurrently.

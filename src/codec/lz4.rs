@@ -47,8 +47,7 @@ impl BytesToBytes for Lz4 {
                 block.len()
             )));
         }
-        let mut out = crate::buffers::DECODED.take(size);
-        out.resize(size, 0);
+        let mut out = crate::buffers::DECODED.take_zeroed(size);
         let written =
             lz4_flex::block::decompress_into(block, &mut out).map_err(|e| CodecError::Corrupt(format!("lz4: {e}")))?;
         if written != size {
