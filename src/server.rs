@@ -153,20 +153,18 @@ fn limit_error(timeout: f64) -> impl Fn(BoxError) -> std::future::Ready<ApiError
 }
 
 /// The whole HTTP service.
+///
+/// Every request is logged and counted, gets CORS headers, and passes the guard (414, 401).
+/// Then liveness and metrics answer at once; everything else (reading mounts) shares one
+/// concurrency limit and timeout. The layers wrap the service once rather than through
+/// `Router::layer`, which wraps each route separately: that gave each route a concurrency limit
+/// of its own, and cost a clone of every boxed layer per request.
 pub fn app(state: AppState) -> Router {
-    let cors = cors(&state.config.server.cors_origins);
     let limits = &state.config.limits;
-    let limit_layers = ServiceBuilder::new()
-        .layer(HandleErrorLayer::new(limit_error(limits.request_timeout_s)))
-        .load_shed()
-        .concurrency_limit(limits.max_concurrent_requests)
-        .timeout(Duration::from_secs_f64(limits.request_timeout_s));
-    Router::new()
+    let api = Router::new()
         .route("/", get(api::index))
-        .route("/healthz", get(api::healthz))
         .route("/api/v1/mounts", get(api::mounts))
         .route("/api/v1/slice/{mount}/{*path}", get(slice::slice))
-        .route("/metrics", get(api::metrics))
         .route("/api/v1/zom/{mount}", get(zom::zom))
         .route("/api/v1/zom/{mount}/", get(zom::zom))
         .route("/api/v1/zom/{mount}/{*path}", get(zom::zom))
@@ -182,11 +180,25 @@ pub fn app(state: AppState) -> Router {
         .route("/zarr/{mount}/{*key}", any(raw::raw_key))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
-        .with_state(state.clone())
-        .layer(middleware::from_fn_with_state(state.clone(), guard))
-        .layer(limit_layers)
-        .layer(cors)
-        .layer(middleware::from_fn_with_state(state, access_log))
+        .with_state(state.clone());
+    let limited = ServiceBuilder::new()
+        .layer(HandleErrorLayer::new(limit_error(limits.request_timeout_s)))
+        .load_shed()
+        .concurrency_limit(limits.max_concurrent_requests)
+        .timeout(Duration::from_secs_f64(limits.request_timeout_s))
+        .service(api);
+    let routes = Router::new()
+        .route("/healthz", get(api::healthz))
+        .route("/metrics", get(api::metrics))
+        .fallback_service(limited)
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .with_state(state.clone());
+    let service = ServiceBuilder::new()
+        .layer(middleware::from_fn_with_state(state.clone(), access_log))
+        .layer(cors(&state.config.server.cors_origins))
+        .layer(middleware::from_fn_with_state(state, guard))
+        .service(routes);
+    Router::new().fallback_service(service)
 }
 
 /// Serves `app(state)` on `listener` until `shutdown` resolves.

@@ -191,6 +191,31 @@ async fn overload_is_503_with_retry_after_and_slowness_is_504() {
     assert_eq!(b.header("retry-after"), Some("1"));
     assert_eq!(get(&app, uri, &[]).await.status, 200, "capacity comes back");
 
+    // The limit is the server's, not each route's: a slow raw read holds the one place, so a
+    // slice (another route) is refused too, while liveness and metrics still answer.
+    let (a, others) = tokio::join!(get(&app, uri, &[]), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        (
+            get(&app, "/api/v1/slice/slow/v3/zstd_i4?select=0", &[]).await,
+            get(&app, "/zarr/slow/v2/compressor_blosc_zstd_shuffle0_i4/.zarray", &[]).await,
+            get(&app, "/api/v1/mounts", &[]).await,
+            get(&app, "/healthz", &[]).await,
+            get(&app, "/metrics", &[]).await,
+        )
+    });
+    assert_eq!(a.status, 200);
+    let (slice, raw, mounts, health, metrics) = others;
+    for (what, r) in [("slice", &slice), ("raw", &raw), ("mounts", &mounts)] {
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (503, "overloaded"),
+            "{what}"
+        );
+    }
+    assert_eq!(health.status, 200);
+    assert_eq!(metrics.status, 200);
+    assert!(String::from_utf8_lossy(&metrics.body).contains("zarrgate_requests_total"));
+
     let mut config = Config::default();
     config.limits.request_timeout_s = 0.2;
     let app = slow_app(Duration::from_secs(2), config);
