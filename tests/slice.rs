@@ -357,6 +357,99 @@ async fn a_huge_sparse_request_is_refused_at_once() {
 }
 
 #[tokio::test]
+async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
+    // An empty selection of a tall array: no element, but JSON would write one `[]` for each of
+    // its 2^40 rows.
+    let dir = tempfile::tempdir().unwrap();
+    write_v3_array(
+        &dir.path().join("tall"),
+        &[1 << 40, 4],
+        &[1 << 20, 4],
+        "float32",
+        json!(0.0),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    let (app, _, gets) = counting_app(dir.path(), Config::default());
+    let start = std::time::Instant::now();
+    let r = get(&app, "/api/v1/slice/m/tall?select=:,0:0", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1099511627776 nested empty lists")
+    );
+    assert!(start.elapsed().as_secs() < 5);
+    assert_eq!(gets.load(Ordering::SeqCst), 1, "only the metadata was read");
+    // The same selection in binary is empty, and a few rows are a few lists.
+    let r = get(&app, "/api/v1/slice/m/tall?select=:,0:0&format=bin", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+    assert_eq!(r.header("x-zarr-shape"), Some("1099511627776,0"));
+    let r = get(&app, "/api/v1/slice/m/tall?select=0:3,0:0", &[]).await;
+    assert_eq!(r.json()["data"], json!([[], [], []]));
+
+    // Variable-length strings count 8 bytes each before reading (56 for these 7). Read, npy
+    // widens all 7 to the longest ("epsilon", UTF-32: 7 x 7 x 4 = 196 bytes) and JSON holds
+    // their 41 bytes of UTF-8.
+    let limited = |max| {
+        let mut config = config_with(&[("fx", &fixtures())]);
+        config.limits.max_slice_bytes = max;
+        zarrgate::app(zarrgate::AppState::from_config(config).unwrap())
+    };
+    let app = limited(100);
+    let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8?format=npy", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("196 bytes as npy")
+    );
+    let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8", &[]).await;
+    assert_eq!(r.status, 200);
+    let Elements::Strings(want) = expected("v3/vlen_utf8").elements else {
+        panic!()
+    };
+    assert_eq!(r.json()["data"], json!(want));
+    assert_eq!(
+        get(&app, "/api/v1/slice/fx/v3/vlen_utf8?format=npy&select=0:2", &[])
+            .await
+            .status,
+        200
+    );
+    // Two strings of 100 characters: 16 bytes before reading, 200 bytes of JSON once read.
+    write_v3_array(
+        &dir.path().join("long"),
+        &[2],
+        &[2],
+        "string",
+        json!(""),
+        json!([{"name": "vlen-utf8", "configuration": {}}]),
+    );
+    let mut chunk = 2u32.to_le_bytes().to_vec();
+    for c in ["x", "y"] {
+        chunk.extend(100u32.to_le_bytes());
+        chunk.extend(c.repeat(100).as_bytes());
+    }
+    std::fs::create_dir_all(dir.path().join("long/c")).unwrap();
+    std::fs::write(dir.path().join("long/c/0"), chunk).unwrap();
+    let mut config = config_with(&[("m", dir.path())]);
+    config.limits.max_slice_bytes = 150;
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let r = get(&app, "/api/v1/slice/m/long", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("200 bytes as json")
+    );
+    let r = get(&app, "/api/v1/slice/m/long?select=1", &[]).await;
+    assert_eq!(r.json()["data"], json!("y".repeat(100)));
+}
+
+#[tokio::test]
 async fn large_binary_responses_stream_and_match() {
     let dir = tempfile::tempdir().unwrap();
     // 3000 x 1000 float32 (12 MB) in 500 x 500 chunks: more than one band.

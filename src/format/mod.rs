@@ -38,6 +38,34 @@ pub enum FormatError {
     Unsupported(String),
 }
 
+/// The bytes the variable-length elements of a region take in `format`, which are known only
+/// once they are read: bin and npy write every element at the width of the longest (strings as
+/// UTF-32), the text formats write each at its own length. `None` for other elements, whose
+/// size is checked before reading.
+pub fn variable_bytes(elements: &Elements, format: Format) -> Option<u64> {
+    let fixed = matches!(format, Format::Bin | Format::Npy);
+    let (n, longest, total) = match elements {
+        Elements::Strings(v) => v.iter().fold((0u64, 0u64, 0u64), |(n, m, t), s| {
+            let s = s.as_deref().unwrap_or("");
+            // UTF-32 takes four bytes a character; the text formats about the UTF-8 length.
+            let w = if fixed {
+                s.chars().count() as u64 * 4
+            } else {
+                s.len() as u64
+            };
+            (n + 1, m.max(w), t.saturating_add(w))
+        }),
+        Elements::Bytes(v) => v.iter().fold((0u64, 0u64, 0u64), |(n, m, t), b| {
+            let len = b.as_ref().map_or(0, Vec::len) as u64;
+            // Base64 in the text formats.
+            let w = if fixed { len } else { len.div_ceil(3) * 4 };
+            (n + 1, m.max(w), t.saturating_add(w))
+        }),
+        Elements::Fixed(_) | Elements::Objects(_) => return None,
+    };
+    Some(if fixed { n.saturating_mul(longest.max(1)) } else { total })
+}
+
 /// The output formats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -66,19 +94,69 @@ impl Format {
         })
     }
 
-    /// From an `Accept` header: the first listed media type we serve.
+    /// From an `Accept` header (RFC 9110 §12.5.1): the format with the highest weight, where a
+    /// format's weight is the `q` of the most specific range naming it (`image/png` over
+    /// `image/*` over `*/*`). Ties go to the more specific range, then to the one listed
+    /// first, then to JSON. `None` when no format is acceptable (`q=0` for all, or none named).
     pub fn from_accept(accept: &str) -> Option<Format> {
-        accept.split(',').find_map(|part| {
-            let mime = part.split(';').next().unwrap_or("").trim();
-            Some(match mime {
-                "application/json" => Format::Json,
-                "application/octet-stream" => Format::Bin,
-                "application/x-npy" | "application/npy" => Format::Npy,
-                "text/csv" => Format::Csv,
-                "image/png" => Format::Png,
-                _ => return None,
+        const ALL: [(Format, &str, &str); 6] = [
+            (Format::Json, "application", "json"),
+            (Format::Bin, "application", "octet-stream"),
+            (Format::Npy, "application", "x-npy"),
+            (Format::Npy, "application", "npy"),
+            (Format::Csv, "text", "csv"),
+            (Format::Png, "image", "png"),
+        ];
+        let ranges: Vec<(String, String, f32)> = accept
+            .split(',')
+            .filter_map(|part| {
+                let mut params = part.split(';');
+                let (kind, sub) = params.next()?.trim().split_once('/')?;
+                let q = params
+                    .filter_map(|p| p.split_once('='))
+                    .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+                    .map_or(Some(1.0), |(_, v)| {
+                        v.trim().parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q))
+                    })?;
+                Some((kind.trim().to_ascii_lowercase(), sub.trim().to_ascii_lowercase(), q))
             })
-        })
+            .collect();
+        // (q, specificity, -position) of the best range for each of our media types.
+        let mut best: Option<((f32, u8, isize), Format)> = None;
+        for (format, kind, sub) in ALL {
+            let matched = ranges
+                .iter()
+                .enumerate()
+                .filter_map(|(i, (k, s, q))| {
+                    let specificity = match (k.as_str(), s.as_str()) {
+                        (k, s) if k == kind && s == sub => 2,
+                        (k, "*") if k == kind => 1,
+                        ("*", "*") => 0,
+                        _ => return None,
+                    };
+                    Some((specificity, i, *q))
+                })
+                // The most specific range decides; among equals, the first listed.
+                .max_by_key(|&(specificity, i, _)| (specificity, std::cmp::Reverse(i)));
+            if let Some((specificity, i, q)) = matched.filter(|m| m.2 > 0.0) {
+                let rank = (q, specificity, -(i as isize));
+                if best.is_none_or(|(b, _)| rank.partial_cmp(&b) == Some(std::cmp::Ordering::Greater)) {
+                    best = Some((rank, format));
+                }
+            }
+        }
+        best.map(|(_, f)| f)
+    }
+
+    /// The name the `format` parameter gives.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Bin => "bin",
+            Format::Npy => "npy",
+            Format::Csv => "csv",
+            Format::Png => "png",
+        }
     }
 
     /// The Content-Type of responses.
@@ -249,5 +327,53 @@ fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
             out.push(b'}');
         }
         Kind::String | Kind::Bytes | Kind::Object => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_weighs_q_values_and_wildcards() {
+        let cases: [(&str, Option<Format>); 14] = [
+            ("application/json", Some(Format::Json)),
+            ("text/csv", Some(Format::Csv)),
+            ("APPLICATION/X-NPY", Some(Format::Npy)),
+            ("image/png;q=0, application/json", Some(Format::Json)),
+            ("text/csv;q=0.1, application/json", Some(Format::Json)),
+            ("application/octet-stream;q=0.5, text/csv;q=0.9", Some(Format::Csv)),
+            // Chrome's Accept for <img>.
+            (
+                "image/avif,image/webp,image/apng,image/svg+xml,image/*,*/*;q=0.8",
+                Some(Format::Png),
+            ),
+            ("*/*", Some(Format::Json)),
+            ("application/*", Some(Format::Json)),
+            ("image/png;q=0, */*", Some(Format::Json)),
+            // Equal weights: the more specific range wins.
+            ("text/*;q=0.5, application/x-npy;q=0.5", Some(Format::Npy)),
+            // A malformed q drops its range.
+            ("application/json;q=abc, text/csv", Some(Format::Csv)),
+            ("text/html", None),
+            ("*/*;q=0", None),
+        ];
+        for (accept, want) in cases {
+            assert_eq!(Format::from_accept(accept), want, "{accept}");
+        }
+    }
+
+    #[test]
+    fn variable_length_sizes_per_format() {
+        let strings = Elements::Strings(vec![Some("ab".into()), None, Some("é".into())]);
+        // Fixed width: three elements of the longest (two characters, UTF-32).
+        assert_eq!(variable_bytes(&strings, Format::Npy), Some(3 * 2 * 4));
+        assert_eq!(variable_bytes(&strings, Format::Bin), Some(3 * 2 * 4));
+        // Text: their own UTF-8 lengths.
+        assert_eq!(variable_bytes(&strings, Format::Json), Some(2 + 2));
+        let bytes = Elements::Bytes(vec![Some(vec![1, 2, 3, 4]), Some(vec![])]);
+        assert_eq!(variable_bytes(&bytes, Format::Bin), Some(2 * 4));
+        assert_eq!(variable_bytes(&bytes, Format::Csv), Some(8));
+        assert_eq!(variable_bytes(&Elements::Fixed(vec![0; 8]), Format::Json), None);
     }
 }

@@ -88,14 +88,25 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     let meta = state.array(mount, &path).await?;
     let sel = Selection::parse(query.select.as_deref().unwrap_or(""), &meta.shape)?;
 
-    // Refuse before reading anything: the size is known from the metadata alone.
+    // Refuse before reading anything: the size is known from the metadata alone (variable-length
+    // elements count 8 bytes here, and are checked again once read).
     let item = meta.dtype.item_size().unwrap_or(8) as u64;
     let asked = sel.len().saturating_mul(item);
     let limit = state.config.limits.max_slice_bytes;
     if asked > limit {
         return Err(ApiError::TooLarge(format!(
-            "the selection holds {asked} bytes decoded ({} elements of {item} bytes); the limit is {limit}",
+            "the selection holds {} decoded ({} elements of {item} bytes); the limit is {limit}",
+            bytes_text(asked),
             sel.len()
+        )));
+    }
+    // An empty selection is still one JSON list for every index of the dimensions before the
+    // empty one: `select=:,0:0` of a 2^40-row array would be a document of 2^40 `[]`.
+    let lists = sel.shape().iter().fold(1u64, |n, &d| n.saturating_mul(d.max(1)));
+    if format == Format::Json && sel.is_empty() && lists.saturating_mul(3) > limit {
+        return Err(ApiError::TooLarge(format!(
+            "the selection is empty, but as JSON it is {lists} nested empty lists of 3 bytes each; the limit is {limit} bytes \
+             (select a range of the leading dimensions, or use format=bin)"
         )));
     }
 
@@ -142,6 +153,13 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     }
 
     let elements = read_region(&ctx, &path, meta.clone(), &sel).await?;
+    if let Some(bytes) = crate::format::variable_bytes(&elements, format).filter(|&b| b > limit) {
+        return Err(ApiError::TooLarge(format!(
+            "the selection's variable-length elements take {} as {}; the limit is {limit}",
+            bytes_text(bytes),
+            format.name()
+        )));
+    }
     let region = Region {
         shape: sel.shape(),
         dtype: meta.dtype.clone(),
@@ -190,6 +208,15 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
         .body(Body::from(body))
         .map_err(|_| ApiError::Internal)
+}
+
+/// A byte count for a message; a saturated count is "more than" the largest.
+fn bytes_text(bytes: u64) -> String {
+    if bytes == u64::MAX {
+        format!("more than {bytes} bytes")
+    } else {
+        format!("{bytes} bytes")
+    }
 }
 
 /// Splits a selection along its first dimension into bands of whole rows of decode units
