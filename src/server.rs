@@ -49,6 +49,7 @@ fn cors(origins: &[String]) -> CorsLayer {
             header::IF_MATCH,
             header::IF_NONE_MATCH,
             header::IF_MODIFIED_SINCE,
+            header::IF_UNMODIFIED_SINCE,
             header::IF_RANGE,
             header::AUTHORIZATION,
             header::CONTENT_TYPE,

@@ -200,6 +200,19 @@ async fn conditional_requests() {
     let r = get(&app, CHUNK, &[("if-modified-since", "Thu, 01 Jan 1970 00:00:00 GMT")]).await;
     assert_eq!(r.status, 200);
 
+    // If-Unmodified-Since: 412 when changed since; If-Match, when present, decides instead.
+    let epoch = "Thu, 01 Jan 1970 00:00:00 GMT";
+    let r = get(&app, CHUNK, &[("if-unmodified-since", epoch)]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.error_code().as_str()),
+        (412, "precondition_failed")
+    );
+    let r = get(&app, CHUNK, &[("if-unmodified-since", &last_modified)]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, chunk_bytes());
+    let r = get(&app, CHUNK, &[("if-match", &etag), ("if-unmodified-since", epoch)]).await;
+    assert_eq!(r.status, 200);
+
     // If-Range: the range only applies to the representation the client has.
     let r = get(&app, CHUNK, &[("range", "bytes=0-3"), ("if-range", &etag)]).await;
     assert_eq!(r.status, 206);
@@ -263,6 +276,12 @@ async fn writes_are_405() {
         assert_eq!(r.error_code(), "method_not_allowed");
         assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"));
     }
+    let r = get(&app, "/api/v1/validate/fx", &[]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.error_code().as_str()),
+        (405, "method_not_allowed")
+    );
+    assert_eq!(r.header("allow"), Some("POST, OPTIONS"));
     assert_eq!(
         chunk_bytes().len() as u64,
         std::fs::metadata(fixtures().join("v2/compressor_zstd_i4/0.0"))
@@ -325,6 +344,29 @@ async fn symlinks_leaving_the_root_are_not_followed() {
     let r = get(&app, "/zarr/m/alias", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(&r.body[..], b"inside");
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn names_the_filesystem_rejects_are_404() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("loop", dir.path().join("loop")).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let long = "a".repeat(300);
+    for uri in [
+        format!("/zarr/m/{long}"),
+        format!("/zarr/m/{long}/zarr.json"),
+        "/zarr/m/loop".into(),
+        "/zarr/m/loop/zarr.json".into(),
+    ] {
+        let r = get(&app, &uri, &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (404, "not_found"),
+            "{uri}"
+        );
+        assert_eq!(request(&app, "HEAD", &uri, &[]).await.status, 404, "HEAD {uri}");
+    }
 }
 
 #[tokio::test]

@@ -357,5 +357,17 @@ fn http_origins_behave_like_local_ones() {
         let r = get(&app, "/api/v1/zom/bare/v3/group_nested", &[]).await;
         assert_eq!((r.status.as_u16(), r.error_code().as_str()), (422, "unsupported"));
         assert!(r.json()["error"]["message"].as_str().unwrap().contains("cannot list"));
+        // Raw keys of groups it cannot consolidate are what the origin stores, or missing.
+        let r = get(&app, "/zarr/bare/v3/group_nested/zarr.json", &[]).await;
+        assert_eq!(r.status, 200);
+        let stored = std::fs::read(fixtures().join("v3/group_nested/zarr.json")).unwrap();
+        assert_eq!(r.body, stored);
+        let r = get(&app, "/zarr/bare/v2/group_nested/.zmetadata", &[]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (404, "not_found"));
+        // Through the consolidating origin, both are synthesized.
+        let r = get(&app, "/zarr/web/v3/group_nested/zarr.json", &[]).await;
+        assert!(r.json()["consolidated_metadata"].is_object());
+        let r = get(&app, "/zarr/web/v2/group_nested/.zmetadata", &[]).await;
+        assert!(r.json()["metadata"].is_object());
     });
 }

@@ -47,10 +47,14 @@ pub async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
 }
 
-/// Known routes, wrong method.
-pub async fn method_not_allowed(method: Method) -> ApiError {
+/// Known routes, wrong method. Validation takes POST; every other route reads.
+pub async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> ApiError {
     ApiError::MethodNotAllowed {
         method: method.to_string(),
-        allow: "GET, HEAD, OPTIONS",
+        allow: if uri.path().starts_with("/api/v1/validate/") {
+            "POST, OPTIONS"
+        } else {
+            "GET, HEAD, OPTIONS"
+        },
     }
 }

@@ -43,7 +43,11 @@ fn split_path(path: &str) -> (&str, &str) {
 /// The strong ETag of an object: its backend version when it has one, else size and mtime.
 pub fn etag_of(meta: &ObjectMeta) -> String {
     match &meta.version {
-        Some(v) => format!("\"{}\"", v.trim_matches('"')),
+        // A weak validator stays weak (`W/"..."`): it must not pass strong comparisons.
+        Some(v) => match v.strip_prefix("W/") {
+            Some(weak) => format!("W/\"{}\"", weak.trim_matches('"')),
+            None => format!("\"{}\"", v.trim_matches('"')),
+        },
         None => {
             let mtime = meta
                 .last_modified
@@ -55,17 +59,28 @@ pub fn etag_of(meta: &ObjectMeta) -> String {
 }
 
 /// Whether a list of entity tags (`If-Match` / `If-None-Match`) matches `etag`.
-/// `weak` comparison ignores `W/` prefixes; strong comparison never matches a weak tag.
+/// `weak` comparison ignores `W/` prefixes on both sides; strong comparison never matches a
+/// weak tag. `*` matches any representation.
 fn etag_matches(list: &str, etag: &str, weak: bool) -> bool {
-    list.split(',')
-        .map(str::trim)
-        .any(|tag| tag == "*" || tag == etag || (weak && tag.strip_prefix("W/").is_some_and(|t| t == etag)))
+    let opaque = |t: &str| t.strip_prefix("W/").unwrap_or(t).to_owned();
+    list.split(',').map(str::trim).any(|tag| {
+        tag == "*"
+            || if weak {
+                opaque(tag) == opaque(etag)
+            } else {
+                !etag.starts_with("W/") && tag == etag
+            }
+    })
 }
 
-/// Truncates to whole seconds, the resolution of HTTP dates.
-fn whole_seconds(t: SystemTime) -> SystemTime {
+/// The last second an HTTP date can name: 9999-12-31T23:59:59Z.
+const LAST_HTTP_SECOND: u64 = 253_402_300_799;
+
+/// A modification time as HTTP dates carry it: whole seconds, and `None` past what an HTTP
+/// date can name (a file may claim any mtime).
+fn http_time(t: SystemTime) -> Option<SystemTime> {
     let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    UNIX_EPOCH + Duration::from_secs(secs)
+    (secs <= LAST_HTTP_SECOND).then(|| UNIX_EPOCH + Duration::from_secs(secs))
 }
 
 /// Parses a single `bytes=` range. Anything else (other units, several ranges, bad syntax) is
@@ -135,12 +150,22 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
     let stored = mount.store.head(key).await?;
     if mount.consolidated {
         let synthesized = match (key.name(), &stored) {
-            (".zmetadata", None) => zom::synthesized_zmetadata(state, mount, &key.parent()).await?,
+            (".zmetadata", None) => zom::synthesized_zmetadata(state, mount, &key.parent()).await,
             ("zarr.json", Some(meta)) if meta.size <= zom::MAX_GROUP_DOC => {
-                zom::synthesized_zarr_json(state, mount, &key.parent()).await?
+                zom::synthesized_zarr_json(state, mount, &key.parent()).await
             }
-            _ => None,
+            _ => Ok(None),
         };
+        // Consolidating is an addition: when the hierarchy cannot be walked (a store that cannot
+        // list, a member that does not parse, an upstream error), the key is what is stored,
+        // or missing.
+        let synthesized = synthesized.unwrap_or_else(|e| {
+            match &e {
+                ApiError::Unsupported(_) => tracing::debug!(%key, error = %e, "not consolidating"),
+                _ => tracing::warn!(mount = %mount.name, %key, error = %e, "not consolidating"),
+            }
+            None
+        });
         if let Some(bytes) = synthesized {
             return Ok(Some(Representation {
                 size: bytes.len() as u64,
@@ -153,7 +178,7 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
     Ok(stored.map(|meta| Representation {
         size: meta.size,
         etag: etag_of(&meta),
-        last_modified: meta.last_modified.map(whole_seconds),
+        last_modified: meta.last_modified.and_then(http_time),
         content: Content::Stored,
     }))
 }
@@ -185,6 +210,7 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
         header::IF_MATCH,
         header::IF_NONE_MATCH,
         header::IF_MODIFIED_SINCE,
+        header::IF_UNMODIFIED_SINCE,
         header::IF_RANGE,
     ]
     .iter()
@@ -206,7 +232,7 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
         let mut response = stored_headers(
             &key,
             &etag_of(&object.meta),
-            object.meta.last_modified.map(whole_seconds),
+            object.meta.last_modified.and_then(http_time),
         );
         if requested.is_some() {
             response = response.status(StatusCode::PARTIAL_CONTENT).header(
@@ -227,9 +253,18 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
     let mut response = stored_headers(&key, &etag, last_modified);
 
     // Preconditions, in the order RFC 9110 section 13.2.2 evaluates them.
-    if let Some(list) = header_str(headers, header::IF_MATCH) {
-        if !etag_matches(list, &etag, false) {
-            return Err(ApiError::PreconditionFailed);
+    match header_str(headers, header::IF_MATCH) {
+        Some(list) if !etag_matches(list, &etag, false) => return Err(ApiError::PreconditionFailed),
+        Some(_) => {}
+        None => {
+            let since =
+                header_str(headers, header::IF_UNMODIFIED_SINCE).and_then(|v| httpdate::parse_http_date(v).ok());
+            if since
+                .zip(last_modified)
+                .is_some_and(|(since, modified)| modified > since)
+            {
+                return Err(ApiError::PreconditionFailed);
+            }
         }
     }
     let not_modified = match header_str(headers, header::IF_NONE_MATCH) {
@@ -252,7 +287,8 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
     // If-Range: a range only applies to the representation the client already has.
     let if_range_ok = match header_str(headers, header::IF_RANGE) {
         None => true,
-        Some(v) if v.starts_with('"') || v.starts_with("W/") => v == etag,
+        // Strong comparison: a weak tag never matches.
+        Some(v) if v.starts_with('"') || v.starts_with("W/") => v == etag && !etag.starts_with("W/"),
         Some(v) => httpdate::parse_http_date(v)
             .ok()
             .is_some_and(|d| Some(d) == last_modified),
@@ -325,6 +361,37 @@ mod tests {
         assert!(!etag_matches("W/\"a\"", "\"a\"", false));
         assert!(etag_matches("W/\"a\"", "\"a\"", true));
         assert!(!etag_matches("\"b\"", "\"a\"", true));
+        // A weak validator of ours (an upstream's `W/` ETag) passes only weak comparisons.
+        assert!(!etag_matches("W/\"a\"", "W/\"a\"", false));
+        assert!(etag_matches("*", "W/\"a\"", false));
+        assert!(etag_matches("\"a\"", "W/\"a\"", true));
+        assert!(etag_matches("W/\"a\"", "W/\"a\"", true));
+    }
+
+    #[test]
+    fn upstream_etags_stay_valid_and_weak_ones_weak() {
+        let meta = |v: &str| ObjectMeta {
+            size: 1,
+            last_modified: None,
+            version: Some(v.into()),
+        };
+        assert_eq!(etag_of(&meta("\"abc\"")), "\"abc\"");
+        assert_eq!(etag_of(&meta("abc")), "\"abc\"");
+        assert_eq!(etag_of(&meta("W/\"abc\"")), "W/\"abc\"");
+    }
+
+    #[test]
+    fn http_dates_are_whole_seconds_up_to_year_9999() {
+        let at = |secs: u64, nanos: u32| UNIX_EPOCH + Duration::new(secs, nanos);
+        assert_eq!(http_time(at(1_700_000_000, 999_999_999)), Some(at(1_700_000_000, 0)));
+        assert_eq!(http_time(at(LAST_HTTP_SECOND, 5)), Some(at(LAST_HTTP_SECOND, 0)));
+        assert_eq!(
+            httpdate::fmt_http_date(at(LAST_HTTP_SECOND, 0)),
+            "Fri, 31 Dec 9999 23:59:59 GMT"
+        );
+        // Year 10000 has no HTTP date (formatting it would panic): no Last-Modified.
+        assert_eq!(http_time(at(LAST_HTTP_SECOND + 1, 0)), None);
+        assert_eq!(http_time(UNIX_EPOCH - Duration::from_secs(5)), Some(UNIX_EPOCH));
     }
 
     #[test]

@@ -138,20 +138,26 @@ fn local_meta(m: &std::fs::Metadata) -> ObjectMeta {
     }
 }
 
+/// Whether resolving a path failed because it names no file: missing, under a file, a name
+/// too long for the filesystem, or a symlink loop. Those are 404s, not store errors.
+fn names_nothing(e: &std::io::Error) -> bool {
+    #[cfg(unix)]
+    if matches!(e.raw_os_error(), Some(libc::ENAMETOOLONG | libc::ELOOP)) {
+        return true;
+    }
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+    )
+}
+
 /// Opens `key` under `root` in one blocking step: resolves symlinks, refuses what leaves the
 /// root, and skips directories.
 fn open_local_file(root: &FsPath, key: &StoreKey) -> Result<LocalFile, StoreError> {
     let path = match std::fs::canonicalize(root.join(key.as_str())) {
         Ok(p) if p.starts_with(root) => p,
         Ok(_) => return Ok(LocalFile::Missing),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-            ) =>
-        {
-            return Ok(LocalFile::Missing);
-        }
+        Err(e) if names_nothing(&e) => return Ok(LocalFile::Missing),
         Err(e) => return Err(e.into()),
     };
     let file = match std::fs::File::open(&path) {
