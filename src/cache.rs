@@ -158,7 +158,7 @@ impl Caches {
         // so that decoded chunks, cached or spare, stay within `chunk_bytes`.
         let spare = config.chunk_bytes / 8;
         buffers::DECODED.set_max_total(usize::try_from(spare).unwrap_or(usize::MAX));
-        let ttl = Duration::from_secs(config.ttl_seconds.max(1));
+        let ttl = Duration::from_secs(config.ttl_seconds.clamp(1, crate::config::MAX_TTL_SECONDS));
         let chunk_counters = CacheCounters::default();
         let index_counters = CacheCounters::default();
         let metadata_counters = CacheCounters::default();

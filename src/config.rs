@@ -118,6 +118,9 @@ impl Default for LimitsConfig {
     }
 }
 
+/// The longest `cache.ttl_seconds`: ten years (moka refuses more than a thousand).
+pub const MAX_TTL_SECONDS: u64 = 10 * 365 * 24 * 3600;
+
 /// `[cache]`
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -404,6 +407,12 @@ impl Config {
         {
             return Err(ConfigError::Invalid("limits must be positive".into()));
         }
+        if !(1..=MAX_TTL_SECONDS).contains(&self.cache.ttl_seconds) {
+            return Err(ConfigError::Invalid(format!(
+                "cache.ttl_seconds must be between 1 and {MAX_TTL_SECONDS} (ten years), got {}",
+                self.cache.ttl_seconds
+            )));
+        }
         if self.server.blocking_threads == 0 {
             return Err(ConfigError::Invalid("server.blocking_threads must be positive".into()));
         }
@@ -457,6 +466,19 @@ mod tests {
         assert_eq!(c.cache.chunk_bytes, 536_870_912);
         assert_eq!(c.cache.shard_index_bytes, 67_108_864);
         assert_eq!(c.server.blocking_threads, 64);
+    }
+
+    #[test]
+    fn ttl_is_bounded() {
+        assert!(parse("[cache]\nttl_seconds = 1\n").unwrap().validate().is_ok());
+        for bad in ["0", "40000000000"] {
+            let err = parse(&format!("[cache]\nttl_seconds = {bad}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("cache.ttl_seconds") && err.contains(bad), "{err}");
+        }
     }
 
     #[test]

@@ -225,6 +225,48 @@ async fn csv_and_png() {
 }
 
 #[tokio::test]
+async fn png_ranges_skip_infinities_and_a_null_fill_hides_nothing() {
+    // v2, fill_value null, float32 [[0, 1], [2, inf]], uncompressed.
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    std::fs::create_dir_all(&a).unwrap();
+    let zarray = json!({
+        "zarr_format": 2, "shape": [2, 2], "chunks": [2, 2], "dtype": "<f4", "order": "C",
+        "fill_value": null, "compressor": null, "filters": null
+    });
+    std::fs::write(a.join(".zarray"), zarray.to_string()).unwrap();
+    let values: Vec<u8> = [0f32, 1.0, 2.0, f32::INFINITY]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    std::fs::write(a.join("0.0"), values).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let r = get(&app, "/api/v1/slice/m/a?format=png", &[]).await;
+    assert_eq!(r.status, 200);
+    // The range is of the finite values, zero included: zero is data here, not fill.
+    assert_eq!(
+        (r.header("x-zarr-vmin"), r.header("x-zarr-vmax")),
+        (Some("0"), Some("2"))
+    );
+    let mut reader = png::Decoder::new(std::io::Cursor::new(r.body.to_vec()))
+        .read_info()
+        .unwrap();
+    let mut px = vec![0; reader.output_buffer_size().unwrap()];
+    reader.next_frame(&mut px).unwrap();
+    let gray_alpha: Vec<(u8, u8)> = px.chunks(4).map(|p| (p[0], p[3])).collect();
+    assert_eq!(gray_alpha, [(0, 255), (128, 255), (255, 255), (255, 255)]);
+    // A non-finite vmin or vmax is refused.
+    for q in ["vmin=NaN", "vmax=inf"] {
+        let r = get(&app, &format!("/api/v1/slice/m/a?format=png&{q}"), &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (400, "bad_request"),
+            "{q}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn errors_have_codes() {
     let app = fixture_app();
     let cases = [

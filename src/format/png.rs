@@ -111,9 +111,11 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
             as_f64(&region.dtype, b).filter(|v| !v.is_nan() && !is_fill)
         })
         .collect();
+    // The automatic range spans the finite values: infinities draw at its ends.
     let (lo, hi) = values
         .iter()
         .flatten()
+        .filter(|v| v.is_finite())
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &v| {
             (lo.min(v), hi.max(v))
         });

@@ -50,8 +50,10 @@ fn parse_number(v: &Option<String>, name: &str) -> Result<Option<f64>, ApiError>
         None | Some("") => Ok(None),
         Some(s) => s
             .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
             .map(Some)
-            .map_err(|_| ApiError::BadRequest(format!("{name} must be a number, got '{s}'"))),
+            .ok_or_else(|| ApiError::BadRequest(format!("{name} must be a finite number, got '{s}'"))),
     }
 }
 
@@ -165,7 +167,7 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         dtype: meta.dtype.clone(),
         elements,
         fill: match &meta.fill {
-            FillValue::Fixed(b) => Some(b.clone()),
+            FillValue::Fixed(b) if meta.fill_declared => Some(b.clone()),
             _ => None,
         },
     };

@@ -77,6 +77,9 @@ pub struct ArrayMeta {
     pub dtype: DType,
     /// The fill value (in the decoded form).
     pub fill: FillValue,
+    /// Whether the metadata names a fill value. v2 allows `null`: missing chunks still read as
+    /// zeros, but no value stands for "no data" (PNG leaves no pixel transparent for it).
+    pub fill_declared: bool,
     /// Chunk keys.
     pub key_encoding: ChunkKeyEncoding,
     /// How one stored object decodes.
@@ -172,6 +175,7 @@ pub fn parse_v2(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaErr
         chunk_shape,
         dtype,
         fill,
+        fill_declared: doc.get("fill_value").is_some_and(|v| !v.is_null()),
         chain,
         attributes,
     })
@@ -263,6 +267,7 @@ pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
         chunk_shape,
         dtype: logical,
         fill,
+        fill_declared: doc.get("fill_value").is_some_and(|v| !v.is_null()),
         key_encoding,
         chain,
         attributes: doc
