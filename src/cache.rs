@@ -30,6 +30,8 @@ pub struct ChunkId {
     pub key: StoreKey,
     /// Inner chunk number within a shard.
     pub inner: Option<u64>,
+    /// The [`ArrayMeta::fingerprint`] of the metadata it was decoded under.
+    pub meta: u64,
 }
 
 /// Hit/miss/eviction counters of one cache.

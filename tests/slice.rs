@@ -691,6 +691,40 @@ async fn a_warm_request_reads_nothing_from_the_store() {
     }
 }
 
+#[tokio::test]
+async fn chunks_cached_under_old_metadata_are_not_used_with_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let bytes = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    write_v3_array(&a, &[4], &[4], "float32", json!(0.0), bytes.clone());
+    std::fs::create_dir_all(a.join("c")).unwrap();
+    let f: Vec<u8> = [1f32, 2.0, 3.0, 4.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(a.join("c/0"), f).unwrap();
+    let (app, state, _) = counting_app(dir.path(), Config::default());
+    let r = get(&app, "/api/v1/slice/m/a", &[]).await;
+    assert_eq!(r.json()["data"], json!([1.0, 2.0, 3.0, 4.0]));
+    let r = get(&app, "/api/v1/slice/m/a?select=1:3", &[]).await;
+    assert_eq!(r.json()["data"], json!([2.0, 3.0]));
+
+    // The array is rewritten as int16; its metadata expires from the cache (as after the TTL)
+    // while the float32 chunk is still there.
+    write_v3_array(&a, &[4], &[4], "int16", json!(0), bytes);
+    let i: Vec<u8> = [10i16, 20, 30, 40].iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(a.join("c/0"), i).unwrap();
+    state.caches.metadata.invalidate_all();
+    for (uri, want) in [
+        ("/api/v1/slice/m/a", json!([10, 20, 30, 40])),
+        ("/api/v1/slice/m/a?select=1:3", json!([20, 30])),
+    ] {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(r.status, 200, "{uri}");
+        assert_eq!(r.json()["data"], want, "{uri}");
+        assert_eq!(r.header("x-zarr-dtype"), Some("<i2"));
+    }
+    let r = get(&app, "/api/v1/slice/m/a?format=bin", &[]).await;
+    assert_eq!(r.body.len(), 8, "four int16, not the cached float32 chunk");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_identical_requests_decode_each_chunk_once() {
     let (app, state, _) = counting_app(&fixtures(), Config::default());

@@ -147,11 +147,12 @@ impl ReadContext {
         Self::new(store, Arc::from(""), None, ReadOptions::default())
     }
 
-    fn id(&self, key: &StoreKey, inner: Option<u64>) -> ChunkId {
+    fn id(&self, meta: &ArrayMeta, key: &StoreKey, inner: Option<u64>) -> ChunkId {
         ChunkId {
             mount: self.mount.clone(),
             key: key.clone(),
             inner,
+            meta: meta.fingerprint,
         }
     }
 }
@@ -535,7 +536,7 @@ async fn read_unit(
     }
     let key = chunk_key(&shard)?;
     let n: u64 = grid.iter().product();
-    let Some(index) = shard_index(ctx, &key, codec, n).await? else {
+    let Some(index) = shard_index(ctx, meta, &key, codec, n).await? else {
         return Ok(None);
     };
     let Some(range) = index
@@ -559,7 +560,7 @@ async fn load_inner(
 ) -> Result<CachedChunk, ReadError> {
     let load = read_and_decode(ctx, meta, key, Some(ByteRange::Bounded(range.start, range.end)));
     match &ctx.caches {
-        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(key, Some(number)), load).await?),
+        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(meta, key, Some(number)), load).await?),
         None => load.await,
     }
 }
@@ -748,7 +749,7 @@ async fn copy_out(
 async fn load_chunk(ctx: &ReadContext, key: &StoreKey, meta: &Arc<ArrayMeta>) -> Result<CachedChunk, ReadError> {
     let load = read_and_decode(ctx, meta, key, None);
     match &ctx.caches {
-        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(key, None), load).await?),
+        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(meta, key, None), load).await?),
         None => load.await,
     }
 }
@@ -793,13 +794,14 @@ async fn load_index(
 
 async fn shard_index(
     ctx: &ReadContext,
+    meta: &ArrayMeta,
     key: &StoreKey,
     codec: &ShardingCodec,
     n: u64,
 ) -> Result<CachedIndex, ReadError> {
     let load = load_index(ctx, key, codec, n);
     match &ctx.caches {
-        Some(c) => Ok(cached(&c.shard_indexes, &c.index_counters, ctx.id(key, None), load).await?),
+        Some(c) => Ok(cached(&c.shard_indexes, &c.index_counters, ctx.id(meta, key, None), load).await?),
         None => load.await,
     }
 }
@@ -852,7 +854,7 @@ async fn read_shard(
     let shard_shape = &meta.chunk_shape;
     let grid = codec.inner_grid(shard_shape);
     let n: u64 = grid.iter().product();
-    let Some(index) = shard_index(ctx, key, codec, n).await? else {
+    let Some(index) = shard_index(ctx, &meta, key, codec, n).await? else {
         return output.fill(parts); // missing shard
     };
     let (index, shard_len) = (&index.0, index.1);
@@ -912,7 +914,7 @@ async fn read_shard(
     let mut missing = Vec::new();
     for (i, w) in wanted.iter().enumerate() {
         let hit = match &ctx.caches {
-            Some(c) => c.chunks.get(&ctx.id(key, Some(w.number))).await.flatten(),
+            Some(c) => c.chunks.get(&ctx.id(&meta, key, Some(w.number))).await.flatten(),
             None => None,
         };
         match hit {
@@ -953,7 +955,7 @@ async fn read_shard(
                     let block = match &ctx.caches {
                         Some(c) => {
                             let load = async { load.await.map(Some) };
-                            cached(&c.chunks, &c.chunk_counters, ctx.id(key, Some(w.number)), load).await?
+                            cached(&c.chunks, &c.chunk_counters, ctx.id(&meta, key, Some(w.number)), load).await?
                         }
                         None => Some(load.await?),
                     };

@@ -80,6 +80,10 @@ pub struct ArrayMeta {
     /// Whether the metadata names a fill value. v2 allows `null`: missing chunks still read as
     /// zeros, but no value stands for "no data" (PNG leaves no pixel transparent for it).
     pub fill_declared: bool,
+    /// A hash of the metadata document. Cached chunks and shard indexes are keyed by it, so
+    /// what was decoded under one document (another dtype, chunk shape or codecs, after the
+    /// array was rewritten) is never used with another.
+    pub fingerprint: u64,
     /// Chunk keys.
     pub key_encoding: ChunkKeyEncoding,
     /// How one stored object decodes.
@@ -99,6 +103,14 @@ impl ArrayMeta {
             .map(|(s, c)| if *c == 0 { 0 } else { s.div_ceil(*c) })
             .collect()
     }
+}
+
+/// A stable hash of a metadata document.
+fn fingerprint(doc: &Value) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    doc.to_string().hash(&mut h);
+    h.finish()
 }
 
 fn field<'a>(doc: &'a Value, name: &str) -> Result<&'a Value, MetaError> {
@@ -176,6 +188,7 @@ pub fn parse_v2(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaErr
         dtype,
         fill,
         fill_declared: doc.get("fill_value").is_some_and(|v| !v.is_null()),
+        fingerprint: fingerprint(doc),
         chain,
         attributes,
     })
@@ -268,6 +281,7 @@ pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
         dtype: logical,
         fill,
         fill_declared: doc.get("fill_value").is_some_and(|v| !v.is_null()),
+        fingerprint: fingerprint(doc),
         key_encoding,
         chain,
         attributes: doc
