@@ -133,6 +133,8 @@ pub struct Caches {
     pub index_counters: CacheCounters,
     /// Counters of `metadata`.
     pub metadata_counters: CacheCounters,
+    /// Counters of `hierarchies`.
+    pub hierarchy_counters: CacheCounters,
     /// Chunks (and inner chunks) decoded, cached or not.
     pub decodes: AtomicU64,
 }
@@ -164,6 +166,7 @@ impl Caches {
         let chunk_counters = CacheCounters::default();
         let index_counters = CacheCounters::default();
         let metadata_counters = CacheCounters::default();
+        let hierarchy_counters = CacheCounters::default();
         let chunks = Cache::builder()
             .max_capacity(config.chunk_bytes - spare)
             .weigher(|_: &ChunkId, v: &CachedChunk| weight(v.as_ref().map_or(0, |e| e.heap_size())))
@@ -187,6 +190,7 @@ impl Caches {
                 weight(v.as_ref().map_or(0, |t| t.node_count() * 1024))
             })
             .time_to_live(ttl)
+            .eviction_listener(evictions_listener(hierarchy_counters.evictions.clone()))
             .build();
         Self {
             chunks,
@@ -196,6 +200,7 @@ impl Caches {
             chunk_counters,
             index_counters,
             metadata_counters,
+            hierarchy_counters,
             decodes: AtomicU64::new(0),
         }
     }

@@ -111,7 +111,7 @@ impl Metrics {
         if prometheus_client::encoding::text::encode_registry(&mut out, &self.registry).is_err() {
             out.clear();
         }
-        let cache_rows: [(&str, &CacheCounters, u64, u64); 3] = [
+        let cache_rows: [(&str, &CacheCounters, u64, u64); 4] = [
             (
                 "chunks",
                 &caches.chunk_counters,
@@ -129,6 +129,12 @@ impl Metrics {
                 &caches.metadata_counters,
                 caches.metadata.weighted_size(),
                 caches.metadata.entry_count(),
+            ),
+            (
+                "hierarchies",
+                &caches.hierarchy_counters,
+                caches.hierarchies.weighted_size(),
+                caches.hierarchies.entry_count(),
             ),
         ];
         let series: [Series; 5] = [
@@ -153,7 +159,7 @@ impl Metrics {
             (
                 "zarrgate_cache_weighted_bytes",
                 "gauge",
-                "Weighted size of the cache (bytes; entries for metadata)",
+                "Weighted size of the cache (bytes; entries for metadata; about 1 KiB a node for hierarchies)",
                 |_, w, _| w,
             ),
             ("zarrgate_cache_entries", "gauge", "Entries in the cache", |_, _, n| n),

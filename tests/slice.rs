@@ -800,6 +800,28 @@ async fn metrics_count_requests_by_route() {
         "{text}"
     );
     assert!(text.contains("zarrgate_request_duration_seconds_bucket{le="), "{text}");
+    // Each cache has its own counters: one metadata miss for the slice, none for hierarchies
+    // until a ZOM request walks one (a miss), and its repeat (a hit).
+    assert!(
+        text.contains("zarrgate_cache_misses_total{cache=\"metadata\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("zarrgate_cache_misses_total{cache=\"hierarchies\"} 0"),
+        "{text}"
+    );
+    for _ in 0..2 {
+        assert_eq!(get(&app, "/api/v1/zom/fx/v3/group_nested", &[]).await.status, 200);
+    }
+    let text = String::from_utf8(get(&app, "/metrics", &[]).await.body.to_vec()).unwrap();
+    assert!(
+        text.contains("zarrgate_cache_misses_total{cache=\"hierarchies\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("zarrgate_cache_hits_total{cache=\"hierarchies\"} 1"),
+        "{text}"
+    );
 }
 
 /// Every chunk (or inner chunk of a shard) of every fixed-size fixture array, asked for as a

@@ -40,7 +40,7 @@ impl From<HierarchyError> for ApiError {
 pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
     let key = (Arc::from(mount.name.as_str()), path.clone());
     let load = async { walk(&mount.store, path, None).await.map(|t| t.map(Arc::new)) };
-    cached(&state.caches.hierarchies, &state.caches.metadata_counters, key, load)
+    cached(&state.caches.hierarchies, &state.caches.hierarchy_counters, key, load)
         .await
         .map_err(|e| ApiError::from((*e).clone()))
 }
