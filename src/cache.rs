@@ -16,7 +16,7 @@ use moka::notification::RemovalCause;
 use crate::buffers;
 use crate::codec::sharding::ShardIndex;
 use crate::config::CacheConfig;
-use crate::store::StoreKey;
+use crate::store::{ObjectMeta, StoreKey};
 use crate::zarr::ArrayMeta;
 use crate::zarr::elements::Elements;
 use crate::zarr::hierarchy::Tree;
@@ -32,6 +32,9 @@ pub struct ChunkId {
     pub inner: Option<u64>,
     /// The [`ArrayMeta::fingerprint`] of the metadata it was decoded under.
     pub meta: u64,
+    /// For inner chunks, a hash of the shard's size and version as its index was read: once a
+    /// changed shard's index is read again, its old inner chunks are not used.
+    pub object: u64,
 }
 
 /// Hit/miss/eviction counters of one cache.
@@ -114,7 +117,7 @@ impl Drop for Decoded {
     }
 }
 /// A shard's index and the shard's length (`None`: the shard does not exist).
-pub type CachedIndex = Option<Arc<(ShardIndex, u64)>>;
+pub type CachedIndex = Option<Arc<(ShardIndex, ObjectMeta)>>;
 
 /// All caches of a server.
 #[derive(Debug)]

@@ -725,6 +725,78 @@ async fn chunks_cached_under_old_metadata_are_not_used_with_new() {
     assert_eq!(r.body.len(), 8, "four int16, not the cached float32 chunk");
 }
 
+/// A v3 shard of two gzip-compressed int32 inner chunks, index (offset, length) at the end.
+fn gzip_shard(inner: [[i32; 4]; 2]) -> Vec<u8> {
+    use std::io::Write;
+    let mut data = Vec::new();
+    let mut index = Vec::new();
+    for values in inner {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
+            .unwrap();
+        let packed = gz.finish().unwrap();
+        index.extend((data.len() as u64).to_le_bytes());
+        index.extend((packed.len() as u64).to_le_bytes());
+        data.extend(packed);
+    }
+    data.extend(index);
+    data
+}
+
+/// A shard rewritten after its index was cached: its inner chunks are read at the new offsets
+/// (the index is read anew), not at the old ones, on both read paths (local files read per
+/// inner chunk, and coalesced ranges through a store without blocking reads).
+#[tokio::test]
+async fn a_rewritten_shard_is_read_through_its_new_index() {
+    for coalescing in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        write_v3_array(
+            &a,
+            &[8],
+            &[8],
+            "int32",
+            json!(0),
+            json!([{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": [4],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_location": "end"
+            }}]),
+        );
+        std::fs::create_dir_all(a.join("c")).unwrap();
+        let old = gzip_shard([[0; 4], [1, 2, 3, 4]]);
+        std::fs::write(a.join("c/0"), &old).unwrap();
+        let app = if coalescing {
+            counting_app(dir.path(), Config::default()).0
+        } else {
+            app_for(&[("m", dir.path())])
+        };
+        let r = get(&app, "/api/v1/slice/m/a?select=0:4", &[]).await;
+        assert_eq!(r.json()["data"], json!([0, 0, 0, 0]));
+
+        // Another first inner chunk, of another compressed size: the second one moves.
+        let new = gzip_shard([[1000, -5, 77777, 3], [9, 9, 9, 9]]);
+        assert_ne!(new.len(), old.len());
+        std::fs::write(a.join("c/0"), &new).unwrap();
+        let r = get(&app, "/api/v1/slice/m/a?select=4:8", &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.json()["data"].clone()),
+            (200, json!([9, 9, 9, 9])),
+            "coalescing {coalescing}"
+        );
+        // The first inner chunk, cached from the old shard, is not used with the new index.
+        let r = get(&app, "/api/v1/slice/m/a", &[]).await;
+        assert_eq!(
+            r.json()["data"],
+            json!([1000, -5, 77777, 3, 9, 9, 9, 9]),
+            "coalescing {coalescing}"
+        );
+        let r = get(&app, "/api/v1/slice/m/a?select=1&format=bin", &[]).await;
+        assert_eq!(r.body, (-5i32).to_le_bytes().to_vec());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_identical_requests_decode_each_chunk_once() {
     let (app, state, _) = counting_app(&fixtures(), Config::default());

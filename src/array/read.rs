@@ -20,7 +20,7 @@ use crate::cache::{CachedChunk, CachedIndex, Caches, ChunkId, Decoded, cached};
 use crate::codec::CodecError;
 use crate::codec::chain::CodecChain;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
-use crate::store::{ByteRange, Store, StoreError, StoreKey};
+use crate::store::{ByteRange, ObjectMeta, Store, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
 use crate::zarr::elements::{BlockCopy, Elements, copy_fixed, fill_fixed};
 use crate::zarr::fill::FillValue;
@@ -45,6 +45,10 @@ pub enum ReadError {
     /// A task failed (a bug).
     #[error("internal: {0}")]
     Internal(String),
+    /// A shard changed between the read of its index and of its inner chunks, again after its
+    /// index was read anew.
+    #[error("'{0}' changed while it was read")]
+    Changed(String),
 }
 
 impl ReadError {
@@ -153,7 +157,54 @@ impl ReadContext {
             key: key.clone(),
             inner,
             meta: meta.fingerprint,
+            object: 0,
         }
+    }
+
+    /// The id of inner chunk `number` of the shard at `key`, as `shard` is now.
+    fn inner_id(&self, meta: &ArrayMeta, key: &StoreKey, number: u64, shard: &ObjectMeta) -> ChunkId {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        (shard.size, &shard.version).hash(&mut h);
+        ChunkId {
+            object: h.finish(),
+            ..self.id(meta, key, Some(number))
+        }
+    }
+
+    /// Drops the cached index of the shard at `key` (it changed).
+    async fn forget_index(&self, meta: &ArrayMeta, key: &StoreKey) {
+        if let Some(c) = &self.caches {
+            c.shard_indexes.invalidate(&self.id(meta, key, None)).await;
+        }
+    }
+}
+
+/// Whether a read of a shard saw the object its index was read from: the same size, and the
+/// same version where the store tells one.
+fn same_shard(read: &ObjectMeta, indexed: &ObjectMeta) -> bool {
+    read.size == indexed.size
+        && (read.version.is_none() || indexed.version.is_none() || read.version == indexed.version)
+}
+
+/// Runs a read of a shard, and once more with its index read anew if the shard changed under
+/// the first (a writer replaced it after its index was cached).
+async fn retrying_changed<T, F, Fut>(
+    ctx: &ReadContext,
+    meta: &ArrayMeta,
+    key: &StoreKey,
+    read: F,
+) -> Result<T, ReadError>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ReadError>>,
+{
+    match read().await {
+        Err(ReadError::Changed(_)) => {
+            ctx.forget_index(meta, key).await;
+            read().await
+        }
+        other => other,
     }
 }
 
@@ -536,31 +587,47 @@ async fn read_unit(
     }
     let key = chunk_key(&shard)?;
     let n: u64 = grid.iter().product();
-    let Some(index) = shard_index(ctx, meta, &key, codec, n).await? else {
-        return Ok(None);
-    };
-    let Some(range) = index
-        .0
-        .range(number as usize, Some(index.1))
-        .map_err(|e| ReadError::codec(&key, e))?
-    else {
-        return Ok(None);
-    };
-    load_inner(ctx, meta, &key, number, range).await
+    retrying_changed(ctx, meta, &key, || async {
+        let Some(index) = shard_index(ctx, meta, &key, codec, n).await? else {
+            return Ok(None);
+        };
+        let Some(range) = index
+            .0
+            .range(number as usize, Some(index.1.size))
+            .map_err(|e| ReadError::codec(&key, e))?
+        else {
+            return Ok(None);
+        };
+        load_inner(ctx, meta, &key, number, range, &index.1).await
+    })
+    .await
 }
 
-/// Inner chunk `number` of the shard at `key`, stored at `range`, decoded, through the cache;
-/// `None` if the shard vanished between requests.
+/// Inner chunk `number` of the shard at `key`, stored at `range` of it as it was when its index
+/// was read (`shard`), decoded, through the cache; `None` if the shard vanished between
+/// requests, [`ReadError::Changed`] if it is another object now.
 async fn load_inner(
     ctx: &ReadContext,
     meta: &Arc<ArrayMeta>,
     key: &StoreKey,
     number: u64,
     range: Range<u64>,
+    shard: &ObjectMeta,
 ) -> Result<CachedChunk, ReadError> {
-    let load = read_and_decode(ctx, meta, key, Some(ByteRange::Bounded(range.start, range.end)));
+    let load = read_and_decode(
+        ctx,
+        meta,
+        key,
+        Some((ByteRange::Bounded(range.start, range.end), shard.clone())),
+    );
     match &ctx.caches {
-        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(meta, key, Some(number)), load).await?),
+        Some(c) => Ok(cached(
+            &c.chunks,
+            &c.chunk_counters,
+            ctx.inner_id(meta, key, number, shard),
+            load,
+        )
+        .await?),
         None => load.await,
     }
 }
@@ -655,19 +722,25 @@ async fn decode(
     .map_err(|e| ReadError::Internal(format!("decode task failed: {e}")))?
 }
 
-/// Reads a stored unit (`range` of `key`: an inner chunk; `None`: a whole chunk) and decodes it
-/// in the same trip to the blocking pool where the store allows; `None` when it is missing.
+/// Reads a stored unit (`inner`: a range of the shard at `key`, with the shard as its index
+/// saw it; `None`: a whole chunk) and decodes it in the same trip to the blocking pool where
+/// the store allows; `None` when it is missing.
 async fn read_and_decode(
     ctx: &ReadContext,
     meta: &Arc<ArrayMeta>,
     key: &StoreKey,
-    range: Option<ByteRange>,
+    inner: Option<(ByteRange, ObjectMeta)>,
 ) -> Result<CachedChunk, ReadError> {
-    let decoder = Decoder::new(ctx, meta, key, range.is_some());
+    let decoder = Decoder::new(ctx, meta, key, inner.is_some());
     let _turn = decode_turn(ctx).await?;
+    let (range, shard) = inner.unzip();
+    let changed = key.to_string();
     let decoded = ctx
         .store
-        .read_with(key, range, move |bytes, _| {
+        .read_with(key, range, move |bytes, object| {
+            if shard.is_some_and(|s| !same_shard(object, &s)) {
+                return Err(ReadError::Changed(changed));
+            }
             decoder.decode(|chain, shape, fill, limit| chain.decode(bytes, shape, fill, limit))
         })
         .await?;
@@ -779,9 +852,10 @@ async fn load_index(
         IndexLocation::End => ByteRange::Suffix(size),
         IndexLocation::Start => ByteRange::Bounded(0, size),
     };
-    let Some((bytes, shard_len)) = ctx.store.get_range_bytes(key, range).await? else {
+    let Some((bytes, shard)) = ctx.store.get_range_bytes(key, range).await? else {
         return Ok(None);
     };
+    let shard_len = shard.size;
     if shard_len < size || bytes.len() as u64 != size {
         return Err(ReadError::Corrupt {
             key: key.to_string(),
@@ -789,7 +863,7 @@ async fn load_index(
         });
     }
     let index = codec.decode_index(&bytes, n).map_err(|e| ReadError::codec(key, e))?;
-    Ok(Some(Arc::new((index, shard_len))))
+    Ok(Some(Arc::new((index, shard))))
 }
 
 async fn shard_index(
@@ -848,16 +922,33 @@ async fn read_shard(
     meta: Arc<ArrayMeta>,
     output: Arc<Output>,
 ) -> Result<(), ReadError> {
+    retrying_changed(ctx, &meta, key, || {
+        read_shard_once(ctx, key, shard_coords, parts, meta.clone(), output.clone())
+    })
+    .await
+}
+
+/// [`read_shard`] with the shard's index as cached: [`ReadError::Changed`] when the shard is
+/// another object now.
+async fn read_shard_once(
+    ctx: &ReadContext,
+    key: &StoreKey,
+    shard_coords: &[u64],
+    parts: &[CellPart],
+    meta: Arc<ArrayMeta>,
+    output: Arc<Output>,
+) -> Result<(), ReadError> {
     let Some(codec) = meta.chain.sharding() else {
         return Ok(());
     };
     let shard_shape = &meta.chunk_shape;
     let grid = codec.inner_grid(shard_shape);
     let n: u64 = grid.iter().product();
-    let Some(index) = shard_index(ctx, &meta, key, codec, n).await? else {
+    let Some(cached_index) = shard_index(ctx, &meta, key, codec, n).await? else {
         return output.fill(parts); // missing shard
     };
-    let (index, shard_len) = (&index.0, index.1);
+    let (index, shard) = (&cached_index.0, &cached_index.1);
+    let shard_len = shard.size;
     // The selection restricted to this shard, split over its inner chunks.
     let mut inner_dims = Vec::with_capacity(parts.len());
     for (d, part) in parts.iter().enumerate() {
@@ -899,7 +990,7 @@ async fn read_shard(
             .map(|w| {
                 let (meta, output) = (meta.clone(), output.clone());
                 async move {
-                    match load_inner(ctx, &meta, key, w.number, w.range).await? {
+                    match load_inner(ctx, &meta, key, w.number, w.range, shard).await? {
                         Some(block) => copy_out(&output, block, unit_shape(&meta).to_vec(), w.parts, key).await,
                         None => output.fill(&w.parts), // the shard vanished: fill
                     }
@@ -914,7 +1005,7 @@ async fn read_shard(
     let mut missing = Vec::new();
     for (i, w) in wanted.iter().enumerate() {
         let hit = match &ctx.caches {
-            Some(c) => c.chunks.get(&ctx.id(&meta, key, Some(w.number))).await.flatten(),
+            Some(c) => c.chunks.get(&ctx.inner_id(&meta, key, w.number, shard)).await.flatten(),
             None => None,
         };
         match hit {
@@ -933,7 +1024,7 @@ async fn read_shard(
         .map(|RangeGroup { span, members }| {
             let (meta, output) = (meta.clone(), output.clone());
             async move {
-                let Some((bytes, _)) = ctx
+                let Some((bytes, object)) = ctx
                     .store
                     .get_range_bytes(key, ByteRange::Bounded(span.start, span.end))
                     .await?
@@ -944,6 +1035,9 @@ async fn read_shard(
                     }
                     return Ok(());
                 };
+                if !same_shard(&object, shard) {
+                    return Err(ReadError::Changed(key.to_string()));
+                }
                 for (i, r) in members {
                     let (a, b) = ((r.start - span.start) as usize, (r.end - span.start) as usize);
                     if b > bytes.len() {
@@ -955,7 +1049,13 @@ async fn read_shard(
                     let block = match &ctx.caches {
                         Some(c) => {
                             let load = async { load.await.map(Some) };
-                            cached(&c.chunks, &c.chunk_counters, ctx.id(&meta, key, Some(w.number)), load).await?
+                            cached(
+                                &c.chunks,
+                                &c.chunk_counters,
+                                ctx.inner_id(&meta, key, w.number, shard),
+                                load,
+                            )
+                            .await?
                         }
                         None => Some(load.await?),
                     };

@@ -168,9 +168,13 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 /// Reads objects with blocking calls, into a buffer the caller provides.
 pub trait BlockingRead: Send + Sync + fmt::Debug {
     /// Reads `range` of `key` (all of it when `None`) into `buf`, replacing its contents, and
-    /// returns the object's size; `None` when it does not exist.
-    fn read_into(&self, key: &StoreKey, range: Option<ByteRange>, buf: &mut Vec<u8>)
-    -> Result<Option<u64>, StoreError>;
+    /// returns the whole object's metadata; `None` when it does not exist.
+    fn read_into(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<ObjectMeta>, StoreError>;
 }
 
 /// A read buffer taken from the spares that goes back to them when dropped (for `Bytes` made
@@ -179,15 +183,15 @@ struct SpareBuffer(Vec<u8>);
 
 impl SpareBuffer {
     /// Reads `range` of `key` (all of it when `None`) with `reader` into a spare buffer, with the
-    /// object's size; `None` when the object does not exist. On `None` or an error the buffer
-    /// goes straight back.
+    /// object's metadata; `None` when the object does not exist. On `None` or an error the
+    /// buffer goes straight back.
     fn read(
         reader: &dyn BlockingRead,
         key: &StoreKey,
         range: Option<ByteRange>,
-    ) -> Result<Option<(Self, u64)>, StoreError> {
+    ) -> Result<Option<(Self, ObjectMeta)>, StoreError> {
         let mut buf = Self(crate::buffers::READS.take_any());
-        Ok(reader.read_into(key, range, &mut buf.0)?.map(|size| (buf, size)))
+        Ok(reader.read_into(key, range, &mut buf.0)?.map(|meta| (buf, meta)))
     }
 }
 
@@ -215,10 +219,10 @@ async fn read_blocking(
     reader: Arc<dyn BlockingRead>,
     key: &StoreKey,
     range: Option<ByteRange>,
-) -> Result<Option<(Bytes, u64)>, StoreError> {
+) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
     let key = key.clone();
     tokio::task::spawn_blocking(move || {
-        Ok(SpareBuffer::read(&*reader, &key, range)?.map(|(buf, size)| (Bytes::from_owner(buf), size)))
+        Ok(SpareBuffer::read(&*reader, &key, range)?.map(|(buf, meta)| (Bytes::from_owner(buf), meta)))
     })
     .await
     .map_err(joined)?
@@ -273,47 +277,46 @@ impl Store {
     }
 
     /// Reads `range` of an object (all of it when `None`) and runs `work` on its bytes and the
-    /// object's size on the blocking pool; `None` when the object does not exist. Local files
+    /// whole object's metadata on the blocking pool; `None` when the object does not exist. Local files
     /// are read in the same blocking call, into a reused buffer: one trip to the blocking pool
     /// and no fresh memory for bytes that only live until `work` is done with them.
     pub async fn read_with<R: Send + 'static>(
         &self,
         key: &StoreKey,
         range: Option<ByteRange>,
-        work: impl FnOnce(&[u8], u64) -> R + Send + 'static,
+        work: impl FnOnce(&[u8], &ObjectMeta) -> R + Send + 'static,
     ) -> Result<Option<R>, StoreError> {
         if let Some(reader) = self.0.blocking_reader() {
             let key = key.clone();
             return tokio::task::spawn_blocking(move || {
-                Ok(SpareBuffer::read(&*reader, &key, range)?.map(|(buf, size)| work(&buf.0, size)))
+                Ok(SpareBuffer::read(&*reader, &key, range)?.map(|(buf, meta)| work(&buf.0, &meta)))
             })
             .await
             .map_err(joined)?;
         }
-        let fetched = match range {
-            None => self.get_bytes(key).await?.map(|b| {
-                let size = b.len() as u64;
-                (b, size)
-            }),
-            Some(r) => self.get_range_bytes(key, r).await?,
-        };
-        let Some((bytes, size)) = fetched else {
+        let Some(object) = self.get(key, range).await? else {
             return Ok(None);
         };
-        tokio::task::spawn_blocking(move || Some(work(&bytes, size)))
+        let meta = object.meta.clone();
+        let bytes = object.bytes().await?;
+        tokio::task::spawn_blocking(move || Some(work(&bytes, &meta)))
             .await
             .map_err(joined)
     }
 
-    /// Reads a range of an object into memory, with the object's total size.
-    pub async fn get_range_bytes(&self, key: &StoreKey, range: ByteRange) -> Result<Option<(Bytes, u64)>, StoreError> {
+    /// Reads a range of an object into memory, with the whole object's metadata.
+    pub async fn get_range_bytes(
+        &self,
+        key: &StoreKey,
+        range: ByteRange,
+    ) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
         if let Some(reader) = self.0.blocking_reader() {
             return read_blocking(reader, key, Some(range)).await;
         }
         match self.get(key, Some(range)).await? {
             Some(obj) => {
-                let size = obj.meta.size;
-                Ok(Some((obj.bytes().await?, size)))
+                let meta = obj.meta.clone();
+                Ok(Some((obj.bytes().await?, meta)))
             }
             None => Ok(None),
         }
@@ -344,7 +347,12 @@ mod tests {
         let key = |k: &str| StoreKey::new(k).unwrap();
         let read = |k: &'static str, r: Option<ByteRange>| {
             let store = store.clone();
-            async move { store.read_with(&key(k), r, |b, size| (b.to_vec(), size)).await.unwrap() }
+            async move {
+                store
+                    .read_with(&key(k), r, |b, meta| (b.to_vec(), meta.size))
+                    .await
+                    .unwrap()
+            }
         };
         for _ in 0..4 {
             let (big, size) = read("big", None).await.unwrap();
@@ -406,12 +414,12 @@ mod tests {
                 let whole = store.get_bytes(&key(name)).await.unwrap().unwrap();
                 assert_eq!(&whole[..], &data[..], "{name}");
                 let (a, b) = (1000 * i as u64, 150_000 + 7 * i as u64);
-                let (part, size) = store
+                let (part, meta) = store
                     .get_range_bytes(&key(name), ByteRange::Bounded(a, b))
                     .await
                     .unwrap()
                     .unwrap();
-                assert_eq!(size, 200_000);
+                assert_eq!(meta.size, 200_000);
                 assert_eq!(&part[..], &data[a as usize..b as usize], "{name}");
                 assert_eq!(part, streamed(&store, &key(name), ByteRange::Bounded(a, b)).await);
                 // Every other read is held to the end; the rest go back to the spares.

@@ -275,7 +275,7 @@ impl BlockingRead for LocalFiles {
         key: &StoreKey,
         range: Option<ByteRange>,
         buf: &mut Vec<u8>,
-    ) -> Result<Option<u64>, StoreError> {
+    ) -> Result<Option<ObjectMeta>, StoreError> {
         use std::io::{Read, Seek};
         let Some((meta, range, mut file)) = open_local_range(&self.root, key, range)? else {
             return Ok(None);
@@ -291,7 +291,7 @@ impl BlockingRead for LocalFiles {
                 buf.len()
             )));
         }
-        Ok(Some(meta.size))
+        Ok(Some(meta))
     }
 }
 

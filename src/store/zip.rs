@@ -235,11 +235,12 @@ impl ZipBackend {
             .get_or_try_init(|| async {
                 let missing = || StoreError::Io(format!("zip archive '{}' does not exist", self.key));
                 let archive = self.container.head(&self.key).await?.ok_or_else(missing)?;
-                let (tail, size) = self
+                let (tail, tail_of) = self
                     .container
                     .get_range_bytes(&self.key, ByteRange::Suffix(EOCD_SEARCH.min(archive.size)))
                     .await?
                     .ok_or_else(missing)?;
+                let size = tail_of.size;
                 let (cd_offset, cd_size) = parse_end(&tail, size)?;
                 // The directory is usually inside the tail already.
                 let tail_start = size - tail.len() as u64;
