@@ -118,6 +118,9 @@ impl Default for LimitsConfig {
     }
 }
 
+/// The longest timeout (`limits.request_timeout_s`, a mount's `timeout_s`): a day.
+pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+
 /// The longest `cache.ttl_seconds`: ten years (moka refuses more than a thousand).
 pub const MAX_TTL_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
@@ -247,8 +250,10 @@ impl MountConfig {
     pub fn source(&self, name: &str) -> Result<MountSource, ConfigError> {
         let invalid = |msg: String| ConfigError::Invalid(format!("mount '{name}': {msg}"));
         let url = self.url.trim().trim_end_matches('/');
-        if !(self.timeout_s > 0.0 && self.timeout_s.is_finite()) || self.concurrency == 0 {
-            return Err(invalid("timeout_s and concurrency must be positive".into()));
+        if !(self.timeout_s > 0.0 && self.timeout_s <= MAX_TIMEOUT_S) || self.concurrency == 0 {
+            return Err(invalid(format!(
+                "timeout_s must be positive and at most {MAX_TIMEOUT_S} s (a day), and concurrency positive"
+            )));
         }
         let is_zip = url.to_ascii_lowercase().ends_with(".zip");
         if let Some((scheme, rest)) = url.split_once("://").filter(|(s, _)| *s != "file") {
@@ -416,10 +421,10 @@ impl Config {
         if self.server.blocking_threads == 0 {
             return Err(ConfigError::Invalid("server.blocking_threads must be positive".into()));
         }
-        if !(l.request_timeout_s > 0.0 && l.request_timeout_s.is_finite()) {
-            return Err(ConfigError::Invalid(
-                "limits.request_timeout_s must be a positive number".into(),
-            ));
+        if !(l.request_timeout_s > 0.0 && l.request_timeout_s <= MAX_TIMEOUT_S) {
+            return Err(ConfigError::Invalid(format!(
+                "limits.request_timeout_s must be positive and at most {MAX_TIMEOUT_S} s (a day)"
+            )));
         }
         if let Some(t) = &self.server.metrics_token {
             secret_from_env(t, "server.metrics_token")?;
@@ -466,6 +471,30 @@ mod tests {
         assert_eq!(c.cache.chunk_bytes, 536_870_912);
         assert_eq!(c.cache.shard_index_bytes, 67_108_864);
         assert_eq!(c.server.blocking_threads, 64);
+    }
+
+    #[test]
+    fn timeouts_are_bounded() {
+        for bad in ["0", "-1", "1e20", "nan", "inf"] {
+            let err = parse(&format!("[limits]\nrequest_timeout_s = {bad}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("request_timeout_s"), "{bad}: {err}");
+            let err = parse(&format!("[mounts.m]\nurl = \"/\"\ntimeout_s = {bad}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("mount 'm'") && err.contains("timeout_s"), "{bad}: {err}");
+        }
+        assert!(
+            parse("[limits]\nrequest_timeout_s = 86400\n")
+                .unwrap()
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]

@@ -125,7 +125,17 @@ fn shape_of(value: &Value, what: &str) -> Result<Vec<u64>, MetaError> {
         .ok_or_else(|| MetaError::Invalid(format!("'{what}' must be a list of non-negative integers")))
 }
 
+/// The most dimensions an array may have: NumPy's limit (`NPY_MAXDIMS` is 64 since NumPy 2).
+/// Encoders recurse once per dimension, so an unbounded count could exhaust a thread's stack.
+pub const MAX_DIMS: usize = 64;
+
 fn check_grid(shape: &[u64], chunks: &[u64]) -> Result<(), MetaError> {
+    if shape.len() > MAX_DIMS {
+        return Err(MetaError::Invalid(format!(
+            "{} dimensions; at most {MAX_DIMS} are supported",
+            shape.len()
+        )));
+    }
     if shape.len() != chunks.len() {
         return Err(MetaError::Invalid(format!(
             "shape has {} dimensions but chunks have {}",
@@ -357,6 +367,16 @@ mod tests {
     fn absurd_chunk_shapes_are_invalid() {
         assert!(check_grid(&[10, 10], &[1 << 40, 1 << 40]).is_err());
         assert!(check_grid(&[10], &[0]).is_err());
+        assert!(check_grid(&[1; MAX_DIMS], &[1; MAX_DIMS]).is_ok());
+        let err = check_grid(&[1; MAX_DIMS + 1], &[1; MAX_DIMS + 1]).unwrap_err();
+        assert!(err.to_string().contains("65 dimensions"), "{err}");
+        // The document of the crash this prevents: 200 000 dimensions of 1.
+        let many = vec![1u64; 200_000];
+        let doc = serde_json::json!({
+            "zarr_format": 2, "shape": many, "chunks": many, "dtype": "<f8", "order": "C",
+            "fill_value": 0, "compressor": null, "filters": null
+        });
+        assert!(parse_v2(&doc, None).is_err());
         assert!(check_grid(&[10, 10], &[5]).is_err());
         assert!(check_grid(&[1 << 40], &[1 << 20]).is_ok());
     }
