@@ -269,3 +269,35 @@ async fn example_schemas_pass_and_fail() {
     assert_eq!(r.status, 400);
     assert_eq!(validate(&app, "demo/nothing", &xarray).await.status, 404);
 }
+
+/// A symlink back up a local tree makes the hierarchy endless: walks stop at a bound with 413,
+/// the raw keys are served as stored (or 404), and the server keeps serving.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_symlink_loop_ends_the_walk_with_413() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("g")).unwrap();
+    std::fs::write(root.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(root.join("g/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::os::unix::fs::symlink("..", root.join("g/up")).unwrap();
+    let app = app_for(&[("m", &root)]);
+    let start = std::time::Instant::now();
+    let r = get(&app, "/api/v1/zom/m", &[]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.error_code().as_str()),
+        (413, "too_large"),
+        "{:?}",
+        r.body
+    );
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("levels"));
+    let r = get(&app, "/zarr/m/.zmetadata", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (404, "not_found"));
+    let r = get(&app, "/zarr/m/g/.zgroup", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
+    // A bounded depth is still answered.
+    let r = get(&app, "/api/v1/zom/m?depth=2", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.json()["members"]["g"]["members"]["up"].is_object());
+}

@@ -161,7 +161,9 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
         // or missing.
         let synthesized = synthesized.unwrap_or_else(|e| {
             match &e {
-                ApiError::Unsupported(_) => tracing::debug!(%key, error = %e, "not consolidating"),
+                ApiError::Unsupported(_) | ApiError::TooLarge(_) => {
+                    tracing::debug!(%key, error = %e, "not consolidating")
+                }
                 _ => tracing::warn!(mount = %mount.name, %key, error = %e, "not consolidating"),
             }
             None

@@ -31,6 +31,7 @@ impl From<HierarchyError> for ApiError {
                 ApiError::CorruptData { key }
             }
             HierarchyError::CannotList(m) => ApiError::Unsupported(m),
+            HierarchyError::TooLarge(m) => ApiError::TooLarge(m),
             HierarchyError::Store(s) => s.into(),
         }
     }

@@ -8,6 +8,7 @@
 //! Spec: <https://zarr.dev/zeps/draft/ZEP0006.html>
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use serde_json::{Map, Value, json};
@@ -28,6 +29,9 @@ pub enum HierarchyError {
     /// The store cannot list and has no consolidated metadata to go by.
     #[error("{0}")]
     CannotList(String),
+    /// The hierarchy is larger or deeper than a walk may go.
+    #[error("{0}")]
+    TooLarge(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -120,14 +124,21 @@ pub async fn find_node(store: &Store, path: &StoreKey) -> Result<Option<Node>, H
 
 /// How many member lookups run at once while walking.
 const WALK_CONCURRENCY: usize = 32;
+/// The most nodes one walk visits. A symlink back up a local tree makes the hierarchy
+/// endless; a real one this large is better served by its own consolidated metadata.
+pub const MAX_WALK_NODES: usize = 100_000;
+/// The most levels of members one walk descends.
+pub const MAX_WALK_DEPTH: u32 = 64;
 
-/// Walks the hierarchy at `path` down to `depth` levels of members (`None`: all of them).
+/// Walks the hierarchy at `path` down to `depth` levels of members (`None`: all of them), up
+/// to [`MAX_WALK_NODES`] nodes and [`MAX_WALK_DEPTH`] levels.
 pub async fn walk(store: &Store, path: &StoreKey, depth: Option<u32>) -> Result<Option<Tree>, HierarchyError> {
     let Some(node) = find_node(store, path).await? else {
         return Ok(None);
     };
+    let visited = AtomicUsize::new(1);
     let members = if node.is_group && depth != Some(0) {
-        members(store, path, &node, depth.map(|d| d - 1)).await?
+        members(store, path, &node, depth.map(|d| d - 1), 1, &visited).await?
     } else {
         BTreeMap::new()
     };
@@ -139,8 +150,15 @@ fn members<'a>(
     path: &'a StoreKey,
     node: &'a Node,
     depth: Option<u32>,
+    level: u32,
+    visited: &'a AtomicUsize,
 ) -> futures::future::BoxFuture<'a, Result<BTreeMap<String, Tree>, HierarchyError>> {
     Box::pin(async move {
+        if level > MAX_WALK_DEPTH {
+            return Err(HierarchyError::TooLarge(format!(
+                "'{path}' is more than {MAX_WALK_DEPTH} levels below the walk's start (a symlink loop?)"
+            )));
+        }
         let listing = match store.list(path).await {
             Ok(l) => l,
             Err(StoreError::NotSupported(_)) => {
@@ -161,6 +179,12 @@ fn members<'a>(
         };
         let found: Vec<Option<(String, Tree)>> = stream::iter(listing.prefixes)
             .map(|name| async move {
+                if visited.fetch_add(1, Ordering::Relaxed) >= MAX_WALK_NODES {
+                    return Err(HierarchyError::TooLarge(format!(
+                        "the hierarchy has more than {MAX_WALK_NODES} nodes; ask for a part of it \
+                         (a deeper path, or depth=N)"
+                    )));
+                }
                 let key = child(path, &name)?;
                 let Some(child_node) = find_node(store, &key).await? else {
                     return Ok(None);
@@ -170,7 +194,7 @@ fn members<'a>(
                     return Ok(None);
                 }
                 let members = if child_node.is_group && depth != Some(0) {
-                    members(store, &key, &child_node, depth.map(|d| d - 1)).await?
+                    members(store, &key, &child_node, depth.map(|d| d - 1), level + 1, visited).await?
                 } else {
                     BTreeMap::new()
                 };
