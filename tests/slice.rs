@@ -431,15 +431,23 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     let r = get(&app, "/api/v1/slice/m/tall?select=0:3,0:0", &[]).await;
     assert_eq!(r.json()["data"], json!([[], [], []]));
 
-    // Variable-length strings count 8 bytes each before reading (56 for these 7). Read, npy
-    // widens all 7 to the longest ("epsilon", UTF-32: 7 x 7 x 4 = 196 bytes) and JSON holds
-    // their 41 bytes of UTF-8.
+    // Variable-length strings count what they take before reading: 24 bytes each with the
+    // empty fill (168 for these 7). Read, npy widens all 7 to the longest ("epsilon", UTF-32:
+    // 7 x 7 x 4 = 196 bytes) and JSON holds their 41 bytes of UTF-8.
     let limited = |max| {
         let mut config = config_with(&[("fx", &fixtures())]);
         config.limits.max_slice_bytes = max;
         zarrgate::app(zarrgate::AppState::from_config(config).unwrap())
     };
-    let app = limited(100);
+    let r = get(&limited(160), "/api/v1/slice/fx/v3/vlen_utf8", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("168 bytes decoded")
+    );
+    let app = limited(180);
     let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8?format=npy", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
     assert!(
@@ -460,7 +468,7 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
             .status,
         200
     );
-    // Two strings of 100 characters: 16 bytes before reading, 200 bytes of JSON once read.
+    // Two strings of 100 characters: 48 bytes before reading, 200 bytes of JSON once read.
     write_v3_array(
         &dir.path().join("long"),
         &[2],
@@ -489,6 +497,55 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     );
     let r = get(&app, "/api/v1/slice/m/long?select=1", &[]).await;
     assert_eq!(r.json()["data"], json!("y".repeat(100)));
+
+    // 2^25 missing strings whose fill is 4 KiB: the result would hold 2^25 copies of the fill
+    // (138 GB) before a chunk is read; refused at once.
+    write_v3_array(
+        &dir.path().join("filled"),
+        &[1 << 25],
+        &[1024],
+        "string",
+        json!("f".repeat(4096)),
+        json!([{"name": "vlen-utf8", "configuration": {}}]),
+    );
+    let (app, _, gets) = counting_app(dir.path(), Config::default());
+    let r = get(&app, "/api/v1/slice/m/filled", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    assert_eq!(gets.load(Ordering::SeqCst), 1, "only the metadata was read");
+    let r = get(&app, "/api/v1/slice/m/filled?select=5:7", &[]).await;
+    assert_eq!(r.json()["data"], json!(["f".repeat(4096), "f".repeat(4096)]));
+
+    // A shard of 2^28 strings that is gzipped whole (so it is decoded whole), all of them
+    // missing: 16 bytes of index that would fill 6 GiB of elements. Refused, not allocated, as
+    // any stored unit that decodes past its limit is (a decompression bomb).
+    write_v3_array(
+        &dir.path().join("shardbomb"),
+        &[1 << 28],
+        &[1 << 28],
+        "string",
+        json!(""),
+        json!([
+            {"name": "sharding_indexed", "configuration": {
+                "chunk_shape": [1 << 28],
+                "codecs": [{"name": "vlen-utf8", "configuration": {}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]
+            }},
+            {"name": "gzip", "configuration": {"level": 1}}
+        ]),
+    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &[0xff; 16]).unwrap();
+    std::fs::create_dir_all(dir.path().join("shardbomb/c")).unwrap();
+    std::fs::write(dir.path().join("shardbomb/c/0"), gz.finish().unwrap()).unwrap();
+    let start = std::time::Instant::now();
+    let r = get(&app, "/api/v1/slice/m/shardbomb?select=0:2", &[]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.error_code().as_str()),
+        (500, "corrupt_data"),
+        "{:?}",
+        r.body
+    );
+    assert!(start.elapsed().as_secs() < 5);
 }
 
 #[tokio::test]

@@ -202,7 +202,8 @@ impl ShardingCodec {
         let index = self.decode_index(&bytes[range.start as usize..range.end as usize], n)?;
         let total: u64 = shard_shape.iter().product();
         let item = self.inner.dtype.item_size().unwrap_or(0);
-        if total as usize * item.max(1) > limit {
+        // What the filled shard takes before any inner chunk is decoded into it.
+        if Elements::filled_size(fill, total).max(total) > limit as u64 {
             return Err(CodecError::TooLarge { limit });
         }
         let mut out = Elements::filled(fill, total as usize);

@@ -20,6 +20,14 @@ fn items(input: &[u8], expected: usize) -> Result<Vec<&[u8]>, CodecError> {
             "vlen: {n} items where the chunk holds {expected}"
         )));
     }
+    // Each item takes at least its 4-byte length: a count the bytes cannot hold is refused
+    // before anything is reserved for it.
+    if n > input.len().saturating_sub(4) / 4 {
+        return Err(CodecError::Corrupt(format!(
+            "vlen: {n} items cannot fit in {} bytes",
+            input.len()
+        )));
+    }
     let mut out = Vec::with_capacity(n);
     let mut pos = 4;
     for _ in 0..n {
@@ -96,5 +104,9 @@ mod tests {
             decode_bytes(&huge, 1).is_err(),
             "a length past the end is corrupt, not an allocation"
         );
+        // A count of 2^30 items in a 4-byte chunk: refused before reserving 16 GiB for them.
+        let count = (1u32 << 30).to_le_bytes();
+        let err = decode_utf8(&count, 1 << 30).unwrap_err().to_string();
+        assert!(err.contains("cannot fit in 4 bytes"), "{err}");
     }
 }

@@ -22,6 +22,7 @@ use crate::format::{Format, Region, bin, csv, json, png};
 use crate::state::AppState;
 use crate::store::StoreKey;
 use crate::zarr::ArrayMeta;
+use crate::zarr::elements::Elements;
 use crate::zarr::fill::FillValue;
 
 /// Bytes a streamed band aims for: the decoded units it touches are loaded (and held) together.
@@ -90,14 +91,18 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     let meta = state.array(mount, &path).await?;
     let sel = Selection::parse(query.select.as_deref().unwrap_or(""), &meta.shape)?;
 
-    // Refuse before reading anything: the size is known from the metadata alone (variable-length
-    // elements count 8 bytes here, and are checked again once read).
+    // Refuse before reading anything: the size is known from the metadata alone. Variable-length
+    // elements count what the result holds before a chunk is read (the element and its copy of
+    // the fill value), and are checked again once read.
     let item = meta.dtype.item_size().unwrap_or(8) as u64;
-    let asked = sel.len().saturating_mul(item);
+    let asked = match meta.dtype.item_size() {
+        Some(_) => sel.len().saturating_mul(item),
+        None => Elements::filled_size(&meta.fill, sel.len()),
+    };
     let limit = state.config.limits.max_slice_bytes;
     if asked > limit {
         return Err(ApiError::TooLarge(format!(
-            "the selection holds {} decoded ({} elements of {item} bytes); the limit is {limit}",
+            "the selection holds {} decoded ({} elements); the limit is {limit}",
             bytes_text(asked),
             sel.len()
         )));

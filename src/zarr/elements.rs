@@ -35,6 +35,18 @@ impl Elements {
         }
     }
 
+    /// The bytes [`Elements::filled`] takes for `n` elements (saturating): for variable-length
+    /// elements, the element itself and its copy of the fill value.
+    pub fn filled_size(fill: &FillValue, n: u64) -> u64 {
+        let each = match fill {
+            FillValue::Fixed(one) => one.len(),
+            FillValue::String(s) => std::mem::size_of::<Option<String>>() + s.as_ref().map_or(0, String::len),
+            FillValue::Bytes(b) => std::mem::size_of::<Option<Vec<u8>>>() + b.as_ref().map_or(0, Vec::len),
+            FillValue::Object(v) => std::mem::size_of::<serde_json::Value>() + v.to_string().len(),
+        };
+        n.saturating_mul(each as u64)
+    }
+
     /// Number of elements, given the item size of fixed-size data.
     pub fn count(&self, item_size: usize) -> usize {
         match self {
