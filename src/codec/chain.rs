@@ -101,6 +101,24 @@ fn numeric_filter(id: &str, config: &Value) -> Result<Option<NumericFilter>, Cod
     }))
 }
 
+/// The type a numcodecs filter decodes to, as its configuration names it (`None` for filters
+/// that keep the type).
+fn numeric_decoded(id: &str, config: &Value) -> Option<DType> {
+    let key = match id {
+        "delta" | "fixedscaleoffset" | "quantize" => "dtype",
+        "astype" => "decode_dtype",
+        _ => return None,
+    };
+    super::numeric::Scalar::parse(config, key)
+        .ok()
+        .map(|s| s.dtype().clone())
+}
+
+/// Whether two types hold the same elements in the same byte order.
+fn same_type(a: &DType, b: &DType) -> bool {
+    a.kind == b.kind && (a.big_endian == b.big_endian || a.item_size().is_some_and(|n| n <= 1))
+}
+
 /// A stage whose decoding changes nothing (numcodecs `bitround`).
 #[derive(Debug)]
 struct Identity;
@@ -233,6 +251,16 @@ impl CodecChain {
                             return Err(MetaError::Unsupported("numcodecs.packbits in a v3 chain".into()));
                         }
                         Some((codec, encoded)) => {
+                            // The filter must decode to what the stage before it holds: v3
+                            // chains are little-endian between stages, and nothing converts
+                            // the filter's output to another type.
+                            if let Some(decoded) = numeric_decoded(id, &cfg).filter(|d| !same_type(d, &stage_dtype)) {
+                                return Err(MetaError::Invalid(format!(
+                                    "codec '{name}' decodes to {} where the chain holds {}",
+                                    decoded.typestr(),
+                                    stage_dtype.typestr()
+                                )));
+                            }
                             let encoded = encoded.unwrap_or_else(|| stage_dtype.clone());
                             stage_dtype = encoded.clone();
                             array_to_array.push(ArrayToArray::Filter { codec, encoded });
@@ -347,6 +375,16 @@ impl CodecChain {
                 },
             };
         }
+        // Whatever the stages did, a fixed-size chunk holds exactly its elements.
+        if let (Elements::Fixed(b), Some(size)) = (&elements, Some(items[0]).filter(|&s| s > 0)) {
+            let want = shape.iter().product::<u64>() as usize * size;
+            if b.len() != want {
+                return Err(CodecError::Corrupt(format!(
+                    "chunk decodes to {} bytes, expected {want}",
+                    b.len()
+                )));
+            }
+        }
         Ok(coerce(elements, &self.dtype))
     }
 }
@@ -381,5 +419,35 @@ fn coerce(elements: Elements, dtype: &DType) -> Elements {
             Elements::Fixed(out)
         }
         (e, _) => e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn chain(data_type: &str, codecs: Value) -> Result<CodecChain, MetaError> {
+        let dtype = DType::from_v3(&json!(data_type)).unwrap();
+        CodecChain::from_v3(&dtype, codecs.as_array().unwrap(), &[4])
+    }
+
+    #[test]
+    fn v3_numcodecs_filters_decode_to_the_type_they_replace() {
+        let bytes = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let astype = |decode: &str| json!([{"name": "numcodecs.astype", "configuration": {"encode_dtype": "|i1", "decode_dtype": decode}}, bytes]);
+        // int8 stored, int32 decoded: four elements of 1 byte each decode to 16 bytes.
+        let c = chain("int32", astype("<i4")).unwrap();
+        let out = c
+            .decode(&[1, 2, 0xff, 4], &[4], &FillValue::Fixed(vec![0; 4]), 1 << 10)
+            .unwrap();
+        let want: Vec<u8> = [1i32, 2, -1, 4].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(out, Elements::Fixed(want));
+        // A filter that decodes to another type or byte order than the array's is refused.
+        for decode in ["<i8", ">i4"] {
+            let err = chain("int32", astype(decode)).unwrap_err().to_string();
+            assert!(err.contains("decodes to"), "{decode}: {err}");
+        }
     }
 }
