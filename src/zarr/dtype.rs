@@ -264,7 +264,14 @@ impl DType {
             "bytes" | "binary" | "variable_length_bytes" => Kind::Bytes,
             "numpy.datetime64" => Kind::DateTime(unit()?),
             "numpy.timedelta64" => Kind::TimeDelta(unit()?),
-            "fixed_length_utf32" => Kind::FixedUnicode(cfg_usize("length_bytes")? / 4),
+            "fixed_length_utf32" => match cfg_usize("length_bytes")? {
+                n if n % 4 == 0 => Kind::FixedUnicode(n / 4),
+                n => {
+                    return Err(MetaError::Invalid(format!(
+                        "fixed_length_utf32 length_bytes {n} is not a multiple of 4"
+                    )));
+                }
+            },
             "null_terminated_bytes" | "fixed_length_bytes" | "fixed_length_ascii" => {
                 Kind::FixedBytes(cfg_usize("length_bytes")?)
             }
@@ -493,6 +500,8 @@ mod tests {
         assert_eq!(DType::from_v3(&dt).unwrap().kind, Kind::DateTime("s".into()));
         let u = json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": 16}});
         assert_eq!(DType::from_v3(&u).unwrap().kind, Kind::FixedUnicode(4));
+        let odd = json!({"name": "fixed_length_utf32", "configuration": {"length_bytes": 6}});
+        assert!(DType::from_v3(&odd).unwrap_err().to_string().contains("multiple of 4"));
         assert!(matches!(
             DType::from_v3(&json!("float128")),
             Err(MetaError::Unsupported(_))
