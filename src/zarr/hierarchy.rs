@@ -222,7 +222,7 @@ fn from_consolidated(node: &Node, depth: Option<u32>) -> Option<BTreeMap<String,
         members: BTreeMap::new(),
     };
     let mut keys: Vec<&String> = metadata.keys().collect();
-    keys.sort();
+    parents_first(&mut keys);
     for key in keys {
         let Some(Value::Object(doc)) = metadata.get(key) else {
             continue;
@@ -257,7 +257,7 @@ pub fn tree_from_zmetadata(zmetadata: &Value) -> Option<Tree> {
         members: BTreeMap::new(),
     };
     let mut keys: Vec<&String> = metadata.keys().collect();
-    keys.sort();
+    parents_first(&mut keys);
     for key in keys {
         for (suffix, is_group) in [("/.zgroup", true), ("/.zarray", false)] {
             if let Some(path) = key.strip_suffix(suffix) {
@@ -279,7 +279,13 @@ pub fn tree_from_zmetadata(zmetadata: &Value) -> Option<Tree> {
     Some(root)
 }
 
-/// Inserts a node at a relative `/`-separated path (parents must come first; keys sort so).
+/// Orders metadata keys so that every node comes after its parent: by depth, then by name.
+/// (By name alone, `g/-x/.zarray` sorts before `g/.zgroup`: `-` is below `.`.)
+fn parents_first(keys: &mut [&String]) {
+    keys.sort_by_key(|k| (k.matches('/').count(), *k));
+}
+
+/// Inserts a node at a relative `/`-separated path (parents must come first: [`parents_first`]).
 fn insert(root: &mut Tree, path: &str, node: Node) {
     let mut at = root;
     let mut parts = path.split('/').peekable();
@@ -441,5 +447,35 @@ mod tests {
         assert_eq!(zom["members"]["sub"]["members"]["x"]["attributes"], json!({"a": 1}));
         assert_eq!(zom["attributes"], json!({}));
         assert_eq!(prune(tree, Some(1)).zom()["members"]["sub"]["members"], json!({}));
+    }
+
+    #[test]
+    fn members_whose_names_sort_before_dot_are_kept() {
+        let z = json!({"zarr_consolidated_format": 1, "metadata": {
+            ".zgroup": {"zarr_format": 2},
+            "g/.zgroup": {"zarr_format": 2},
+            "g/-x/.zarray": {"zarr_format": 2, "shape": [1]},
+            "g/-x/.zattrs": {"a": 1},
+            "g/+y/.zgroup": {"zarr_format": 2},
+            "g/+y/z/.zarray": {"zarr_format": 2, "shape": [2]}
+        }});
+        let t = tree_from_zmetadata(&z).unwrap();
+        let g = &t.members["g"];
+        assert_eq!(g.members.keys().collect::<Vec<_>>(), ["+y", "-x"]);
+        assert_eq!(g.members["-x"].node.attrs, json!({"a": 1}).as_object().cloned());
+        assert_eq!(g.members["+y"].members["z"].node.doc["shape"], json!([2]));
+        // The same through a v3 group's consolidated metadata.
+        let root = node(
+            true,
+            3,
+            json!({"zarr_format": 3, "node_type": "group", "consolidated_metadata": {
+                "kind": "inline", "must_understand": false, "metadata": {
+                    "g": {"zarr_format": 3, "node_type": "group"},
+                    "g/-x": {"zarr_format": 3, "node_type": "array", "shape": [1]}
+                }
+            }}),
+        );
+        let members = from_consolidated(&root, None).unwrap();
+        assert!(members["g"].members.contains_key("-x"));
     }
 }
