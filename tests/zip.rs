@@ -101,3 +101,62 @@ async fn a_file_that_is_not_a_zip_is_an_upstream_error_not_a_crash() {
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_error"));
     assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
 }
+
+/// A zip of one deflated entry, written by hand (CRCs are not checked by the server).
+fn deflated_zip(name: &str, data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut gz = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(data).unwrap();
+    let packed = gz.finish().unwrap();
+    let (u16le, u32le) = (|v: u16| v.to_le_bytes(), |v: u32| v.to_le_bytes());
+    let sizes = |out: &mut Vec<u8>| {
+        out.extend(u32le(0)); // crc
+        out.extend(u32le(packed.len() as u32));
+        out.extend(u32le(data.len() as u32));
+        out.extend(u16le(name.len() as u16));
+        out.extend(u16le(0)); // extra
+    };
+    let mut zip = u32le(0x0403_4b50).to_vec();
+    zip.extend([20, 0, 0, 0, 8, 0, 0, 0, 0, 0]); // version, flags, method 8, time, date
+    sizes(&mut zip);
+    zip.extend(name.as_bytes());
+    zip.extend(&packed);
+    let cd_offset = zip.len() as u32;
+    let mut cd = u32le(0x0201_4b50).to_vec();
+    cd.extend([20, 0, 20, 0, 0, 0, 8, 0, 0, 0, 0, 0]); // made by, needed, flags, method, time, date
+    sizes(&mut cd);
+    cd.extend([0, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // comment, disk, internal, external attributes
+    cd.extend(u32le(0)); // local header offset
+    cd.extend(name.as_bytes());
+    zip.extend(&cd);
+    zip.extend(u32le(0x0605_4b50));
+    zip.extend([0, 0, 0, 0, 1, 0, 1, 0]);
+    zip.extend(u32le(cd.len() as u32));
+    zip.extend(u32le(cd_offset));
+    zip.extend(u16le(0));
+    zip
+}
+
+/// A deflated entry inflates as it streams, in pieces: whole, ranged across pieces, suffix.
+#[tokio::test]
+async fn deflated_entries_stream_whole_and_in_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let path = dir.path().join("big.zip");
+    std::fs::write(&path, deflated_zip("blob", &data)).unwrap();
+    let app = app_for(&[("z", &path)]);
+    let r = get(&app, "/zarr/z/blob", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("3000000"));
+    assert!(r.body[..] == data[..], "whole entry");
+    for (range, want) in [
+        ("bytes=262140-262150", &data[262_140..262_151]),
+        ("bytes=1000000-2600000", &data[1_000_000..2_600_001]),
+        ("bytes=-7", &data[data.len() - 7..]),
+        ("bytes=2999999-", &data[2_999_999..]),
+    ] {
+        let r = get(&app, "/zarr/z/blob", &[("range", range)]).await;
+        assert_eq!(r.status, 206, "{range}");
+        assert!(r.body[..] == want[..], "{range}");
+    }
+}

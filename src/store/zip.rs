@@ -9,11 +9,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream;
+use futures::stream::BoxStream;
 use tokio::sync::OnceCell;
 
 use super::{
@@ -27,8 +29,6 @@ const CENTRAL_SIG: u32 = 0x0201_4b50;
 const LOCAL_SIG: u32 = 0x0403_4b50;
 /// The end record is 22 bytes plus a comment of up to 65535 bytes.
 const EOCD_SEARCH: u64 = 22 + 65_535;
-/// Largest deflated entry inflated in memory.
-const MAX_INFLATED: u64 = 1 << 30;
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     b.get(at..at + 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
@@ -298,6 +298,40 @@ impl ZipBackend {
     }
 }
 
+/// Bytes of one piece of an inflated entry's body.
+const INFLATE_PIECE: u64 = 256 << 10;
+
+/// Streams `range` of a deflated entry as it inflates, on the blocking pool, a few pieces
+/// ahead of the client: memory stays at the compressed bytes and two pieces, however far the
+/// entry inflates (a 1 GiB entry of zeros is about 1 MB deflated). An entry that does not
+/// inflate that far ends the body with an error.
+fn inflate_range(compressed: Bytes, range: Range<u64>) -> BoxStream<'static, Result<Bytes, StoreError>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, StoreError>>(2);
+    tokio::task::spawn_blocking(move || {
+        let mut decoder = flate2::read::DeflateDecoder::new(&compressed[..]);
+        let skipped = std::io::copy(&mut (&mut decoder).take(range.start), &mut std::io::sink());
+        if !matches!(skipped, Ok(n) if n == range.start) {
+            let _ = tx.blocking_send(Err(corrupt("inflate: the entry ends before the range")));
+            return;
+        }
+        let mut left = range.end - range.start;
+        while left > 0 {
+            let mut piece = vec![0u8; left.min(INFLATE_PIECE) as usize];
+            if let Err(e) = decoder.read_exact(&mut piece) {
+                let _ = tx.blocking_send(Err(corrupt(format!("inflate: {e}"))));
+                return;
+            }
+            left -= piece.len() as u64;
+            if tx.blocking_send(Ok(Bytes::from(piece))).is_err() {
+                return; // the client went away
+            }
+        }
+    });
+    body_stream(stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }))
+}
+
 #[async_trait]
 impl Backend for ZipBackend {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
@@ -337,32 +371,12 @@ impl Backend for ZipBackend {
                 obj.body
             }
             8 => {
-                if entry.size > MAX_INFLATED {
-                    return Err(StoreError::NotSupported(format!(
-                        "deflated zip entries over {MAX_INFLATED} bytes"
-                    )));
-                }
                 let (compressed, _) = self
                     .container
                     .get_range_bytes(&self.key, ByteRange::Bounded(data, data + entry.compressed))
                     .await?
                     .ok_or_else(|| corrupt("archive vanished"))?;
-                let size = entry.size;
-                let inflated = tokio::task::spawn_blocking(move || -> Result<Vec<u8>, StoreError> {
-                    let mut out = Vec::with_capacity(size as usize);
-                    flate2::read::DeflateDecoder::new(&compressed[..])
-                        .take(size + 1)
-                        .read_to_end(&mut out)
-                        .map_err(|e| corrupt(format!("inflate: {e}")))?;
-                    if out.len() as u64 != size {
-                        return Err(corrupt("entry inflates to the wrong size"));
-                    }
-                    Ok(out)
-                })
-                .await
-                .map_err(|e| corrupt(format!("inflate task: {e}")))??;
-                let part = Bytes::from(inflated).slice(range.start as usize..range.end as usize);
-                body_stream(stream::iter([Ok::<Bytes, StoreError>(part)]))
+                inflate_range(compressed, range.clone())
             }
             m => return Err(StoreError::NotSupported(format!("zip compression method {m}"))),
         };
