@@ -160,3 +160,41 @@ async fn deflated_entries_stream_whole_and_in_ranges() {
         assert!(r.body[..] == want[..], "{range}");
     }
 }
+
+/// Archives whose directory lies are errors of the archive (502), not bad client ranges (416)
+/// or short bodies.
+#[tokio::test]
+async fn archives_that_lie_are_upstream_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = deflated_zip("blob", &[7u8; 1000]);
+    // The central directory starts after the local header (30 + 4 bytes) and the data; its
+    // local header offset is at 42, its compressed size at 20.
+    let cd = good.len() - 22 - (46 + 4);
+    let mut past_end = good.clone();
+    past_end[cd + 42..cd + 46].copy_from_slice(&1_000_000u32.to_le_bytes());
+    let mut too_long = good.clone();
+    too_long[cd + 20..cd + 24].copy_from_slice(&1_000_000u32.to_le_bytes());
+    for (name, bytes) in [
+        ("empty.zip", Vec::new()),
+        ("past_end.zip", past_end),
+        ("too_long.zip", too_long),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let app = app_for(&[("z", &path)]);
+        for range in [None, Some("bytes=0-9")] {
+            let headers: Vec<(&str, &str)> = range.map(|r| ("range", r)).into_iter().collect();
+            let r = get(&app, "/zarr/z/blob", &headers).await;
+            assert_eq!(
+                (r.status.as_u16(), r.error_code().as_str()),
+                (502, "upstream_error"),
+                "{name} {range:?}"
+            );
+        }
+    }
+    // The archive they were made from reads.
+    let path = dir.path().join("good.zip");
+    std::fs::write(&path, good).unwrap();
+    let r = get(&app_for(&[("z", &path)]), "/zarr/z/blob", &[]).await;
+    assert_eq!((r.status.as_u16(), r.body.len()), (200, 1000));
+}

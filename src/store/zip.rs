@@ -47,6 +47,15 @@ fn corrupt(msg: impl Into<String>) -> StoreError {
     StoreError::Io(format!("zip: {}", msg.into()))
 }
 
+/// A read of the archive at offsets its directory gave: a range past its end means the
+/// directory lies (an error of the archive), not that the client asked for a bad range.
+fn in_archive(e: StoreError) -> StoreError {
+    match e {
+        StoreError::Range { .. } => corrupt("an entry lies outside the archive"),
+        e => e,
+    }
+}
+
 /// One file in the archive.
 #[derive(Debug)]
 struct Entry {
@@ -238,7 +247,8 @@ impl ZipBackend {
                 let (tail, tail_of) = self
                     .container
                     .get_range_bytes(&self.key, ByteRange::Suffix(EOCD_SEARCH.min(archive.size)))
-                    .await?
+                    .await
+                    .map_err(in_archive)?
                     .ok_or_else(missing)?;
                 let size = tail_of.size;
                 let (cd_offset, cd_size) = parse_end(&tail, size)?;
@@ -249,7 +259,8 @@ impl ZipBackend {
                 } else {
                     self.container
                         .get_range_bytes(&self.key, ByteRange::Bounded(cd_offset, cd_offset + cd_size))
-                        .await?
+                        .await
+                        .map_err(in_archive)?
                         .ok_or_else(missing)?
                         .0
                 };
@@ -259,7 +270,7 @@ impl ZipBackend {
             .cloned()
     }
 
-    async fn data_offset(&self, entry: &Entry) -> Result<u64, StoreError> {
+    async fn data_offset(&self, entry: &Entry, archive_size: u64) -> Result<u64, StoreError> {
         if let Some(o) = entry.data_offset.get() {
             return Ok(*o);
         }
@@ -267,9 +278,10 @@ impl ZipBackend {
             .container
             .get_range_bytes(
                 &self.key,
-                ByteRange::Bounded(entry.header_offset, entry.header_offset + 30),
+                ByteRange::Bounded(entry.header_offset, entry.header_offset.saturating_add(30)),
             )
-            .await?
+            .await
+            .map_err(in_archive)?
             .ok_or_else(|| corrupt("archive vanished"))?;
         if u32_at(&header, 0) != Some(LOCAL_SIG) {
             return Err(corrupt("bad local header"));
@@ -277,6 +289,12 @@ impl ZipBackend {
         let name_len = u16_at(&header, 26).unwrap_or(0) as u64;
         let extra_len = u16_at(&header, 28).unwrap_or(0) as u64;
         let offset = entry.header_offset + 30 + name_len + extra_len;
+        if offset
+            .checked_add(entry.compressed)
+            .is_none_or(|end| end > archive_size)
+        {
+            return Err(corrupt("an entry runs past the end of the archive"));
+        }
         let _ = entry.data_offset.set(offset);
         Ok(offset)
     }
@@ -357,16 +375,20 @@ impl Backend for ZipBackend {
                 body: body_stream(stream::empty::<Result<Bytes, StoreError>>()),
             }));
         }
-        let data = self.data_offset(entry).await?;
+        let data = self.data_offset(entry, dir.archive.size).await?;
         let body = match entry.method {
             0 => {
+                if entry.compressed != entry.size {
+                    return Err(corrupt("a stored entry's sizes differ"));
+                }
                 let obj = self
                     .container
                     .get(
                         &self.key,
                         Some(ByteRange::Bounded(data + range.start, data + range.end)),
                     )
-                    .await?
+                    .await
+                    .map_err(in_archive)?
                     .ok_or_else(|| corrupt("archive vanished"))?;
                 obj.body
             }
@@ -374,7 +396,8 @@ impl Backend for ZipBackend {
                 let (compressed, _) = self
                     .container
                     .get_range_bytes(&self.key, ByteRange::Bounded(data, data + entry.compressed))
-                    .await?
+                    .await
+                    .map_err(in_archive)?
                     .ok_or_else(|| corrupt("archive vanished"))?;
                 inflate_range(compressed, range.clone())
             }
