@@ -369,5 +369,16 @@ fn http_origins_behave_like_local_ones() {
         assert!(r.json()["consolidated_metadata"].is_object());
         let r = get(&app, "/zarr/web/v2/group_nested/.zmetadata", &[]).await;
         assert!(r.json()["metadata"].is_object());
+        // A subgroup of a group consolidated at its root only: its members come from the
+        // root's .zmetadata, and equal what a local mount finds by listing.
+        let local = get(&app, "/api/v1/zom/fx/v2/group_consolidated/sub", &[]).await;
+        assert_eq!(local.status, 200);
+        assert!(local.json()["members"].as_object().is_some_and(|m| !m.is_empty()));
+        for depth in ["", "?depth=0"] {
+            let r = get(&app, &format!("/api/v1/zom/bare/v2/group_consolidated/sub{depth}"), &[]).await;
+            assert_eq!(r.status, 200, "{depth}: {:?}", r.body);
+            let l = get(&app, &format!("/api/v1/zom/fx/v2/group_consolidated/sub{depth}"), &[]).await;
+            assert_eq!(r.json(), l.json(), "{depth}");
+        }
     });
 }

@@ -162,12 +162,16 @@ fn members<'a>(
         let listing = match store.list(path).await {
             Ok(l) => l,
             Err(StoreError::NotSupported(_)) => {
-                let consolidated = match node.zarr_format {
+                let own = match node.zarr_format {
                     3 => from_consolidated(node, depth),
                     _ => json_object(store, &child(path, ".zmetadata")?)
                         .await?
                         .and_then(|z| tree_from_zmetadata(&Value::Object(z)))
                         .map(|t| prune(t, depth.map(|d| d + 1)).members),
+                };
+                let consolidated = match own {
+                    Some(m) => Some(m),
+                    None => from_ancestors(store, path, node.zarr_format, depth).await?,
                 };
                 return consolidated.ok_or_else(|| {
                     HierarchyError::CannotList(format!(
@@ -211,6 +215,42 @@ fn members<'a>(
             .await?;
         Ok(found.into_iter().flatten().collect())
     })
+}
+
+/// Members of the group at `path` from the consolidated metadata of the nearest ancestor that
+/// has some (writers consolidate at the root only), for stores that cannot list.
+async fn from_ancestors(
+    store: &Store,
+    path: &StoreKey,
+    zarr_format: u8,
+    depth: Option<u32>,
+) -> Result<Option<BTreeMap<String, Tree>>, HierarchyError> {
+    let mut ancestor = path.clone();
+    while !ancestor.is_root() {
+        ancestor = ancestor.parent();
+        let tree = match zarr_format {
+            3 => match find_node(store, &ancestor).await? {
+                Some(n) if n.zarr_format == 3 && n.is_group => {
+                    from_consolidated(&n, None).map(|members| Tree { node: n, members })
+                }
+                _ => None,
+            },
+            _ => json_object(store, &child(&ancestor, ".zmetadata")?)
+                .await?
+                .and_then(|z| tree_from_zmetadata(&Value::Object(z))),
+        };
+        let Some(tree) = tree else { continue };
+        let relative = path.as_str()[ancestor.as_str().len()..].trim_start_matches('/');
+        let mut at = &tree;
+        for name in relative.split('/') {
+            match at.members.get(name) {
+                Some(next) => at = next,
+                None => return Ok(None), // consolidated without this group
+            }
+        }
+        return Ok(Some(prune(at.clone(), depth.map(|d| d + 1)).members));
+    }
+    Ok(None)
 }
 
 /// Members from a v3 group's own `consolidated_metadata` (v2 groups use their `.zmetadata`,
