@@ -104,37 +104,67 @@ async fn a_file_that_is_not_a_zip_is_an_upstream_error_not_a_crash() {
 
 /// A zip of one deflated entry, written by hand (CRCs are not checked by the server).
 fn deflated_zip(name: &str, data: &[u8]) -> Vec<u8> {
+    zip_of(&[(name, data)])
+}
+
+/// A zip of deflated entries, written by hand.
+fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
     use std::io::Write;
-    let mut gz = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(data).unwrap();
-    let packed = gz.finish().unwrap();
     let (u16le, u32le) = (|v: u16| v.to_le_bytes(), |v: u32| v.to_le_bytes());
-    let sizes = |out: &mut Vec<u8>| {
-        out.extend(u32le(0)); // crc
-        out.extend(u32le(packed.len() as u32));
-        out.extend(u32le(data.len() as u32));
-        out.extend(u16le(name.len() as u16));
-        out.extend(u16le(0)); // extra
-    };
-    let mut zip = u32le(0x0403_4b50).to_vec();
-    zip.extend([20, 0, 0, 0, 8, 0, 0, 0, 0, 0]); // version, flags, method 8, time, date
-    sizes(&mut zip);
-    zip.extend(name.as_bytes());
-    zip.extend(&packed);
+    let mut zip = Vec::new();
+    let mut cd = Vec::new();
+    for (name, data) in files {
+        let mut gz = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(data).unwrap();
+        let packed = gz.finish().unwrap();
+        let sizes = |out: &mut Vec<u8>| {
+            out.extend(u32le(0)); // crc
+            out.extend(u32le(packed.len() as u32));
+            out.extend(u32le(data.len() as u32));
+            out.extend(u16le(name.len() as u16));
+            out.extend(u16le(0)); // extra
+        };
+        let offset = zip.len() as u32;
+        zip.extend(u32le(0x0403_4b50));
+        zip.extend([20, 0, 0, 0, 8, 0, 0, 0, 0, 0]); // version, flags, method 8, time, date
+        sizes(&mut zip);
+        zip.extend(name.as_bytes());
+        zip.extend(&packed);
+        cd.extend(u32le(0x0201_4b50));
+        cd.extend([20, 0, 20, 0, 0, 0, 8, 0, 0, 0, 0, 0]); // made by, needed, flags, method, time, date
+        sizes(&mut cd);
+        cd.extend([0, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // comment, disk, internal, external attributes
+        cd.extend(u32le(offset)); // local header offset
+        cd.extend(name.as_bytes());
+    }
     let cd_offset = zip.len() as u32;
-    let mut cd = u32le(0x0201_4b50).to_vec();
-    cd.extend([20, 0, 20, 0, 0, 0, 8, 0, 0, 0, 0, 0]); // made by, needed, flags, method, time, date
-    sizes(&mut cd);
-    cd.extend([0, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // comment, disk, internal, external attributes
-    cd.extend(u32le(0)); // local header offset
-    cd.extend(name.as_bytes());
     zip.extend(&cd);
     zip.extend(u32le(0x0605_4b50));
-    zip.extend([0, 0, 0, 0, 1, 0, 1, 0]);
+    zip.extend([0, 0, 0, 0]);
+    zip.extend(u16le(files.len() as u16));
+    zip.extend(u16le(files.len() as u16));
     zip.extend(u32le(cd.len() as u32));
     zip.extend(u32le(cd_offset));
     zip.extend(u16le(0));
     zip
+}
+
+/// An archive replaced in place is read through its new directory: the first read of an entry
+/// sees that the archive is another object and reads the directory again.
+#[tokio::test]
+async fn a_replaced_archive_is_read_through_its_new_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.zip");
+    std::fs::write(&path, zip_of(&[("a", b"old a")])).unwrap();
+    let app = app_for(&[("z", &path)]);
+    let r = get(&app, "/zarr/z/a", &[]).await;
+    assert_eq!(&r.body[..], b"old a");
+    // Another layout: "a" moves behind a new entry.
+    std::fs::write(&path, zip_of(&[("pad", &[1u8; 5000]), ("a", b"the new a, longer")])).unwrap();
+    let r = get(&app, "/zarr/z/a", &[]).await;
+    assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"the new a, longer"[..]));
+    let r = get(&app, "/zarr/z/pad", &[("range", "bytes=-3")]).await;
+    assert_eq!((r.status.as_u16(), &r.body[..]), (206, &[1u8, 1, 1][..]));
 }
 
 /// A deflated entry inflates as it streams, in pieces: whole, ranged across pieces, suffix.

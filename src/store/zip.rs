@@ -1,7 +1,10 @@
 //! Zip archives as stores. The central directory is read once (a suffix range for the end
-//! record, then one range for the directory) and kept; stored entries are served with byte
-//! ranges straight from the archive, deflated entries by inflating the entry. The archive may
-//! live in any store (a local directory, a bucket), so a remote zip costs ranged reads only.
+//! record, then one range for the directory) and kept while the archive stays the same object:
+//! every read of an entry checks the archive's size and version, and a request that only needs
+//! the directory checks them with a HEAD once [`DIRECTORY_CHECK`] has passed. Stored entries
+//! are served with byte ranges straight from the archive, deflated entries by inflating the
+//! entry. The archive may live in any store (a local directory, a bucket), so a remote zip costs
+//! ranged reads only.
 //!
 //! Two layouts are accepted: the hierarchy at the archive root, or inside one top-level folder,
 //! which then becomes the mount root.
@@ -11,12 +14,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Read;
 use std::ops::Range;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream;
 use futures::stream::BoxStream;
-use tokio::sync::OnceCell;
 
 use super::{
     Backend, ByteRange, GetObject, Listing, ObjectMeta, Store, StoreError, StoreKey, body_stream, resolve_range,
@@ -221,12 +224,36 @@ impl Directory {
     }
 }
 
+/// How long a directory is used by requests that read no entry (HEAD, listings) before the
+/// archive is checked again.
+pub const DIRECTORY_CHECK: Duration = Duration::from_secs(60);
+
+/// A directory and when the archive was last seen to be the one it was read from.
+#[derive(Debug)]
+struct Current {
+    directory: Arc<Directory>,
+    checked: Instant,
+}
+
+/// What a read of an entry found.
+enum EntryRead<T> {
+    Read(T),
+    /// The archive is another object than the directory was read from.
+    ArchiveChanged,
+}
+
+/// Whether a read of the archive saw the object its directory was read from.
+fn same_archive(read: &ObjectMeta, directory: &ObjectMeta) -> bool {
+    read.size == directory.size
+        && (read.version.is_none() || directory.version.is_none() || read.version == directory.version)
+}
+
 /// A zip archive in another store.
 #[derive(Debug)]
 pub struct ZipBackend {
     container: Store,
     key: StoreKey,
-    directory: OnceCell<Arc<Directory>>,
+    current: tokio::sync::Mutex<Option<Current>>,
 }
 
 impl ZipBackend {
@@ -235,46 +262,77 @@ impl ZipBackend {
         Self {
             container,
             key,
-            directory: OnceCell::new(),
+            current: tokio::sync::Mutex::new(None),
         }
     }
 
+    /// The directory: the one kept, checked against the archive with a HEAD once
+    /// [`DIRECTORY_CHECK`] has passed, or read anew.
     async fn directory(&self) -> Result<Arc<Directory>, StoreError> {
-        self.directory
-            .get_or_try_init(|| async {
-                let missing = || StoreError::Io(format!("zip archive '{}' does not exist", self.key));
-                let archive = self.container.head(&self.key).await?.ok_or_else(missing)?;
-                let (tail, tail_of) = self
-                    .container
-                    .get_range_bytes(&self.key, ByteRange::Suffix(EOCD_SEARCH.min(archive.size)))
-                    .await
-                    .map_err(in_archive)?
-                    .ok_or_else(missing)?;
-                let size = tail_of.size;
-                let (cd_offset, cd_size) = parse_end(&tail, size)?;
-                // The directory is usually inside the tail already.
-                let tail_start = size - tail.len() as u64;
-                let cd = if cd_offset >= tail_start {
-                    tail.slice((cd_offset - tail_start) as usize..(cd_offset - tail_start + cd_size) as usize)
-                } else {
-                    self.container
-                        .get_range_bytes(&self.key, ByteRange::Bounded(cd_offset, cd_offset + cd_size))
-                        .await
-                        .map_err(in_archive)?
-                        .ok_or_else(missing)?
-                        .0
-                };
-                Ok(Arc::new(Directory::build(parse_central(&cd)?, archive)))
-            })
-            .await
-            .cloned()
+        let mut current = self.current.lock().await;
+        if let Some(c) = current.as_mut() {
+            if c.checked.elapsed() < DIRECTORY_CHECK {
+                return Ok(c.directory.clone());
+            }
+            if let Some(now) = self.container.head(&self.key).await? {
+                if same_archive(&now, &c.directory.archive) {
+                    c.checked = Instant::now();
+                    return Ok(c.directory.clone());
+                }
+            }
+        }
+        let directory = self.read_directory().await?;
+        *current = Some(Current {
+            directory: directory.clone(),
+            checked: Instant::now(),
+        });
+        Ok(directory)
     }
 
-    async fn data_offset(&self, entry: &Entry, archive_size: u64) -> Result<u64, StoreError> {
-        if let Some(o) = entry.data_offset.get() {
-            return Ok(*o);
+    /// Drops `stale` if it is still the directory kept.
+    async fn forget(&self, stale: &Arc<Directory>) {
+        let mut current = self.current.lock().await;
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(&c.directory, stale)) {
+            *current = None;
         }
-        let (header, _) = self
+    }
+
+    async fn read_directory(&self) -> Result<Arc<Directory>, StoreError> {
+        let missing = || StoreError::Io(format!("zip archive '{}' does not exist", self.key));
+        let archive = self.container.head(&self.key).await?.ok_or_else(missing)?;
+        // The directory belongs to the object its bytes come from: the one the tail was read of.
+        let (tail, archive) = self
+            .container
+            .get_range_bytes(&self.key, ByteRange::Suffix(EOCD_SEARCH.min(archive.size)))
+            .await
+            .map_err(in_archive)?
+            .ok_or_else(missing)?;
+        let size = archive.size;
+        let (cd_offset, cd_size) = parse_end(&tail, size)?;
+        // The directory is usually inside the tail already.
+        let tail_start = size - tail.len() as u64;
+        let cd = if cd_offset >= tail_start {
+            tail.slice((cd_offset - tail_start) as usize..(cd_offset - tail_start + cd_size) as usize)
+        } else {
+            let (cd, read) = self
+                .container
+                .get_range_bytes(&self.key, ByteRange::Bounded(cd_offset, cd_offset + cd_size))
+                .await
+                .map_err(in_archive)?
+                .ok_or_else(missing)?;
+            if !same_archive(&read, &archive) {
+                return Err(corrupt("the archive changed while its directory was read"));
+            }
+            cd
+        };
+        Ok(Arc::new(Directory::build(parse_central(&cd)?, archive)))
+    }
+
+    async fn data_offset(&self, entry: &Entry, archive: &ObjectMeta) -> Result<EntryRead<u64>, StoreError> {
+        if let Some(o) = entry.data_offset.get() {
+            return Ok(EntryRead::Read(*o));
+        }
+        let (header, read) = self
             .container
             .get_range_bytes(
                 &self.key,
@@ -283,6 +341,9 @@ impl ZipBackend {
             .await
             .map_err(in_archive)?
             .ok_or_else(|| corrupt("archive vanished"))?;
+        if !same_archive(&read, archive) {
+            return Ok(EntryRead::ArchiveChanged);
+        }
         if u32_at(&header, 0) != Some(LOCAL_SIG) {
             return Err(corrupt("bad local header"));
         }
@@ -291,12 +352,12 @@ impl ZipBackend {
         let offset = entry.header_offset + 30 + name_len + extra_len;
         if offset
             .checked_add(entry.compressed)
-            .is_none_or(|end| end > archive_size)
+            .is_none_or(|end| end > archive.size)
         {
             return Err(corrupt("an entry runs past the end of the archive"));
         }
         let _ = entry.data_offset.set(offset);
-        Ok(offset)
+        Ok(EntryRead::Read(offset))
     }
 
     fn meta(dir: &Directory, entry: &Entry) -> ObjectMeta {
@@ -363,19 +424,54 @@ impl Backend for ZipBackend {
 
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         let dir = self.directory().await?;
+        if let EntryRead::Read(got) = self.get_entry(&dir, key, range).await? {
+            return Ok(got);
+        }
+        // The archive was replaced since its directory was read: read it again, once.
+        self.forget(&dir).await;
+        let dir = self.directory().await?;
+        match self.get_entry(&dir, key, range).await? {
+            EntryRead::Read(got) => Ok(got),
+            EntryRead::ArchiveChanged => Err(corrupt("the archive keeps changing while it is read")),
+        }
+    }
+
+    async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
+        let dir = self.directory().await?;
+        Ok(dir
+            .tree
+            .get(prefix.as_str())
+            .map(|(dirs, files)| Listing {
+                prefixes: dirs.iter().cloned().collect(),
+                objects: files.iter().cloned().collect(),
+            })
+            .unwrap_or_default())
+    }
+}
+
+impl ZipBackend {
+    /// Reads `range` of the entry `key` as `dir` locates it.
+    async fn get_entry(
+        &self,
+        dir: &Directory,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+    ) -> Result<EntryRead<Option<GetObject>>, StoreError> {
         let Some(entry) = dir.entries.get(key.as_str()) else {
-            return Ok(None);
+            return Ok(EntryRead::Read(None));
         };
-        let meta = Self::meta(&dir, entry);
+        let meta = Self::meta(dir, entry);
         let range = resolve_range(range, entry.size)?;
         if range.is_empty() {
-            return Ok(Some(GetObject {
+            return Ok(EntryRead::Read(Some(GetObject {
                 meta,
                 range,
                 body: body_stream(stream::empty::<Result<Bytes, StoreError>>()),
-            }));
+            })));
         }
-        let data = self.data_offset(entry, dir.archive.size).await?;
+        let EntryRead::Read(data) = self.data_offset(entry, &dir.archive).await? else {
+            return Ok(EntryRead::ArchiveChanged);
+        };
         let body = match entry.method {
             0 => {
                 if entry.compressed != entry.size {
@@ -390,32 +486,26 @@ impl Backend for ZipBackend {
                     .await
                     .map_err(in_archive)?
                     .ok_or_else(|| corrupt("archive vanished"))?;
+                if !same_archive(&obj.meta, &dir.archive) {
+                    return Ok(EntryRead::ArchiveChanged);
+                }
                 obj.body
             }
             8 => {
-                let (compressed, _) = self
+                let (compressed, read) = self
                     .container
                     .get_range_bytes(&self.key, ByteRange::Bounded(data, data + entry.compressed))
                     .await
                     .map_err(in_archive)?
                     .ok_or_else(|| corrupt("archive vanished"))?;
+                if !same_archive(&read, &dir.archive) {
+                    return Ok(EntryRead::ArchiveChanged);
+                }
                 inflate_range(compressed, range.clone())
             }
             m => return Err(StoreError::NotSupported(format!("zip compression method {m}"))),
         };
-        Ok(Some(GetObject { meta, range, body }))
-    }
-
-    async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
-        let dir = self.directory().await?;
-        Ok(dir
-            .tree
-            .get(prefix.as_str())
-            .map(|(dirs, files)| Listing {
-                prefixes: dirs.iter().cloned().collect(),
-                objects: files.iter().cloned().collect(),
-            })
-            .unwrap_or_default())
+        Ok(EntryRead::Read(Some(GetObject { meta, range, body })))
     }
 }
 
