@@ -169,6 +169,12 @@ async fn v3_groups_get_consolidated_metadata_and_stored_fields_stay() {
     for (k, val) in stored.as_object().unwrap() {
         assert_eq!(&v[k], val, "stored field {k} untouched");
     }
+    // In their stored order too (here not alphabetical), with consolidated_metadata added last.
+    let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    let mut want = keys(&stored);
+    want.push("consolidated_metadata".into());
+    assert_eq!(keys(&v), want);
+    assert_eq!(keys(&v["attributes"]), ["title", "answer"]);
     let cm = &v["consolidated_metadata"];
     assert_eq!(cm["kind"], "inline");
     assert_eq!(
