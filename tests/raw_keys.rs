@@ -369,6 +369,41 @@ async fn names_the_filesystem_rejects_are_404() {
     }
 }
 
+/// Files a key cannot be: a FIFO is missing (opening it would block a thread forever), and a
+/// chunk file that claims a terabyte (sparse) is an error of that read, not an abort.
+#[cfg(unix)]
+#[tokio::test]
+async fn fifos_and_huge_sparse_chunks_do_not_stop_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.path().join("fifo"))
+        .status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+    write_v3_array(
+        &dir.path().join("sparse"),
+        &[4],
+        &[4],
+        "int32",
+        serde_json::json!(0),
+        serde_json::json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    std::fs::create_dir_all(dir.path().join("sparse/c")).unwrap();
+    std::fs::File::create(dir.path().join("sparse/c/0"))
+        .unwrap()
+        .set_len(1 << 40)
+        .unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let start = std::time::Instant::now();
+    for method in ["GET", "HEAD"] {
+        let r = request(&app, method, "/zarr/m/fifo", &[]).await;
+        assert_eq!(r.status, 404, "{method}");
+    }
+    let r = get(&app, "/api/v1/slice/m/sparse", &[]).await;
+    assert!(r.status.is_server_error(), "{:?}", r.status);
+    assert!(start.elapsed().as_secs() < 10);
+    assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+}
+
 #[tokio::test]
 async fn large_keys_stream_in_pieces() {
     use http_body_util::BodyExt;

@@ -851,6 +851,21 @@ async fn a_rewritten_shard_is_read_through_its_new_index() {
         );
         let r = get(&app, "/api/v1/slice/m/a?select=1&format=bin", &[]).await;
         assert_eq!(r.body, (-5i32).to_le_bytes().to_vec());
+        // A region over both inner chunks, with the index and the first inner chunk cached and
+        // the second not: the read finds the shard replaced, and the region is read again whole
+        // through the new index (no old inner chunk in it).
+        let b = dir.path().join("b");
+        std::fs::create_dir_all(b.join("c")).unwrap();
+        std::fs::copy(a.join("zarr.json"), b.join("zarr.json")).unwrap();
+        std::fs::write(b.join("c/0"), &old).unwrap();
+        let r = get(&app, "/api/v1/slice/m/b?select=0:2", &[]).await;
+        assert_eq!(r.json()["data"], json!([0, 0]));
+        std::fs::write(b.join("c/0"), &new).unwrap();
+        let r = get(&app, "/api/v1/slice/m/b?select=2:6", &[]).await;
+        assert_eq!(r.json()["data"], json!([77777, 3, 9, 9]), "coalescing {coalescing}");
+        let r = get(&app, "/api/v1/slice/m/b?select=::3&format=bin", &[]).await;
+        let want: Vec<u8> = [1000i32, 3, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(r.body, want, "coalescing {coalescing}");
     }
 }
 

@@ -416,8 +416,21 @@ impl LoadedRegion {
 }
 
 /// Loads the decoded units that `sel` of an array of fixed-size elements touches, for writing
-/// the region out later row by row ([`LoadedRegion::write_rows`]).
+/// the region out later row by row ([`LoadedRegion::write_rows`]). Like [`read_region`], once
+/// more if a shard was replaced during the load.
 pub async fn load_region(
+    ctx: &ReadContext,
+    path: &StoreKey,
+    meta: Arc<ArrayMeta>,
+    sel: &Selection,
+) -> Result<LoadedRegion, ReadError> {
+    match load_region_once(ctx, path, meta.clone(), sel).await {
+        Err(ReadError::Changed(_)) => load_region_once(ctx, path, meta, sel).await,
+        other => other,
+    }
+}
+
+async fn load_region_once(
     ctx: &ReadContext,
     path: &StoreKey,
     meta: Arc<ArrayMeta>,
@@ -632,8 +645,21 @@ async fn load_inner(
     }
 }
 
-/// Reads `sel` of the array at `path`. The result has `sel.full_shape()` in C order.
+/// Reads `sel` of the array at `path`. The result has `sel.full_shape()` in C order. A shard
+/// replaced during the read has its index read again and the region is read again, once.
 pub async fn read_region(
+    ctx: &ReadContext,
+    path: &StoreKey,
+    meta: Arc<ArrayMeta>,
+    sel: &Selection,
+) -> Result<Elements, ReadError> {
+    match read_region_once(ctx, path, meta.clone(), sel).await {
+        Err(ReadError::Changed(_)) => read_region_once(ctx, path, meta, sel).await,
+        other => other,
+    }
+}
+
+async fn read_region_once(
     ctx: &ReadContext,
     path: &StoreKey,
     meta: Arc<ArrayMeta>,
@@ -922,10 +948,15 @@ async fn read_shard(
     meta: Arc<ArrayMeta>,
     output: Arc<Output>,
 ) -> Result<(), ReadError> {
-    retrying_changed(ctx, &meta, key, || {
-        read_shard_once(ctx, key, shard_coords, parts, meta.clone(), output.clone())
-    })
-    .await
+    // No retry here: inner chunks of the old shard may already be in `output` (or on their way
+    // there). The region is read again as a whole, into a fresh output ([`read_region`]).
+    match read_shard_once(ctx, key, shard_coords, parts, meta.clone(), output).await {
+        Err(ReadError::Changed(k)) => {
+            ctx.forget_index(&meta, key).await;
+            Err(ReadError::Changed(k))
+        }
+        other => other,
+    }
 }
 
 /// [`read_shard`] with the shard's index as cached: [`ReadError::Changed`] when the shard is

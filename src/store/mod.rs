@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
@@ -111,12 +111,17 @@ impl GetObject {
         if first.len() == len {
             return Ok(first);
         }
-        let mut buf = BytesMut::with_capacity(len.max(first.len()));
+        // The length comes from the store (an upstream's Content-Length): reserve it only as
+        // far as memory allows, and let the buffer grow with what actually arrives otherwise.
+        let mut buf: Vec<u8> = Vec::new();
+        if buf.try_reserve(len.max(first.len())).is_err() {
+            buf.reserve(first.len());
+        }
         buf.extend_from_slice(&first);
         while let Some(b) = body.try_next().await? {
             buf.extend_from_slice(&b);
         }
-        Ok(buf.freeze())
+        Ok(Bytes::from(buf))
     }
 }
 

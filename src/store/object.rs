@@ -160,6 +160,10 @@ fn open_local_file(root: &FsPath, key: &StoreKey) -> Result<LocalFile, StoreErro
         Err(e) if names_nothing(&e) => return Ok(LocalFile::Missing),
         Err(e) => return Err(e.into()),
     };
+    // Only regular files are keys: opening anything else (a FIFO) may block the thread forever.
+    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+        return Ok(LocalFile::Missing);
+    }
     let file = match std::fs::File::open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LocalFile::Missing),
@@ -283,7 +287,11 @@ impl BlockingRead for LocalFiles {
         buf.clear();
         file.seek(std::io::SeekFrom::Start(range.start))?;
         let want = range.end - range.start;
-        buf.reserve(usize::try_from(want).map_err(|_| StoreError::Io(format!("{key}: too large to read")))?);
+        let too_large = || StoreError::Io(format!("{key}: too large to read ({want} bytes)"));
+        // A file may claim any size (a sparse file): an allocation that cannot be had is an
+        // error of this read, not an abort of the server.
+        buf.try_reserve(usize::try_from(want).map_err(|_| too_large())?)
+            .map_err(|_| too_large())?;
         file.take(want).read_to_end(buf)?;
         if buf.len() as u64 != want {
             return Err(StoreError::Io(format!(
