@@ -118,6 +118,29 @@ impl Default for LimitsConfig {
     }
 }
 
+/// The most upstream requests a mount may run at once.
+pub const MAX_MOUNT_CONCURRENCY: usize = 4096;
+/// The most retries of one upstream request.
+pub const MAX_RETRIES: usize = 100;
+/// The most requests the server may hold in flight.
+pub const MAX_CONCURRENT_REQUESTS: usize = 1 << 20;
+
+/// A URL for display and messages: without user information and query (which may hold
+/// credentials or signatures).
+pub fn redact(url: &str) -> String {
+    let without_query = url.split(['?', '#']).next().unwrap_or(url);
+    match without_query.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('/') {
+            Some((authority, path)) => {
+                let host = authority.rsplit('@').next().unwrap_or(authority);
+                format!("{scheme}://{host}/{path}")
+            }
+            None => format!("{scheme}://{}", rest.rsplit('@').next().unwrap_or(rest)),
+        },
+        None => without_query.to_owned(),
+    }
+}
+
 /// The longest timeout (`limits.request_timeout_s`, a mount's `timeout_s`): a day.
 pub const MAX_TIMEOUT_S: f64 = 86_400.0;
 
@@ -249,10 +272,20 @@ impl MountConfig {
     /// Resolves the URL to a source, checking what can be checked before start.
     pub fn source(&self, name: &str) -> Result<MountSource, ConfigError> {
         let invalid = |msg: String| ConfigError::Invalid(format!("mount '{name}': {msg}"));
-        let url = self.url.trim().trim_end_matches('/');
-        if !(self.timeout_s > 0.0 && self.timeout_s <= MAX_TIMEOUT_S) || self.concurrency == 0 {
+        // Trailing slashes go, but "/" stays the root directory.
+        let url = match self.url.trim() {
+            u if u.chars().all(|c| c == '/') && !u.is_empty() => "/",
+            u => u.trim_end_matches('/'),
+        };
+        let shown = redact(url);
+        if !(self.timeout_s > 0.0 && self.timeout_s <= MAX_TIMEOUT_S) {
             return Err(invalid(format!(
-                "timeout_s must be positive and at most {MAX_TIMEOUT_S} s (a day), and concurrency positive"
+                "timeout_s must be positive and at most {MAX_TIMEOUT_S} s (a day)"
+            )));
+        }
+        if !(1..=MAX_MOUNT_CONCURRENCY).contains(&self.concurrency) || self.retries > MAX_RETRIES {
+            return Err(invalid(format!(
+                "concurrency must be 1 to {MAX_MOUNT_CONCURRENCY}, retries at most {MAX_RETRIES}"
             )));
         }
         let is_zip = url.to_ascii_lowercase().ends_with(".zip");
@@ -262,13 +295,15 @@ impl MountConfig {
                 "gs" | "gcs" => Remote::Gcs,
                 "az" | "azure" | "abfs" => Remote::Azure,
                 "http" | "https" => Remote::Http,
-                other => return Err(invalid(format!("unsupported URL scheme '{other}' in {url}"))),
+                other => return Err(invalid(format!("unsupported URL scheme '{other}' in {shown}"))),
             };
             if rest.split('/').next().unwrap_or("").is_empty() {
-                return Err(invalid(format!("{url} names no bucket, container or host")));
+                return Err(invalid(format!("{shown} names no bucket, container or host")));
             }
             if remote == Remote::Http && scheme == "http" && !self.allow_http {
-                return Err(invalid(format!("{url} is plain http: set allow_http = true to use it")));
+                return Err(invalid(format!(
+                    "{shown} is plain http: set allow_http = true to use it"
+                )));
             }
             return Ok(match (is_zip, url.rsplit_once('/')) {
                 (true, Some((parent, file))) => MountSource::Zip(
@@ -412,6 +447,11 @@ impl Config {
         {
             return Err(ConfigError::Invalid("limits must be positive".into()));
         }
+        if l.max_concurrent_requests > MAX_CONCURRENT_REQUESTS {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_concurrent_requests must be at most {MAX_CONCURRENT_REQUESTS}"
+            )));
+        }
         if !(1..=MAX_TTL_SECONDS).contains(&self.cache.ttl_seconds) {
             return Err(ConfigError::Invalid(format!(
                 "cache.ttl_seconds must be between 1 and {MAX_TTL_SECONDS} (ten years), got {}",
@@ -471,6 +511,42 @@ mod tests {
         assert_eq!(c.cache.chunk_bytes, 536_870_912);
         assert_eq!(c.cache.shard_index_bytes, 67_108_864);
         assert_eq!(c.server.blocking_threads, 64);
+    }
+
+    #[test]
+    fn counts_are_bounded_urls_keep_the_root_and_passwords_are_hidden() {
+        for bad in [
+            "concurrency = 0",
+            "concurrency = 9223372036854775807",
+            "retries = 300000000000000",
+        ] {
+            let err = parse(&format!("[mounts.m]\nurl = \"/\"\n{bad}\n"))
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("mount 'm'") && err.contains("concurrency must be"),
+                "{bad}: {err}"
+            );
+        }
+        let err = parse("[limits]\nmax_concurrent_requests = 9223372036854775807\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("max_concurrent_requests"), "{err}");
+        // "/" is the root directory, not the config file's (trailing slashes go otherwise).
+        let c = parse("[mounts.r]\nurl = \"/\"\n").unwrap();
+        assert!(matches!(c.mounts["r"].source("r").unwrap(), MountSource::Local(p) if p == Path::new("/")));
+        let err = parse("[mounts.h]\nurl = \"http://u:pw@127.0.0.1/d\"\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("http://127.0.0.1/d") && !err.contains("pw"), "{err}");
+        assert_eq!(redact("az://c@acct/z?sig=x"), "az://acct/z");
+        assert_eq!(redact("/a/b"), "/a/b");
     }
 
     #[test]

@@ -67,21 +67,6 @@ impl std::ops::Deref for AppState {
     }
 }
 
-/// Removes user info and query from a URL for display.
-fn redact(url: &str) -> String {
-    let without_query = url.split(['?', '#']).next().unwrap_or(url);
-    match without_query.split_once("://") {
-        Some((scheme, rest)) => match rest.split_once('/') {
-            Some((authority, path)) => {
-                let host = authority.rsplit('@').next().unwrap_or(authority);
-                format!("{scheme}://{host}/{path}")
-            }
-            None => format!("{scheme}://{}", rest.rsplit('@').next().unwrap_or(rest)),
-        },
-        None => without_query.to_owned(),
-    }
-}
-
 impl AppState {
     /// Opens every configured mount.
     pub fn from_config(config: Config) -> Result<Self, ConfigError> {
@@ -99,7 +84,7 @@ impl AppState {
             mounts.push(Mount {
                 name: name.clone(),
                 kind,
-                url: redact(&m.url),
+                url: crate::config::redact(&m.url),
                 consolidated: m.consolidated,
                 store,
                 tokens,
@@ -166,7 +151,7 @@ impl AppState {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use crate::config::redact;
 
     #[test]
     fn credentials_are_not_shown() {
