@@ -382,3 +382,49 @@ fn http_origins_behave_like_local_ones() {
         }
     });
 }
+
+/// An origin that accepts connections and never answers: 504 upstream_timeout after the mount's
+/// timeout, and an origin that refuses connections: 502 upstream_error, even after retries
+/// (whose errors name the retry_timeout setting).
+#[test]
+fn silent_origins_time_out_and_refusing_ones_fail() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            held.push(stream); // kept open, never answered
+        }
+    });
+    let refusing = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap() // dropped: nothing listens there any more
+    };
+    let mount = |name: &str, addr: std::net::SocketAddr, retries: usize| {
+        let mut config = MountConfig::new(format!("http://{addr}/d"), "/");
+        config.allow_http = true;
+        config.timeout_s = 0.5;
+        config.retries = retries;
+        let source = config.source(name).unwrap();
+        Mount {
+            name: name.into(),
+            kind: "http",
+            url: config.url.clone(),
+            consolidated: true,
+            store: zarrgate::store::open::open(&source, &config).unwrap(),
+            tokens: Vec::new(),
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (app, _) = app_with(vec![mount("silent", silent_addr, 0), mount("refusing", refusing, 2)]);
+        let r = get(&app, "/zarr/silent/zarr.json", &[]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (504, "upstream_timeout"));
+        let r = get(&app, "/zarr/refusing/zarr.json", &[]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_error"));
+    });
+}

@@ -249,16 +249,29 @@ impl From<object_store::Error> for StoreError {
         match e {
             E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreError::Denied(e.to_string()),
             E::NotSupported { .. } | E::NotImplemented { .. } => StoreError::NotSupported(e.to_string()),
-            other => {
-                let text = other.to_string();
-                if text.contains("timed out") || text.contains("timeout") {
-                    StoreError::Timeout(text)
-                } else {
-                    StoreError::Io(text)
-                }
-            }
+            other if timed_out(&other) => StoreError::Timeout(other.to_string()),
+            other => StoreError::Io(other.to_string()),
         }
     }
+}
+
+/// Whether an error was caused by a timeout: an HTTP request object_store reports as timed
+/// out, or an I/O timeout, anywhere in its chain of sources. (Its text is no guide: every
+/// retried error names the `retry_timeout` setting.)
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(err) = at {
+        let http = err.downcast_ref::<object_store::client::HttpError>();
+        if http.is_some_and(|h| h.kind() == object_store::client::HttpErrorKind::Timeout)
+            || err
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        at = err.source();
+    }
+    false
 }
 
 impl From<std::io::Error> for StoreError {
@@ -393,5 +406,41 @@ impl Backend for ObjectStoreBackend {
         prefixes.sort();
         objects.sort();
         Ok(Listing { prefixes, objects })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_timeouts_are_timeouts() {
+        use object_store::client::{HttpError, HttpErrorKind};
+        let generic =
+            |source: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic { store: "S3", source };
+        let timeout = HttpError::new(HttpErrorKind::Timeout, std::io::Error::other("deadline"));
+        assert!(matches!(
+            StoreError::from(generic(Box::new(timeout))),
+            StoreError::Timeout(_)
+        ));
+        let io = std::io::Error::new(std::io::ErrorKind::TimedOut, "read");
+        assert!(matches!(
+            StoreError::from(generic(Box::new(io))),
+            StoreError::Timeout(_)
+        ));
+        // A refused connection after retries names retry_timeout in its text; it is no timeout.
+        let refused = HttpError::new(
+            HttpErrorKind::Connect,
+            std::io::Error::other("after 3 retries, retry_timeout: 180s"),
+        );
+        assert!(matches!(
+            StoreError::from(generic(Box::new(refused))),
+            StoreError::Io(_)
+        ));
+        let slow_down = std::io::Error::other("503 SlowDown, retry_timeout: 180s");
+        assert!(matches!(
+            StoreError::from(generic(Box::new(slow_down))),
+            StoreError::Io(_)
+        ));
     }
 }
