@@ -428,3 +428,70 @@ fn silent_origins_time_out_and_refusing_ones_fail() {
         assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_error"));
     });
 }
+
+/// An origin that sends a large body slowly but steadily: the mount's timeout bounds each wait,
+/// not the whole request, so the body arrives whole although it takes four times the timeout.
+#[test]
+fn slow_steady_bodies_are_not_cut_at_the_timeout() {
+    use std::io::{BufRead, BufReader, Write};
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = origin.local_addr().unwrap();
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let sent = body.clone();
+    std::thread::spawn(move || {
+        for stream in origin.incoming().flatten() {
+            let sent = sent.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+                let head = line.starts_with("HEAD");
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                }
+                let mut out = stream;
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nETag: \"v1\"\r\nConnection: close\r\n\r\n",
+                    sent.len()
+                );
+                if !head {
+                    for piece in sent.chunks(sent.len() / 10) {
+                        std::thread::sleep(Duration::from_millis(200));
+                        if out.write_all(piece).is_err() {
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let mut config = MountConfig::new(format!("http://{addr}/d"), "/");
+    config.allow_http = true;
+    config.timeout_s = 0.5;
+    let source = config.source("slow").unwrap();
+    let mount = Mount {
+        name: "slow".into(),
+        kind: "http",
+        url: config.url.clone(),
+        consolidated: true,
+        store: zarrgate::store::open::open(&source, &config).unwrap(),
+        tokens: Vec::new(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (app, _) = app_with(vec![mount]);
+        let start = Instant::now();
+        let r = get(&app, "/zarr/slow/blob", &[]).await;
+        assert_eq!(r.status, 200);
+        assert!(r.body[..] == body[..], "{} of {} bytes", r.body.len(), body.len());
+        assert!(start.elapsed() >= Duration::from_secs(2));
+    });
+}

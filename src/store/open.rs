@@ -29,10 +29,14 @@ pub fn kind(source: &MountSource) -> &'static str {
     }
 }
 
+/// `timeout_s` bounds each wait on the upstream (connecting, then every read of the response),
+/// not a whole request: a large object streams for as long as its bytes keep coming, and a
+/// stalled one fails after `timeout_s` of silence.
 fn client_options(config: &MountConfig) -> ClientOptions {
     let timeout = Duration::from_secs_f64(config.timeout_s);
     ClientOptions::new()
-        .with_timeout(timeout)
+        .with_timeout_disabled()
+        .with_read_timeout(timeout)
         .with_connect_timeout(timeout.min(Duration::from_secs(5)))
         .with_allow_http(config.allow_http)
 }
