@@ -1057,3 +1057,83 @@ async fn single_chunk_selections_are_zarr_pythons_blocks() {
     }
     assert!(checked > 300, "only {checked} units checked");
 }
+
+/// A store with 30 ms of latency per read that records how many reads were in flight at once.
+#[derive(Debug)]
+struct LaggingStore {
+    inner: zarrgate::store::Store,
+    in_flight: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl zarrgate::store::Backend for LaggingStore {
+    async fn head(
+        &self,
+        key: &zarrgate::store::StoreKey,
+    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
+        self.inner.head(key).await
+    }
+
+    async fn get(
+        &self,
+        key: &zarrgate::store::StoreKey,
+        range: Option<zarrgate::store::ByteRange>,
+    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let got = self.inner.get(key, range).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        got
+    }
+
+    async fn list(
+        &self,
+        prefix: &zarrgate::store::StoreKey,
+    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+}
+
+/// Over a remote-like store, chunk fetches overlap up to the read concurrency, not only up to
+/// the decode turns: a fetch waits on the network and takes no turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_fetches_overlap_beyond_the_decode_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    write_v3_array(
+        &a,
+        &[64],
+        &[1],
+        "int32",
+        json!(0),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    std::fs::create_dir_all(a.join("c")).unwrap();
+    for i in 0..64i32 {
+        std::fs::write(a.join(format!("c/{i}")), (i * 3).to_le_bytes()).unwrap();
+    }
+    let (in_flight, most) = Default::default();
+    let store = LaggingStore {
+        inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
+        in_flight,
+        most: std::sync::Arc::clone(&most),
+    };
+    let mount = zarrgate::state::Mount {
+        name: "m".into(),
+        kind: "s3",
+        url: "lagging".into(),
+        consolidated: true,
+        store: zarrgate::store::Store::new(store),
+        tokens: Vec::new(),
+    };
+    let state = zarrgate::AppState::with_mounts(Config::default(), vec![mount]);
+    let turns = state.read_options.decode_turns;
+    let app = zarrgate::app(state);
+    let r = get(&app, "/api/v1/slice/m/a", &[]).await;
+    let want: Vec<i32> = (0..64).map(|i| i * 3).collect();
+    assert_eq!(r.json()["data"], json!(want));
+    let most = most.load(Ordering::SeqCst);
+    assert!(most > turns, "{most} reads at once, with {turns} decode turns");
+}

@@ -749,17 +749,39 @@ async fn decode(
 }
 
 /// Reads a stored unit (`inner`: a range of the shard at `key`, with the shard as its index
-/// saw it; `None`: a whole chunk) and decodes it in the same trip to the blocking pool where
-/// the store allows; `None` when it is missing.
+/// saw it; `None`: a whole chunk) and decodes it; `None` when it is missing. Local stores read
+/// and decode in the same trip to the blocking pool, during a decode turn. Remote stores fetch
+/// first, outside the turns (a fetch is waiting, not CPU work: up to `concurrency` of them run
+/// at once, while only `decode_turns` decodes do).
 async fn read_and_decode(
     ctx: &ReadContext,
     meta: &Arc<ArrayMeta>,
     key: &StoreKey,
     inner: Option<(ByteRange, ObjectMeta)>,
 ) -> Result<CachedChunk, ReadError> {
-    let decoder = Decoder::new(ctx, meta, key, inner.is_some());
-    let _turn = decode_turn(ctx).await?;
+    let is_inner = inner.is_some();
     let (range, shard) = inner.unzip();
+    if !ctx.store.reads_locally() {
+        let fetched = match range {
+            Some(r) => ctx.store.get_range_bytes(key, r).await?,
+            None => match ctx.store.get(key, None).await? {
+                Some(object) => {
+                    let meta = object.meta.clone();
+                    Some((object.bytes().await?, meta))
+                }
+                None => None,
+            },
+        };
+        let Some((bytes, object)) = fetched else {
+            return Ok(None);
+        };
+        if shard.is_some_and(|s| !same_shard(&object, &s)) {
+            return Err(ReadError::Changed(key.to_string()));
+        }
+        return decode(ctx, meta, key, bytes, is_inner).await.map(Some);
+    }
+    let decoder = Decoder::new(ctx, meta, key, is_inner);
+    let _turn = decode_turn(ctx).await?;
     let changed = key.to_string();
     let decoded = ctx
         .store
