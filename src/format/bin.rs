@@ -57,10 +57,30 @@ pub fn fixed_width(region: Region) -> Result<(DType, Vec<u8>), FormatError> {
     })
 }
 
+/// A Python string literal of `s` in ASCII: quotes and backslashes escaped, anything else
+/// outside printable ASCII as `\x`, `\u` or `\U` escapes. NumPy reads headers of versions 1
+/// and 2 as latin-1 and evaluates the dict as a literal, so every name comes back as written.
+fn python_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('\'');
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            ' '..='~' => out.push(c),
+            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 /// A Python literal of a NumPy descr (type string, or list of field tuples).
 fn python_descr(descr: &Value) -> String {
     match descr {
-        Value::String(s) => format!("'{s}'"),
+        Value::String(s) => python_str(s),
         Value::Array(fields) => {
             let items: Vec<String> = fields
                 .iter()
@@ -71,9 +91,9 @@ fn python_descr(descr: &Value) -> String {
                     match parts.get(2).and_then(Value::as_array) {
                         Some(shape) => {
                             let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-                            format!("('{}', {ty}, ({},))", name.replace('\'', "\\'"), dims.join(", "))
+                            format!("({}, {ty}, ({},))", python_str(name), dims.join(", "))
                         }
-                        None => format!("('{}', {ty})", name.replace('\'', "\\'")),
+                        None => format!("({}, {ty})", python_str(name)),
                     }
                 })
                 .collect();
@@ -128,6 +148,17 @@ pub fn encode_npy(region: Region) -> Result<(DType, Vec<u8>), FormatError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn field_names_are_python_literals_in_ascii() {
+        assert_eq!(python_str("plain"), "'plain'");
+        assert_eq!(python_str("a\\"), r"'a\\'");
+        assert_eq!(python_str("q'"), r"'q\''");
+        assert_eq!(python_str("b\n"), r"'b\x0a'");
+        assert_eq!(python_str("é"), r"'\xe9'");
+        assert_eq!(python_str("日"), r"'\u65e5'");
+        assert_eq!(python_str("🙂"), r"'\U0001f642'");
+    }
 
     #[test]
     fn npy_headers_are_aligned_and_literal() {
