@@ -59,6 +59,14 @@ fn bucket_and_prefix(url: &str) -> (&str, &str) {
     rest.split_once('/').unwrap_or((rest, ""))
 }
 
+/// The container, and the account where the authority names one (`container@account.host`).
+fn azure_container(authority: &str) -> (&str, Option<&str>) {
+    match authority.split_once('@') {
+        Some((container, host)) => (container, host.split('.').next().filter(|a| !a.is_empty())),
+        None => (authority, None),
+    }
+}
+
 fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStoreBackend, String> {
     let (bucket, prefix) = bucket_and_prefix(url);
     let (store, prefix): (Arc<dyn ObjectStore>, &str) = match remote {
@@ -86,12 +94,18 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
             (Arc::new(b.build().map_err(|e| e.to_string())?), prefix)
         }
         Remote::Azure => {
+            // `abfs://container@account.dfs.core.windows.net/path` names the account too;
+            // `az://container/path` leaves it to AZURE_STORAGE_ACCOUNT_NAME.
+            let (container, account) = azure_container(bucket);
             let mut b = MicrosoftAzureBuilder::from_env()
-                .with_container_name(bucket)
+                .with_container_name(container)
                 .with_client_options(client_options(config))
                 .with_retry(retry(config))
                 .with_allow_http(config.allow_http)
                 .with_skip_signature(config.anonymous);
+            if let Some(a) = account {
+                b = b.with_account(a);
+            }
             if let Some(e) = &config.endpoint {
                 b = b.with_endpoint(e.clone());
             }
