@@ -307,3 +307,30 @@ async fn a_symlink_loop_ends_the_walk_with_413() {
     assert_eq!(r.status, 200);
     assert!(r.json()["members"]["g"]["members"]["up"].is_object());
 }
+
+/// Entries of a local directory that cannot be keys (a non-UTF-8 name, a dangling link, a
+/// FIFO, a name with a control character) are left out of listings instead of failing them.
+#[cfg(unix)]
+#[tokio::test]
+async fn odd_directory_entries_do_not_break_listings() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("g")).unwrap();
+    std::fs::write(root.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(root.join("g/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(root.join(std::ffi::OsStr::from_bytes(b"bad\xffname")), b"x").unwrap();
+    std::fs::write(root.join("Icon\r"), b"").unwrap();
+    std::os::unix::fs::symlink("nowhere", root.join("dangling")).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(root.join("fifo")).status();
+    assert!(made.is_ok_and(|s| s.success()));
+    let app = app_for(&[("m", &root)]);
+    let r = get(&app, "/api/v1/zom/m", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let members: Vec<String> = r.json()["members"].as_object().unwrap().keys().cloned().collect();
+    assert_eq!(members, ["g"]);
+    let r = get(&app, "/api/v1/list/m", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let r = get(&app, "/zarr/m/.zmetadata", &[]).await;
+    assert!(r.json()["metadata"]["g/.zgroup"].is_object());
+}

@@ -390,6 +390,12 @@ impl Backend for ObjectStoreBackend {
         if !prefix.is_root() && !self.contained(prefix).await {
             return Ok(Listing::default());
         }
+        if let Some(root) = self.local_root() {
+            let dir = root.join(prefix.as_str());
+            return tokio::task::spawn_blocking(move || list_local(&dir))
+                .await
+                .map_err(joined)?;
+        }
         let path = self.path(prefix)?;
         let listed = match self
             .store
@@ -407,6 +413,34 @@ impl Backend for ObjectStoreBackend {
         objects.sort();
         Ok(Listing { prefixes, objects })
     }
+}
+
+/// The entries of a local directory, following symlinks. An entry that cannot be a key (a
+/// name that is not UTF-8 or not a valid key segment, a dangling link, a FIFO) is left out
+/// rather than failing the whole listing.
+fn list_local(dir: &FsPath) -> Result<Listing, StoreError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if names_nothing(&e) => return Ok(Listing::default()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut listing = Listing::default();
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if name.contains('/') || StoreKey::new(&name).is_err() {
+            continue;
+        }
+        match std::fs::metadata(entry.path()) {
+            Ok(m) if m.is_dir() => listing.prefixes.push(name),
+            Ok(m) if m.is_file() => listing.objects.push(name),
+            _ => {}
+        }
+    }
+    listing.prefixes.sort();
+    listing.objects.sort();
+    Ok(listing)
 }
 
 #[cfg(test)]
