@@ -321,20 +321,7 @@ fn http_origins_behave_like_local_ones() {
         config.mounts.get_mut("fx").unwrap().consolidated = false;
         serve_in_background(zarrgate::app(zarrgate::AppState::from_config(config).unwrap()))
     };
-    let mount = |name: &str, base: &str| {
-        let mut config = MountConfig::new(format!("{base}/zarr/fx"), "/");
-        config.allow_http = true;
-        config.timeout_s = 5.0;
-        let source = config.source(name).unwrap();
-        Mount {
-            name: name.into(),
-            kind: "http",
-            url: config.url.clone(),
-            consolidated: true,
-            store: zarrgate::store::open::open(&source, &config).unwrap(),
-            tokens: Vec::new(),
-        }
-    };
+    let mount = |name: &str, base: &str| http_mount(name, format!("{base}/zarr/fx"), 5.0, 3);
     let http = mount("web", &origin);
     let (n, failures) = run_manifest_on(&http.store, &repo().join("tests/fixtures/cases.json"), |p| {
         Some(p.to_owned())
@@ -383,6 +370,31 @@ fn http_origins_behave_like_local_ones() {
     });
 }
 
+/// A mount of an HTTP origin at `url`.
+fn http_mount(name: &str, url: String, timeout_s: f64, retries: usize) -> Mount {
+    let mut config = MountConfig::new(url, "/");
+    config.allow_http = true;
+    config.timeout_s = timeout_s;
+    config.retries = retries;
+    let source = config.source(name).unwrap();
+    Mount {
+        name: name.into(),
+        kind: "http",
+        url: config.url.clone(),
+        consolidated: true,
+        store: zarrgate::store::open::open(&source, &config).unwrap(),
+        tokens: Vec::new(),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// An origin that accepts connections and never answers: 504 upstream_timeout after the mount's
 /// timeout, and an origin that refuses connections: 502 upstream_error, even after retries
 /// (whose errors name the retry_timeout setting).
@@ -400,28 +412,11 @@ fn silent_origins_time_out_and_refusing_ones_fail() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap() // dropped: nothing listens there any more
     };
-    let mount = |name: &str, addr: std::net::SocketAddr, retries: usize| {
-        let mut config = MountConfig::new(format!("http://{addr}/d"), "/");
-        config.allow_http = true;
-        config.timeout_s = 0.5;
-        config.retries = retries;
-        let source = config.source(name).unwrap();
-        Mount {
-            name: name.into(),
-            kind: "http",
-            url: config.url.clone(),
-            consolidated: true,
-            store: zarrgate::store::open::open(&source, &config).unwrap(),
-            tokens: Vec::new(),
-        }
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (app, _) = app_with(vec![mount("silent", silent_addr, 0), mount("refusing", refusing, 2)]);
+    runtime().block_on(async {
+        let (app, _) = app_with(vec![
+            http_mount("silent", format!("http://{silent_addr}/d"), 0.5, 0),
+            http_mount("refusing", format!("http://{refusing}/d"), 0.5, 2),
+        ]);
         let r = get(&app, "/zarr/silent/zarr.json", &[]).await;
         assert_eq!((r.status.as_u16(), r.error_code().as_str()), (504, "upstream_timeout"));
         let r = get(&app, "/zarr/refusing/zarr.json", &[]).await;
@@ -469,25 +464,8 @@ fn slow_steady_bodies_are_not_cut_at_the_timeout() {
             });
         }
     });
-    let mut config = MountConfig::new(format!("http://{addr}/d"), "/");
-    config.allow_http = true;
-    config.timeout_s = 0.5;
-    let source = config.source("slow").unwrap();
-    let mount = Mount {
-        name: "slow".into(),
-        kind: "http",
-        url: config.url.clone(),
-        consolidated: true,
-        store: zarrgate::store::open::open(&source, &config).unwrap(),
-        tokens: Vec::new(),
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (app, _) = app_with(vec![mount]);
+    runtime().block_on(async {
+        let (app, _) = app_with(vec![http_mount("slow", format!("http://{addr}/d"), 0.5, 3)]);
         let start = Instant::now();
         let r = get(&app, "/zarr/slow/blob", &[]).await;
         assert_eq!(r.status, 200);

@@ -172,11 +172,13 @@ impl ReadContext {
         }
     }
 
-    /// Drops the cached index of the shard at `key` (it changed).
-    async fn forget_index(&self, meta: &ArrayMeta, key: &StoreKey) {
-        if let Some(c) = &self.caches {
+    /// Passes on a read's result, dropping the cached index of the shard at `key` when the
+    /// read found the shard changed, so that the next read of it reads the index anew.
+    async fn changed<T>(&self, meta: &ArrayMeta, key: &StoreKey, read: Result<T, ReadError>) -> Result<T, ReadError> {
+        if let (Err(ReadError::Changed(_)), Some(c)) = (&read, &self.caches) {
             c.shard_indexes.invalidate(&self.id(meta, key, None)).await;
         }
+        read
     }
 }
 
@@ -187,23 +189,15 @@ fn same_shard(read: &ObjectMeta, indexed: &ObjectMeta) -> bool {
         && (read.version.is_none() || indexed.version.is_none() || read.version == indexed.version)
 }
 
-/// Runs a read of a shard, and once more with its index read anew if the shard changed under
-/// the first (a writer replaced it after its index was cached).
-async fn retrying_changed<T, F, Fut>(
-    ctx: &ReadContext,
-    meta: &ArrayMeta,
-    key: &StoreKey,
-    read: F,
-) -> Result<T, ReadError>
+/// Runs a read, and once more if a shard changed under the first (a writer replaced it after
+/// its index was cached; whoever saw the change has dropped the index, see [`ReadContext::changed`]).
+async fn again_if_changed<T, F, Fut>(read: F) -> Result<T, ReadError>
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Result<T, ReadError>>,
 {
     match read().await {
-        Err(ReadError::Changed(_)) => {
-            ctx.forget_index(meta, key).await;
-            read().await
-        }
+        Err(ReadError::Changed(_)) => read().await,
         other => other,
     }
 }
@@ -424,10 +418,7 @@ pub async fn load_region(
     meta: Arc<ArrayMeta>,
     sel: &Selection,
 ) -> Result<LoadedRegion, ReadError> {
-    match load_region_once(ctx, path, meta.clone(), sel).await {
-        Err(ReadError::Changed(_)) => load_region_once(ctx, path, meta, sel).await,
-        other => other,
-    }
+    again_if_changed(|| load_region_once(ctx, path, meta.clone(), sel)).await
 }
 
 async fn load_region_once(
@@ -600,7 +591,7 @@ async fn read_unit(
     }
     let key = chunk_key(&shard)?;
     let n: u64 = grid.iter().product();
-    retrying_changed(ctx, meta, &key, || async {
+    again_if_changed(|| async {
         let Some(index) = shard_index(ctx, meta, &key, codec, n).await? else {
             return Ok(None);
         };
@@ -611,7 +602,8 @@ async fn read_unit(
         else {
             return Ok(None);
         };
-        load_inner(ctx, meta, &key, number, range, &index.1).await
+        ctx.changed(meta, &key, load_inner(ctx, meta, &key, number, range, &index.1).await)
+            .await
     })
     .await
 }
@@ -653,10 +645,7 @@ pub async fn read_region(
     meta: Arc<ArrayMeta>,
     sel: &Selection,
 ) -> Result<Elements, ReadError> {
-    match read_region_once(ctx, path, meta.clone(), sel).await {
-        Err(ReadError::Changed(_)) => read_region_once(ctx, path, meta, sel).await,
-        other => other,
-    }
+    again_if_changed(|| read_region_once(ctx, path, meta.clone(), sel)).await
 }
 
 async fn read_region_once(
@@ -972,13 +961,8 @@ async fn read_shard(
 ) -> Result<(), ReadError> {
     // No retry here: inner chunks of the old shard may already be in `output` (or on their way
     // there). The region is read again as a whole, into a fresh output ([`read_region`]).
-    match read_shard_once(ctx, key, shard_coords, parts, meta.clone(), output).await {
-        Err(ReadError::Changed(k)) => {
-            ctx.forget_index(&meta, key).await;
-            Err(ReadError::Changed(k))
-        }
-        other => other,
-    }
+    let read = read_shard_once(ctx, key, shard_coords, parts, meta.clone(), output).await;
+    ctx.changed(&meta, key, read).await
 }
 
 /// [`read_shard`] with the shard's index as cached: [`ReadError::Changed`] when the shard is
