@@ -598,6 +598,49 @@ async fn large_binary_responses_stream_and_match() {
         f32::from_le_bytes(b[b.len() - 4..].try_into().unwrap()),
         value(rows - 1, cols - 1)
     );
+
+    // A plane of a 3-D array (8.4 MB) selected by an integer, or a slice of one: streamed in
+    // bands along its second dimension, as a 2-D array is along its first.
+    let (planes, rows, cols) = (2u64, 2100u64, 1000u64);
+    let (crow, ccol) = (300u64, 500u64);
+    write_v3_array(
+        &dir.path().join("cube"),
+        &[planes, rows, cols],
+        &[1, crow, ccol],
+        "float32",
+        json!(0.0),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    let value = |p: u64, i: u64, j: u64| (p * 10_000_000 + i * cols + j) as f32;
+    for p in 0..planes {
+        for ci in 0..rows / crow {
+            for cj in 0..cols / ccol {
+                let mut chunk = Vec::with_capacity((crow * ccol * 4) as usize);
+                for i in 0..crow {
+                    for j in 0..ccol {
+                        chunk.extend(value(p, ci * crow + i, cj * ccol + j).to_le_bytes());
+                    }
+                }
+                let d = dir.path().join(format!("cube/c/{p}/{ci}"));
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(d.join(cj.to_string()), chunk).unwrap();
+            }
+        }
+    }
+    for (select, shape) in [("1,:,:", "2100,1000"), ("1:2,:,:", "1,2100,1000")] {
+        let r = get(&app, &format!("/api/v1/slice/t/cube?format=bin&select={select}"), &[]).await;
+        assert_eq!(r.status, 200, "{select}");
+        assert_eq!(r.header("x-zarr-shape"), Some(shape));
+        assert_eq!(r.body.len() as u64, rows * cols * 4, "{select}");
+        for (k, c) in r.body.chunks_exact(4).enumerate().step_by(7919) {
+            let (i, j) = (k as u64 / cols, k as u64 % cols);
+            assert_eq!(
+                f32::from_le_bytes(c.try_into().unwrap()),
+                value(1, i, j),
+                "{select} element {k}"
+            );
+        }
+    }
 }
 
 /// Writes `big` (chunked) and `big_sharded` (shards of 200 x 10000 holding 50 x 5000 inner

@@ -4,6 +4,7 @@ pub mod read;
 pub mod selection;
 
 pub use read::{
-    LoadedRegion, ReadContext, ReadError, ReadOptions, load_region, read_region, read_region_bytes, unit_shape,
+    LoadedRegion, ReadContext, ReadError, ReadOptions, load_region, read_region, read_region_bytes, row_axis,
+    unit_shape,
 };
 pub use selection::{DimSelection, Selection, SelectionError};

@@ -322,9 +322,16 @@ struct Piece {
     parts: Vec<CellPart>,
 }
 
+/// The dimension a region is written out along, a range of "rows" at a time: the first one
+/// whose length is not 1 (dimensions before it have length 1, so its rows are contiguous in C
+/// order).
+pub fn row_axis(full_shape: &[u64]) -> usize {
+    full_shape.iter().position(|&n| n != 1).unwrap_or(0)
+}
+
 /// A region of fixed-size elements whose decoded units are loaded (and held) but not copied
 /// together: its C-order little-endian bytes are written out a range of rows (indices of the
-/// first dimension) at a time. A large response is streamed this way in small buffers that stay
+/// [`row_axis`]) at a time. A large response is streamed this way in small buffers that stay
 /// in the CPU cache, instead of being assembled whole in fresh memory first.
 pub struct LoadedRegion {
     /// The full shape (integer-indexed dimensions kept, with length 1).
@@ -339,16 +346,16 @@ pub struct LoadedRegion {
 }
 
 impl LoadedRegion {
-    /// Rows (indices of the first dimension; 1 for a 0-d result).
+    /// Rows (indices of the [`row_axis`]; 1 for a 0-d result).
     pub fn rows(&self) -> u64 {
-        self.shape.first().copied().unwrap_or(1)
+        self.shape.get(row_axis(&self.shape)).copied().unwrap_or(1)
     }
 
     /// Bytes of one row.
     pub fn row_bytes(&self) -> u64 {
         self.shape
             .iter()
-            .skip(1)
+            .skip(row_axis(&self.shape) + 1)
             .product::<u64>()
             .saturating_mul(self.item as u64)
     }
@@ -360,19 +367,20 @@ impl LoadedRegion {
         if n == 0 {
             return Ok(out);
         }
+        let axis = row_axis(&self.shape);
         let mut dst_shape = self.shape.clone();
-        if let Some(first) = dst_shape.first_mut() {
-            *first = n;
+        if let Some(len) = dst_shape.get_mut(axis) {
+            *len = n;
         }
         for piece in &self.pieces {
             // The piece's rows that fall in `rows`, moved to the band's coordinates.
             let mut parts = piece.parts.clone();
-            if let Some(p) = parts.first_mut() {
+            if let Some(p) = parts.get_mut(axis) {
                 let (lo, hi) = (p.dst_start.max(rows.start), (p.dst_start + p.count).min(rows.end));
                 if lo >= hi {
                     continue;
                 }
-                p.src_start += (lo - p.dst_start) * self.steps[0];
+                p.src_start += (lo - p.dst_start) * self.steps[axis];
                 p.dst_start = lo - rows.start;
                 p.count = hi - lo;
             }

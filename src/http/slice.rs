@@ -14,7 +14,7 @@ use serde::Deserialize;
 use crate::array::selection::{cells, cells_touched};
 use crate::array::{
     DimSelection, LoadedRegion, ReadContext, ReadError, Selection, load_region, read_region, read_region_bytes,
-    unit_shape,
+    row_axis, unit_shape,
 };
 use crate::error::ApiError;
 use crate::format::png::{Colormap, PngOptions};
@@ -226,17 +226,19 @@ fn bytes_text(bytes: u64) -> String {
     }
 }
 
-/// Splits a selection along its first dimension into bands of whole rows of decode units
-/// (chunks, or inner chunks of shards) of about [`BAND_BYTES`].
+/// Splits a selection into bands of whole rows of decode units (chunks, or inner chunks of
+/// shards) of about [`BAND_BYTES`], along its [`row_axis`]: the first dimension whose length is not 1,
+/// so that `select=0,:,:` streams in bands as `select=:,:` does.
 fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
-    let Some(&first) = sel.0.first() else {
+    let axis = row_axis(&sel.full_shape());
+    let Some(&along) = sel.0.get(axis) else {
         return vec![sel.clone()];
     };
-    let (start, step, _) = first.span();
-    let row_bytes = (sel.len() / first.span().2.max(1)).saturating_mul(meta.dtype.item_size().unwrap_or(1) as u64);
+    let (start, step, count) = along.span();
+    let row_bytes = (sel.len() / count.max(1)).saturating_mul(meta.dtype.item_size().unwrap_or(1) as u64);
     let mut out = Vec::new();
     let mut pending: Option<(u64, u64)> = None; // (first k, count)
-    for part in cells(first, unit_shape(meta)[0], 0, 0, meta.shape[0]) {
+    for part in cells(along, unit_shape(meta)[axis], 0, 0, meta.shape[axis]) {
         let (k0, n) = match pending {
             Some((k0, n)) => (k0, n + part.count),
             None => (part.dst_start, part.count),
@@ -252,7 +254,7 @@ fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
     out.into_iter()
         .map(|(k0, n)| {
             let mut dims = sel.0.clone();
-            dims[0] = match first {
+            dims[axis] = match along {
                 DimSelection::Index(i) => DimSelection::Index(i),
                 DimSelection::Slice { .. } => DimSelection::Slice {
                     start: start + k0 * step,
@@ -332,4 +334,31 @@ async fn stream_bands(
         .header(header::CONTENT_LENGTH, HeaderValue::from(length))
         .body(Body::from_stream(body))
         .map_err(|_| ApiError::Internal)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn bands_split_the_first_dimension_longer_than_one() {
+        let meta = crate::zarr::parse_v3(&json!({
+            "zarr_format": 3, "node_type": "array", "shape": [2, 21000, 1000], "data_type": "float32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 300, 500]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]
+        }))
+        .unwrap();
+        for text in ["1,:,:", "1:2,:,:"] {
+            let sel = Selection::parse(text, &meta.shape).unwrap();
+            let bands = bands(&meta, &sel);
+            // 84 MB in bands of whole chunk rows: 7 chunk rows (2100 rows, 8.4 MB) pass 8 MiB.
+            let rows: Vec<(u64, u64, u64)> = bands.iter().map(|b| b.0[1].span()).collect();
+            let want: Vec<(u64, u64, u64)> = (0..10).map(|k| (k * 2100, 1, 2100)).collect();
+            assert_eq!(rows, want, "{text}");
+            assert!(bands.iter().all(|b| b.0[0] == sel.0[0] && b.0[2] == sel.0[2]));
+        }
+    }
 }
