@@ -1083,31 +1083,41 @@ async fn read_shard_once(
                 if !same_shard(&object, shard) {
                     return Err(ReadError::Changed(key.to_string()));
                 }
-                for (i, r) in members {
-                    let (a, b) = ((r.start - span.start) as usize, (r.end - span.start) as usize);
-                    if b > bytes.len() {
-                        return Err(ReadError::copy(key, "short read of a shard range".into()));
-                    }
-                    let slice = bytes.slice(a..b);
-                    let w = &wanted[i];
-                    let load = decode(ctx, &meta, key, slice, true);
-                    let block = match &ctx.caches {
-                        Some(c) => {
-                            let load = async { load.await.map(Some) };
-                            cached(
-                                &c.chunks,
-                                &c.chunk_counters,
-                                ctx.inner_id(&meta, key, w.number, shard),
-                                load,
-                            )
-                            .await?
+                // The inner chunks of one fetched range decode concurrently, as many at once
+                // as the request has decode turns.
+                let (meta, output, bytes) = (&meta, &output, &bytes);
+                stream::iter(members)
+                    .map(|(i, r)| async move {
+                        let (a, b) = ((r.start - span.start) as usize, (r.end - span.start) as usize);
+                        if b > bytes.len() {
+                            return Err(ReadError::copy(key, "short read of a shard range".into()));
                         }
-                        None => Some(load.await?),
-                    };
-                    if let (Some(block), Some(codec)) = (block, meta.chain.sharding()) {
-                        copy_out(&output, block, codec.inner_shape.clone(), w.parts.clone(), key).await?;
-                    }
-                }
+                        let slice = bytes.slice(a..b);
+                        let w = &wanted[i];
+                        let load = decode(ctx, meta, key, slice, true);
+                        let block = match &ctx.caches {
+                            Some(c) => {
+                                let load = async { load.await.map(Some) };
+                                cached(
+                                    &c.chunks,
+                                    &c.chunk_counters,
+                                    ctx.inner_id(meta, key, w.number, shard),
+                                    load,
+                                )
+                                .await?
+                            }
+                            None => Some(load.await?),
+                        };
+                        match (block, meta.chain.sharding()) {
+                            (Some(block), Some(codec)) => {
+                                copy_out(output, block, codec.inner_shape.clone(), w.parts.clone(), key).await
+                            }
+                            _ => Ok(()),
+                        }
+                    })
+                    .buffer_unordered(ctx.opts.decode_turns.max(1))
+                    .try_collect::<Vec<()>>()
+                    .await?;
                 Ok::<(), ReadError>(())
             }
         })
