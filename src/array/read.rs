@@ -182,13 +182,6 @@ impl ReadContext {
     }
 }
 
-/// Whether a read of a shard saw the object its index was read from: the same size, and the
-/// same version where the store tells one.
-fn same_shard(read: &ObjectMeta, indexed: &ObjectMeta) -> bool {
-    read.size == indexed.size
-        && (read.version.is_none() || indexed.version.is_none() || read.version == indexed.version)
-}
-
 /// Runs a read, and once more if a shard changed under the first (a writer replaced it after
 /// its index was cached; whoever saw the change has dropped the index, see [`ReadContext::changed`]).
 async fn again_if_changed<T, F, Fut>(read: F) -> Result<T, ReadError>
@@ -759,20 +752,10 @@ async fn read_and_decode(
     let is_inner = inner.is_some();
     let (range, shard) = inner.unzip();
     if !ctx.store.reads_locally() {
-        let fetched = match range {
-            Some(r) => ctx.store.get_range_bytes(key, r).await?,
-            None => match ctx.store.get(key, None).await? {
-                Some(object) => {
-                    let meta = object.meta.clone();
-                    Some((object.bytes().await?, meta))
-                }
-                None => None,
-            },
-        };
-        let Some((bytes, object)) = fetched else {
+        let Some((bytes, object)) = ctx.store.fetch(key, range).await? else {
             return Ok(None);
         };
-        if shard.is_some_and(|s| !same_shard(&object, &s)) {
+        if shard.is_some_and(|s| !object.same_object(&s)) {
             return Err(ReadError::Changed(key.to_string()));
         }
         return decode(ctx, meta, key, bytes, is_inner).await.map(Some);
@@ -783,7 +766,7 @@ async fn read_and_decode(
     let decoded = ctx
         .store
         .read_with(key, range, move |bytes, object| {
-            if shard.is_some_and(|s| !same_shard(object, &s)) {
+            if shard.is_some_and(|s| !object.same_object(&s)) {
                 return Err(ReadError::Changed(changed));
             }
             decoder.decode(|chain, shape, fill, limit| chain.decode(bytes, shape, fill, limit))
@@ -1080,7 +1063,7 @@ async fn read_shard_once(
                     }
                     return Ok(());
                 };
-                if !same_shard(&object, shard) {
+                if !object.same_object(shard) {
                     return Err(ReadError::Changed(key.to_string()));
                 }
                 // The inner chunks of one fetched range decode concurrently, as many at once

@@ -56,6 +56,14 @@ pub struct ObjectMeta {
     pub version: Option<String>,
 }
 
+impl ObjectMeta {
+    /// Whether two reads saw the same object: the same size, and the same version where both
+    /// tell one. (A shard or an archive replaced between two reads of it is another object.)
+    pub fn same_object(&self, other: &ObjectMeta) -> bool {
+        self.size == other.size && (self.version.is_none() || other.version.is_none() || self.version == other.version)
+    }
+}
+
 /// A byte range as HTTP and object stores know it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ByteRange {
@@ -272,11 +280,24 @@ impl Store {
 
     /// Reads a whole object into memory (metadata documents, chunks).
     pub async fn get_bytes(&self, key: &StoreKey) -> Result<Option<Bytes>, StoreError> {
+        Ok(self.fetch(key, None).await?.map(|(bytes, _)| bytes))
+    }
+
+    /// Reads `range` of an object (all of it when `None`) into memory, with the whole object's
+    /// metadata; `None` when it does not exist. Blocking readers read into a spare buffer.
+    pub async fn fetch(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+    ) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
         if let Some(reader) = self.0.blocking_reader() {
-            return Ok(read_blocking(reader, key, None).await?.map(|(bytes, _)| bytes));
+            return read_blocking(reader, key, range).await;
         }
-        match self.get(key, None).await? {
-            Some(obj) => Ok(Some(obj.bytes().await?)),
+        match self.get(key, range).await? {
+            Some(obj) => {
+                let meta = obj.meta.clone();
+                Ok(Some((obj.bytes().await?, meta)))
+            }
             None => Ok(None),
         }
     }
@@ -299,11 +320,9 @@ impl Store {
             .await
             .map_err(joined)?;
         }
-        let Some(object) = self.get(key, range).await? else {
+        let Some((bytes, meta)) = self.fetch(key, range).await? else {
             return Ok(None);
         };
-        let meta = object.meta.clone();
-        let bytes = object.bytes().await?;
         tokio::task::spawn_blocking(move || Some(work(&bytes, &meta)))
             .await
             .map_err(joined)
@@ -315,16 +334,7 @@ impl Store {
         key: &StoreKey,
         range: ByteRange,
     ) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
-        if let Some(reader) = self.0.blocking_reader() {
-            return read_blocking(reader, key, Some(range)).await;
-        }
-        match self.get(key, Some(range)).await? {
-            Some(obj) => {
-                let meta = obj.meta.clone();
-                Ok(Some((obj.bytes().await?, meta)))
-            }
-            None => Ok(None),
-        }
+        self.fetch(key, Some(range)).await
     }
 }
 

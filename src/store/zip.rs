@@ -242,12 +242,6 @@ enum EntryRead<T> {
     ArchiveChanged,
 }
 
-/// Whether a read of the archive saw the object its directory was read from.
-fn same_archive(read: &ObjectMeta, directory: &ObjectMeta) -> bool {
-    read.size == directory.size
-        && (read.version.is_none() || directory.version.is_none() || read.version == directory.version)
-}
-
 /// A zip archive in another store.
 #[derive(Debug)]
 pub struct ZipBackend {
@@ -275,7 +269,7 @@ impl ZipBackend {
                 return Ok(c.directory.clone());
             }
             if let Some(now) = self.container.head(&self.key).await? {
-                if same_archive(&now, &c.directory.archive) {
+                if now.same_object(&c.directory.archive) {
                     c.checked = Instant::now();
                     return Ok(c.directory.clone());
                 }
@@ -320,7 +314,7 @@ impl ZipBackend {
                 .await
                 .map_err(in_archive)?
                 .ok_or_else(missing)?;
-            if !same_archive(&read, &archive) {
+            if !read.same_object(&archive) {
                 return Err(corrupt("the archive changed while its directory was read"));
             }
             cd
@@ -341,7 +335,7 @@ impl ZipBackend {
             .await
             .map_err(in_archive)?
             .ok_or_else(|| corrupt("archive vanished"))?;
-        if !same_archive(&read, archive) {
+        if !read.same_object(archive) {
             return Ok(EntryRead::ArchiveChanged);
         }
         if u32_at(&header, 0) != Some(LOCAL_SIG) {
@@ -486,7 +480,7 @@ impl ZipBackend {
                     .await
                     .map_err(in_archive)?
                     .ok_or_else(|| corrupt("archive vanished"))?;
-                if !same_archive(&obj.meta, &dir.archive) {
+                if !obj.meta.same_object(&dir.archive) {
                     return Ok(EntryRead::ArchiveChanged);
                 }
                 obj.body
@@ -498,7 +492,7 @@ impl ZipBackend {
                     .await
                     .map_err(in_archive)?
                     .ok_or_else(|| corrupt("archive vanished"))?;
-                if !same_archive(&read, &dir.archive) {
+                if !read.same_object(&dir.archive) {
                     return Ok(EntryRead::ArchiveChanged);
                 }
                 inflate_range(compressed, range.clone())
