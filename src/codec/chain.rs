@@ -376,14 +376,8 @@ impl CodecChain {
             };
         }
         // Whatever the stages did, a fixed-size chunk holds exactly its elements.
-        if let (Elements::Fixed(b), Some(size)) = (&elements, Some(items[0]).filter(|&s| s > 0)) {
-            let want = shape.iter().product::<u64>() as usize * size;
-            if b.len() != want {
-                return Err(CodecError::Corrupt(format!(
-                    "chunk decodes to {} bytes, expected {want}",
-                    b.len()
-                )));
-            }
+        if let (Elements::Fixed(b), Some(_)) = (&elements, self.dtype.item_size().filter(|&s| s > 0)) {
+            check_fixed_len(&self.dtype, b.len(), shape.iter().product::<u64>() as usize)?;
         }
         Ok(coerce(elements, &self.dtype))
     }

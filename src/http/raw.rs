@@ -62,7 +62,9 @@ pub fn etag_of(meta: &ObjectMeta) -> String {
 /// `weak` comparison ignores `W/` prefixes on both sides; strong comparison never matches a
 /// weak tag. `*` matches any representation.
 fn etag_matches(list: &str, etag: &str, weak: bool) -> bool {
-    let opaque = |t: &str| t.strip_prefix("W/").unwrap_or(t).to_owned();
+    fn opaque(t: &str) -> &str {
+        t.strip_prefix("W/").unwrap_or(t)
+    }
     list.split(',').map(str::trim).any(|tag| {
         tag == "*"
             || if weak {

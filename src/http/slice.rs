@@ -94,9 +94,8 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     // Refuse before reading anything: the size is known from the metadata alone. Variable-length
     // elements count what the result holds before a chunk is read (the element and its copy of
     // the fill value), and are checked again once read.
-    let item = meta.dtype.item_size().unwrap_or(8) as u64;
     let asked = match meta.dtype.item_size() {
-        Some(_) => sel.len().saturating_mul(item),
+        Some(item) => sel.len().saturating_mul(item as u64),
         None => Elements::filled_size(&meta.fill, sel.len()),
     };
     let limit = state.config.limits.max_slice_bytes;

@@ -160,11 +160,14 @@ fn open_local_file(root: &FsPath, key: &StoreKey) -> Result<LocalFile, StoreErro
         Err(e) if names_nothing(&e) => return Ok(LocalFile::Missing),
         Err(e) => return Err(e.into()),
     };
-    // Only regular files are keys: opening anything else (a FIFO) may block the thread forever.
-    if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
-        return Ok(LocalFile::Missing);
-    }
-    let file = match std::fs::File::open(&path) {
+    // Only regular files are keys, checked on the open file. Opening is non-blocking, so that
+    // opening something else (a FIFO) does not wait for a writer; reads of a regular file are
+    // not affected by the flag.
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = match options.open(&path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(LocalFile::Missing),
         Err(e) => return Err(e.into()),
@@ -429,7 +432,7 @@ fn list_local(dir: &FsPath) -> Result<Listing, StoreError> {
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        if name.contains('/') || StoreKey::new(&name).is_err() {
+        if StoreKey::new(&name).is_err() {
             continue;
         }
         match std::fs::metadata(entry.path()) {
