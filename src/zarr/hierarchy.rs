@@ -162,18 +162,7 @@ fn members<'a>(
         let listing = match store.list(path).await {
             Ok(l) => l,
             Err(StoreError::NotSupported(_)) => {
-                let own = match node.zarr_format {
-                    3 => from_consolidated(node, depth),
-                    _ => json_object(store, &child(path, ".zmetadata")?)
-                        .await?
-                        .and_then(|z| tree_from_zmetadata(&Value::Object(z)))
-                        .map(|t| prune(t, depth.map(|d| d + 1)).members),
-                };
-                let consolidated = match own {
-                    Some(m) => Some(m),
-                    None => from_ancestors(store, path, node.zarr_format, depth).await?,
-                };
-                return consolidated.ok_or_else(|| {
+                return consolidated_members(store, path, node, depth).await?.ok_or_else(|| {
                     HierarchyError::CannotList(format!(
                         "this store cannot list '{path}' and the group has no consolidated metadata"
                     ))
@@ -217,45 +206,48 @@ fn members<'a>(
     })
 }
 
-/// Members of the group at `path` from the consolidated metadata of the nearest ancestor that
-/// has some (writers consolidate at the root only), for stores that cannot list.
-async fn from_ancestors(
+/// Members of the group `node` at `path` from consolidated metadata, for stores that cannot
+/// list: the group's own (`consolidated_metadata` in its `zarr.json`, or its `.zmetadata`), or
+/// else that of the nearest ancestor that has some (writers consolidate at the root only).
+async fn consolidated_members(
     store: &Store,
     path: &StoreKey,
-    zarr_format: u8,
+    node: &Node,
     depth: Option<u32>,
 ) -> Result<Option<BTreeMap<String, Tree>>, HierarchyError> {
-    let mut ancestor = path.clone();
-    while !ancestor.is_root() {
-        ancestor = ancestor.parent();
-        let tree = match zarr_format {
-            3 => match find_node(store, &ancestor).await? {
-                Some(n) if n.zarr_format == 3 && n.is_group => {
-                    from_consolidated(&n, None).map(|members| Tree { node: n, members })
-                }
+    let mut at_key = path.clone();
+    loop {
+        let tree = match node.zarr_format {
+            3 if at_key == *path => tree_from_consolidated(node),
+            3 => match find_node(store, &at_key).await? {
+                Some(n) if n.zarr_format == 3 && n.is_group => tree_from_consolidated(&n),
                 _ => None,
             },
-            _ => json_object(store, &child(&ancestor, ".zmetadata")?)
+            _ => json_object(store, &child(&at_key, ".zmetadata")?)
                 .await?
                 .and_then(|z| tree_from_zmetadata(&Value::Object(z))),
         };
-        let Some(tree) = tree else { continue };
-        let relative = path.as_str()[ancestor.as_str().len()..].trim_start_matches('/');
-        let mut at = &tree;
-        for name in relative.split('/') {
-            match at.members.get(name) {
-                Some(next) => at = next,
-                None => return Ok(None), // consolidated without this group
+        if let Some(tree) = tree {
+            let relative = path.as_str()[at_key.as_str().len()..].trim_start_matches('/');
+            let mut at = &tree;
+            for name in relative.split('/').filter(|n| !n.is_empty()) {
+                match at.members.get(name) {
+                    Some(next) => at = next,
+                    None => return Ok(None), // consolidated without this group
+                }
             }
+            return Ok(Some(prune(at.clone(), depth.map(|d| d + 1)).members));
         }
-        return Ok(Some(prune(at.clone(), depth.map(|d| d + 1)).members));
+        if at_key.is_root() {
+            return Ok(None);
+        }
+        at_key = at_key.parent();
     }
-    Ok(None)
 }
 
-/// Members from a v3 group's own `consolidated_metadata` (v2 groups use their `.zmetadata`,
-/// through [`tree_from_zmetadata`]).
-fn from_consolidated(node: &Node, depth: Option<u32>) -> Option<BTreeMap<String, Tree>> {
+/// The tree a v3 group's own `consolidated_metadata` describes (v2 groups use their
+/// `.zmetadata`, through [`tree_from_zmetadata`]).
+fn tree_from_consolidated(node: &Node) -> Option<Tree> {
     let metadata = node.doc.get("consolidated_metadata")?.get("metadata")?.as_object()?;
     let mut root = Tree {
         node: node.clone(),
@@ -279,7 +271,7 @@ fn from_consolidated(node: &Node, depth: Option<u32>) -> Option<BTreeMap<String,
             },
         );
     }
-    Some(prune(root, depth.map(|d| d + 1)).members)
+    Some(root)
 }
 
 /// A tree built from a v2 `.zmetadata` document (for stores that cannot list).
@@ -515,7 +507,7 @@ mod tests {
                 }
             }}),
         );
-        let members = from_consolidated(&root, None).unwrap();
-        assert!(members["g"].members.contains_key("-x"));
+        let tree = tree_from_consolidated(&root).unwrap();
+        assert!(tree.members["g"].members.contains_key("-x"));
     }
 }
