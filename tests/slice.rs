@@ -601,32 +601,8 @@ async fn large_binary_responses_stream_and_match() {
 
     // A plane of a 3-D array (8.4 MB) selected by an integer, or a slice of one: streamed in
     // bands along its second dimension, as a 2-D array is along its first.
-    let (planes, rows, cols) = (2u64, 2100u64, 1000u64);
-    let (crow, ccol) = (300u64, 500u64);
-    write_v3_array(
-        &dir.path().join("cube"),
-        &[planes, rows, cols],
-        &[1, crow, ccol],
-        "float32",
-        json!(0.0),
-        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
-    );
-    let value = |p: u64, i: u64, j: u64| (p * 10_000_000 + i * cols + j) as f32;
-    for p in 0..planes {
-        for ci in 0..rows / crow {
-            for cj in 0..cols / ccol {
-                let mut chunk = Vec::with_capacity((crow * ccol * 4) as usize);
-                for i in 0..crow {
-                    for j in 0..ccol {
-                        chunk.extend(value(p, ci * crow + i, cj * ccol + j).to_le_bytes());
-                    }
-                }
-                let d = dir.path().join(format!("cube/c/{p}/{ci}"));
-                std::fs::create_dir_all(&d).unwrap();
-                std::fs::write(d.join(cj.to_string()), chunk).unwrap();
-            }
-        }
-    }
+    let (rows, cols) = (2100u64, 1000u64);
+    let value = write_cube(dir.path());
     for (select, shape) in [("1,:,:", "2100,1000"), ("1:2,:,:", "1,2100,1000")] {
         let r = get(&app, &format!("/api/v1/slice/t/cube?format=bin&select={select}"), &[]).await;
         assert_eq!(r.status, 200, "{select}");
@@ -641,6 +617,38 @@ async fn large_binary_responses_stream_and_match() {
             );
         }
     }
+}
+
+/// Writes `cube`, a 2 x 2100 x 1000 float32 array in 1 x 300 x 500 chunks whose element
+/// (p, i, j) is the value the returned function gives.
+fn write_cube(root: &std::path::Path) -> impl Fn(u64, u64, u64) -> f32 {
+    let (planes, rows, cols) = (2u64, 2100u64, 1000u64);
+    let (crow, ccol) = (300u64, 500u64);
+    write_v3_array(
+        &root.join("cube"),
+        &[planes, rows, cols],
+        &[1, crow, ccol],
+        "float32",
+        json!(0.0),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    let value = move |p: u64, i: u64, j: u64| (p * 10_000_000 + i * cols + j) as f32;
+    for p in 0..planes {
+        for ci in 0..rows / crow {
+            for cj in 0..cols / ccol {
+                let mut chunk = Vec::with_capacity((crow * ccol * 4) as usize);
+                for i in 0..crow {
+                    for j in 0..ccol {
+                        chunk.extend(value(p, ci * crow + i, cj * ccol + j).to_le_bytes());
+                    }
+                }
+                let d = root.join(format!("cube/c/{p}/{ci}"));
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(d.join(cj.to_string()), chunk).unwrap();
+            }
+        }
+    }
+    value
 }
 
 /// Writes `big` (chunked) and `big_sharded` (shards of 200 x 10000 holding 50 x 5000 inner
@@ -761,6 +769,113 @@ async fn streamed_responses_hold_every_element_of_wide_sharded_and_sparse_arrays
             );
         }
     }
+}
+
+#[tokio::test]
+async fn large_text_responses_stream_and_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = |r0: u64, c0: u64| (100..200).contains(&r0) && (5000..10000).contains(&c0);
+    write_wide_arrays(dir.path(), missing);
+    let app = app_for(&[("t", dir.path())]);
+    let value = |i: u64, j: u64| {
+        if missing(i / 50 * 50, j / 5000 * 5000) {
+            7.5
+        } else {
+            (i * 20000 + j) as f32
+        }
+    };
+    for array in ["big", "big_sharded"] {
+        // 299 x 10000 and 150 x 20000 float32 (12 MB): above the 8 MiB that makes a response
+        // stream, in more than one band, with pieces of rows that split neither.
+        for (format, select, starts, steps, counts) in [
+            ("json", "1:300,::2", [1u64, 0], [1u64, 2], [299u64, 10000]),
+            ("csv", "1:300:2,:", [1, 0], [2, 1], [150, 20000]),
+        ] {
+            let r = get(
+                &app,
+                &format!("/api/v1/slice/t/{array}?format={format}&select={select}"),
+                &[],
+            )
+            .await;
+            assert_eq!(r.status, 200, "{array} {format} {select}");
+            // Streamed: the length is not known before the text is written.
+            assert_eq!(r.header("content-length"), None, "{array} {format}");
+            assert_eq!(r.header("x-zarr-dtype"), Some("<f4"));
+            assert_eq!(
+                r.header("x-zarr-shape"),
+                Some(format!("{},{}", counts[0], counts[1]).as_str())
+            );
+            let rows: Vec<Vec<f64>> = if format == "json" {
+                let doc: Value = serde_json::from_slice(&r.body).unwrap();
+                assert_eq!(doc["shape"], json!(counts));
+                assert_eq!(doc["dtype"], "<f4");
+                let data = doc["data"].as_array().unwrap();
+                data.iter()
+                    .map(|row| row.as_array().unwrap().iter().map(json_number).collect())
+                    .collect()
+            } else {
+                let text = std::str::from_utf8(&r.body).unwrap();
+                assert!(text.ends_with('\n'));
+                text.lines()
+                    .map(|line| line.split(',').map(|v| v.parse::<f64>().unwrap()).collect())
+                    .collect()
+            };
+            assert_eq!(rows.len() as u64, counts[0], "{array} {format}");
+            for (a, row) in rows.iter().enumerate() {
+                assert_eq!(row.len() as u64, counts[1], "{array} {format} row {a}");
+                for (b, &got) in row.iter().enumerate() {
+                    let (i, j) = (starts[0] + a as u64 * steps[0], starts[1] + b as u64 * steps[1]);
+                    assert_eq!(got, value(i, j) as f64, "{array} {format} {select}: element ({i}, {j})");
+                }
+            }
+        }
+    }
+    // A plane of a 3-D array (8.4 MB): as JSON with its leading dimension of length 1 kept as
+    // a list or dropped by an integer, and as CSV, which holds two dimensions at most (said
+    // before anything streams).
+    let cube = write_cube(dir.path());
+    for (format, select) in [("json", "1:2,:,:"), ("json", "1,:,:"), ("csv", "1,:,:")] {
+        let r = get(
+            &app,
+            &format!("/api/v1/slice/t/cube?format={format}&select={select}"),
+            &[],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{format} {select}");
+        assert_eq!(r.header("content-length"), None, "{format} {select}");
+        let rows: Vec<Vec<f64>> = if format == "json" {
+            let doc: Value = serde_json::from_slice(&r.body).unwrap();
+            let mut data = &doc["data"];
+            if select.starts_with("1:2") {
+                assert_eq!(doc["shape"], json!([1, 2100, 1000]));
+                assert_eq!(data.as_array().unwrap().len(), 1);
+                data = &data[0];
+            } else {
+                assert_eq!(doc["shape"], json!([2100, 1000]));
+            }
+            data.as_array()
+                .unwrap()
+                .iter()
+                .map(|row| row.as_array().unwrap().iter().map(json_number).collect())
+                .collect()
+        } else {
+            std::str::from_utf8(&r.body)
+                .unwrap()
+                .lines()
+                .map(|line| line.split(',').map(|v| v.parse::<f64>().unwrap()).collect())
+                .collect()
+        };
+        assert_eq!(rows.len(), 2100, "{format} {select}");
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(row.len(), 1000, "{format} {select} row {i}");
+            for (j, &got) in row.iter().enumerate() {
+                assert_eq!(got, cube(1, i as u64, j as u64) as f64, "{format} {select} ({i}, {j})");
+            }
+        }
+    }
+    let r = get(&app, "/api/v1/slice/t/cube?format=csv&select=1:2,:,:", &[]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], "bad_request");
 }
 
 #[tokio::test]

@@ -344,6 +344,11 @@ impl LoadedRegion {
         self.shape.get(row_axis(&self.shape)).copied().unwrap_or(1)
     }
 
+    /// Bytes of one element.
+    pub fn item(&self) -> usize {
+        self.item
+    }
+
     /// Bytes of one row.
     pub fn row_bytes(&self) -> u64 {
         self.shape

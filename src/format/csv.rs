@@ -6,7 +6,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::{FormatError, Region, Text, push_scalar};
-use crate::zarr::dtype::Kind;
+use crate::zarr::dtype::{DType, Kind};
 use crate::zarr::elements::Elements;
 
 /// Appends one CSV field, quoted when it holds a separator, quote or line break.
@@ -20,34 +20,75 @@ pub(crate) fn push_field(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-/// Encodes a region as CSV.
-pub fn encode(region: &Region) -> Result<Vec<u8>, FormatError> {
-    if region.shape.len() > 2 {
+/// Whether a result of this shape and type has a CSV form.
+pub fn check(shape: &[u64], dtype: &DType) -> Result<(), FormatError> {
+    if shape.len() > 2 {
         return Err(FormatError::BadRequest(format!(
             "csv holds 0-, 1- or 2-D results; this one has {} dimensions (select fewer)",
-            region.shape.len()
+            shape.len()
         )));
     }
-    if matches!(region.dtype.kind, Kind::Structured(_)) || matches!(region.elements, Elements::Objects(_)) {
+    if matches!(dtype.kind, Kind::Structured(_) | Kind::Object) {
         return Err(FormatError::Unsupported(
             "csv cannot hold structured or object elements; use json".into(),
         ));
     }
-    let cols = match region.shape.len() {
-        2 => region.shape[1] as usize,
+    Ok(())
+}
+
+/// Values per line of a result of this shape: a 1-D result is one column.
+pub fn columns(shape: &[u64]) -> u64 {
+    match shape {
+        [_, cols] => *cols,
         _ => 1,
-    };
-    let n = region.shape.iter().product::<u64>() as usize;
-    let item = region.dtype.item_size().unwrap_or(0);
-    let mut out = Vec::with_capacity(n * 8);
-    for i in 0..n {
-        match &region.elements {
-            Elements::Fixed(b) => push_scalar(&mut out, &region.dtype, &b[i * item..(i + 1) * item], Text::Csv),
-            Elements::Strings(v) => push_field(&mut out, v[i].as_deref().unwrap_or("")),
-            Elements::Bytes(v) => out.extend_from_slice(BASE64.encode(v[i].as_deref().unwrap_or(&[])).as_bytes()),
-            Elements::Objects(_) => {}
+    }
+}
+
+/// Appends fixed-size elements (C-order little-endian `bytes`), the first of them the
+/// `first`-th of the result, each followed by a comma or, at the end of its line of `cols`, a
+/// line break. A result streamed in pieces is the one [`encode`] writes whole.
+pub fn push_fixed(out: &mut Vec<u8>, dtype: &DType, bytes: &[u8], first: u64, cols: u64) {
+    let item = dtype.item_size().unwrap_or(0).max(1);
+    let cols = cols.max(1);
+    let mut col = first % cols;
+    for b in bytes.chunks_exact(item) {
+        push_scalar(out, dtype, b, Text::Csv);
+        col += 1;
+        if col == cols {
+            out.push(b'\n');
+            col = 0;
+        } else {
+            out.push(b',');
         }
-        out.push(if (i + 1) % cols == 0 { b'\n' } else { b',' });
+    }
+}
+
+/// Encodes a region as CSV.
+pub fn encode(region: &Region) -> Result<Vec<u8>, FormatError> {
+    check(&region.shape, &region.dtype)?;
+    let cols = columns(&region.shape) as usize;
+    let n = region.shape.iter().product::<u64>() as usize;
+    let mut out = Vec::with_capacity(n * 8);
+    let line_end = |out: &mut Vec<u8>, i: usize| out.push(if (i + 1) % cols.max(1) == 0 { b'\n' } else { b',' });
+    match &region.elements {
+        Elements::Fixed(b) => push_fixed(&mut out, &region.dtype, b, 0, cols as u64),
+        Elements::Strings(v) => {
+            for (i, s) in v.iter().enumerate().take(n) {
+                push_field(&mut out, s.as_deref().unwrap_or(""));
+                line_end(&mut out, i);
+            }
+        }
+        Elements::Bytes(v) => {
+            for (i, b) in v.iter().enumerate().take(n) {
+                out.extend_from_slice(BASE64.encode(b.as_deref().unwrap_or(&[])).as_bytes());
+                line_end(&mut out, i);
+            }
+        }
+        Elements::Objects(_) => {
+            return Err(FormatError::Unsupported(
+                "csv cannot hold structured or object elements; use json".into(),
+            ));
+        }
     }
     Ok(out)
 }

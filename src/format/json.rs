@@ -7,6 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::{Region, Text, push_json_string, push_scalar};
+use crate::zarr::dtype::DType;
 use crate::zarr::elements::Elements;
 
 /// Writes `shape`-nested lists, calling `item(out, flat_index)` for each element.
@@ -30,20 +31,48 @@ pub(crate) fn push_nested(out: &mut Vec<u8>, shape: &[u64], mut item: impl FnMut
     rec(out, shape, 0, &mut item);
 }
 
+/// The document up to its data: `{"shape":[...],"dtype":...,"data":`.
+pub fn push_head(out: &mut Vec<u8>, shape: &[u64], dtype: &DType) {
+    out.extend_from_slice(b"{\"shape\":");
+    let _ = serde_json::to_writer(&mut *out, shape);
+    out.extend_from_slice(b",\"dtype\":");
+    let _ = serde_json::to_writer(&mut *out, &dtype.descr());
+    out.extend_from_slice(b",\"data\":");
+}
+
+/// Appends `rows` rows of fixed-size elements (C-order little-endian `bytes`), each as the
+/// nested lists of `row_shape`, separated by commas; `first` says whether the first of them
+/// opens its list (no comma before it). A document streamed in pieces of rows is the one
+/// [`encode`] writes whole.
+pub fn push_fixed_rows(out: &mut Vec<u8>, dtype: &DType, row_shape: &[u64], bytes: &[u8], rows: usize, first: bool) {
+    let item = dtype.item_size().unwrap_or(0);
+    let per_row = row_shape.iter().product::<u64>() as usize;
+    for r in 0..rows {
+        if r > 0 || !first {
+            out.push(b',');
+        }
+        push_nested(out, row_shape, |out, i| {
+            let at = (r * per_row + i) * item;
+            push_scalar(out, dtype, &bytes[at..at + item], Text::Json)
+        });
+    }
+}
+
 /// Encodes a region as the JSON document.
 pub fn encode(region: &Region) -> Vec<u8> {
     let n: usize = region.shape.iter().product::<u64>() as usize;
     let item = region.dtype.item_size().unwrap_or(0);
     let mut out = Vec::with_capacity(64 + n * 8);
-    out.extend_from_slice(b"{\"shape\":");
-    let _ = serde_json::to_writer(&mut out, &region.shape);
-    out.extend_from_slice(b",\"dtype\":");
-    let _ = serde_json::to_writer(&mut out, &region.dtype.descr());
-    out.extend_from_slice(b",\"data\":");
+    push_head(&mut out, &region.shape, &region.dtype);
     match &region.elements {
-        Elements::Fixed(bytes) => push_nested(&mut out, &region.shape, |out, i| {
-            push_scalar(out, &region.dtype, &bytes[i * item..(i + 1) * item], Text::Json)
-        }),
+        Elements::Fixed(bytes) => match region.shape.split_first() {
+            Some((&rows, row_shape)) => {
+                out.push(b'[');
+                push_fixed_rows(&mut out, &region.dtype, row_shape, bytes, rows as usize, true);
+                out.push(b']');
+            }
+            None => push_scalar(&mut out, &region.dtype, &bytes[..item], Text::Json),
+        },
         Elements::Strings(v) => push_nested(&mut out, &region.shape, |out, i| match &v[i] {
             Some(s) => push_json_string(out, s),
             None => out.extend_from_slice(b"null"),

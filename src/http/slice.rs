@@ -22,6 +22,7 @@ use crate::format::{Format, Region, bin, csv, json, png};
 use crate::state::AppState;
 use crate::store::StoreKey;
 use crate::zarr::ArrayMeta;
+use crate::zarr::dtype::DType;
 use crate::zarr::elements::Elements;
 use crate::zarr::fill::FillValue;
 
@@ -35,6 +36,8 @@ const BANDS_AHEAD: usize = 3;
 /// Results of at most this many elements are encoded (JSON, CSV, PNG, strings) on the request's
 /// own task: for them a hop to the blocking pool costs more than the encoding.
 const INLINE_ENCODE_ELEMENTS: u64 = 16 * 1024;
+/// Elements of one piece of a streamed text (JSON, CSV) response, encoded on the blocking pool.
+const TEXT_PIECE_ELEMENTS: u64 = 8 * 1024;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,11 +138,17 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         .header("x-zarr-shape", shape_header);
 
     let fixed = meta.dtype.item_size().is_some();
+    // Large results of fixed-size elements stream in bands of rows, as bytes or as text, so
+    // that memory holds a few bands and never the whole result (nor its text, which is several
+    // times larger).
+    if fixed && asked > BAND_BYTES {
+        if let Some(rows) = RowsAs::of(format, &meta, &sel)? {
+            let response = response.header("x-zarr-dtype", meta.dtype.typestr());
+            return stream_bands(ctx, path, meta, sel, rows, response).await;
+        }
+    }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
         response = response.header("x-zarr-dtype", meta.dtype.typestr());
-        if asked > BAND_BYTES {
-            return stream_bands(ctx, path, meta, sel, format, response).await;
-        }
         // Fixed-size binary: the bytes as read (a single whole chunk is not even copied).
         let data = read_region_bytes(&ctx, &path, meta.clone(), &sel).await?;
         let header = match format {
@@ -227,11 +236,12 @@ fn bytes_text(bytes: u64) -> String {
 
 /// Splits a selection into bands of whole rows of decode units (chunks, or inner chunks of
 /// shards) of about [`BAND_BYTES`], along its [`row_axis`]: the first dimension whose length is not 1,
-/// so that `select=0,:,:` streams in bands as `select=:,:` does.
-fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
+/// so that `select=0,:,:` streams in bands as `select=:,:` does. Each band comes with the index of
+/// its first row in the result.
+fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<(u64, Selection)> {
     let axis = row_axis(&sel.full_shape());
     let Some(&along) = sel.0.get(axis) else {
-        return vec![sel.clone()];
+        return vec![(0, sel.clone())];
     };
     let (start, step, count) = along.span();
     let row_bytes = (sel.len() / count.max(1)).saturating_mul(meta.dtype.item_size().unwrap_or(1) as u64);
@@ -261,78 +271,187 @@ fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<Selection> {
                     count: n,
                 },
             };
-            Selection(dims)
+            (k0, Selection(dims))
         })
         .collect()
 }
 
-/// The bytes of a loaded band in buffers of about [`PIECE_BYTES`] (whole rows each).
-fn band_pieces(band: LoadedRegion) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
-    let band = Arc::new(band);
-    let rows = band.rows();
-    let per_piece = (PIECE_BYTES / band.row_bytes().max(1)).max(1);
-    stream::iter((0..rows).step_by(per_piece as usize)).map(move |r| {
-        band.write_rows(r..(r + per_piece).min(rows))
-            .map(Bytes::from)
-            .map_err(|e| {
-                tracing::error!(error = %e, "slice stream failed after the response started");
-                std::io::Error::other("read failed")
-            })
-    })
+/// How the rows of a streamed response are written out.
+#[derive(Debug)]
+enum RowsAs {
+    /// Their bytes (bin; npy after its header).
+    Bytes { npy: bool },
+    /// JSON lists of `row_shape`, inside `outer` lists of one element (the leading dimensions
+    /// of length 1 before the row axis).
+    Json {
+        dtype: DType,
+        outer: usize,
+        row_shape: Vec<u64>,
+    },
+    /// CSV values, `per_row` elements a row and `cols` a line.
+    Csv { dtype: DType, per_row: u64, cols: u64 },
 }
 
-/// Streams a large bin/npy response band by band. A band's decoded units are loaded by a task
-/// of its own while the bands before it are written out, so decoding and sending overlap; each
-/// band is copied out in small buffers, so memory holds the units of a few bands and no
-/// assembled copy of them.
+impl RowsAs {
+    /// How `format` streams `sel`; `None` when it does not (PNG, which needs the whole value
+    /// range first, and a result without rows: one element).
+    fn of(format: Format, meta: &ArrayMeta, sel: &Selection) -> Result<Option<RowsAs>, ApiError> {
+        let axis = row_axis(&sel.full_shape());
+        if !matches!(sel.0.get(axis), Some(DimSelection::Slice { .. })) {
+            return Ok(None);
+        }
+        // The result's dimensions before the row axis (all of length 1), and those of a row.
+        let outer = sel.0[..axis]
+            .iter()
+            .filter(|d| matches!(d, DimSelection::Slice { .. }))
+            .count();
+        let shape = sel.shape();
+        let row_shape = shape.get(outer + 1..).unwrap_or_default().to_vec();
+        let dtype = meta.dtype.clone();
+        Ok(Some(match format {
+            Format::Bin => RowsAs::Bytes { npy: false },
+            Format::Npy => RowsAs::Bytes { npy: true },
+            Format::Json => RowsAs::Json {
+                dtype,
+                outer,
+                row_shape,
+            },
+            Format::Csv => {
+                csv::check(&shape, &dtype)?;
+                RowsAs::Csv {
+                    dtype,
+                    per_row: row_shape.iter().product(),
+                    cols: csv::columns(&shape),
+                }
+            }
+            Format::Png => return Ok(None),
+        }))
+    }
+
+    /// What comes before the rows, and after them.
+    fn frame(&self, meta: &ArrayMeta, sel: &Selection) -> (Bytes, Bytes) {
+        match self {
+            RowsAs::Bytes { npy: true } => (Bytes::from(bin::npy_header(&meta.dtype, &sel.shape())), Bytes::new()),
+            RowsAs::Bytes { npy: false } | RowsAs::Csv { .. } => (Bytes::new(), Bytes::new()),
+            RowsAs::Json { dtype, outer, .. } => {
+                let mut head = Vec::new();
+                json::push_head(&mut head, &sel.shape(), dtype);
+                head.extend(std::iter::repeat_n(b'[', outer + 1));
+                let mut tail = vec![b']'; outer + 1];
+                tail.push(b'}');
+                (Bytes::from(head), Bytes::from(tail))
+            }
+        }
+    }
+
+    /// The text of `rows` rows of bytes whose first is row `first` of the result.
+    fn text(&self, bytes: &[u8], rows: u64, first: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(bytes.len() * 3);
+        match self {
+            RowsAs::Bytes { .. } => out.extend_from_slice(bytes),
+            RowsAs::Json { dtype, row_shape, .. } => {
+                json::push_fixed_rows(&mut out, dtype, row_shape, bytes, rows as usize, first == 0)
+            }
+            RowsAs::Csv { dtype, per_row, cols } => {
+                csv::push_fixed(&mut out, dtype, bytes, first.saturating_mul(*per_row), *cols)
+            }
+        }
+        out
+    }
+}
+
+/// A failure after the response started: logged, and the body ends in an error.
+fn broken(e: impl std::fmt::Display) -> std::io::Error {
+    tracing::error!(error = %e, "slice stream failed after the response started");
+    std::io::Error::other("read failed")
+}
+
+/// The body of a loaded band whose first row is row `first` of the result: its bytes in
+/// buffers of about [`PIECE_BYTES`] (whole rows each), copied out as they are sent; or their
+/// text, encoded on the blocking pool [`TEXT_PIECE_ELEMENTS`] at a time, the next piece while
+/// one is sent.
+fn band_pieces(
+    band: LoadedRegion,
+    first: u64,
+    rows_as: Arc<RowsAs>,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    let band = Arc::new(band);
+    let rows = band.rows();
+    let row_bytes = band.row_bytes().max(1);
+    if let RowsAs::Bytes { .. } = *rows_as {
+        let per_piece = (PIECE_BYTES / row_bytes).max(1);
+        return stream::iter((0..rows).step_by(per_piece as usize))
+            .map(move |r| {
+                band.write_rows(r..(r + per_piece).min(rows))
+                    .map(Bytes::from)
+                    .map_err(broken)
+            })
+            .left_stream();
+    }
+    let per_piece = (TEXT_PIECE_ELEMENTS / (row_bytes / band.item().max(1) as u64).max(1)).max(1);
+    stream::iter((0..rows).step_by(per_piece as usize))
+        .map(move |r| {
+            let (band, rows_as) = (band.clone(), rows_as.clone());
+            tokio::task::spawn_blocking(move || {
+                let end = (r + per_piece).min(rows);
+                let bytes = band.write_rows(r..end).map_err(broken)?;
+                Ok(Bytes::from(rows_as.text(&bytes, end - r, first + r)))
+            })
+        })
+        .buffered(2)
+        .map(|piece| piece.map_err(broken).and_then(|p| p))
+        .right_stream()
+}
+
+/// Streams a large response band by band. A band's decoded units are loaded by a task of its
+/// own while the bands before it are written out, so decoding and sending overlap; each band
+/// is copied out (or encoded as text) in small buffers, so memory holds the units of a few
+/// bands and no assembled copy of them. Bytes have a known length; text is sent chunked.
 async fn stream_bands(
     ctx: ReadContext,
     path: StoreKey,
     meta: Arc<ArrayMeta>,
     sel: Selection,
-    format: Format,
-    response: axum::http::response::Builder,
+    rows_as: RowsAs,
+    mut response: axum::http::response::Builder,
 ) -> Result<Response, ApiError> {
-    let item = meta.dtype.item_size().unwrap_or(0) as u64;
-    let header = match format {
-        Format::Npy => Bytes::from(bin::npy_header(&meta.dtype, &sel.shape())),
-        _ => Bytes::new(),
-    };
-    let length = header.len() as u64 + sel.len() * item;
+    let (head, tail) = rows_as.frame(&meta, &sel);
+    if let RowsAs::Bytes { .. } = rows_as {
+        let item = meta.dtype.item_size().unwrap_or(0) as u64;
+        let length = head.len() as u64 + sel.len() * item;
+        response = response.header(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    let rows_as = Arc::new(rows_as);
     // Each band is loaded by a task of its own, up to BANDS_AHEAD at once, from the start: the
     // bands after the first are decoding while the first is awaited and sent.
     let mut loads = stream::iter(bands(&meta, &sel))
-        .map(move |band| {
+        .map(move |(first, band)| {
             let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
-            tokio::spawn(async move { load_region(&ctx, &path, meta, &band).await })
+            tokio::spawn(async move { (first, load_region(&ctx, &path, meta, &band).await) })
         })
         .buffered(BANDS_AHEAD)
         .map(|loaded| match loaded {
-            Ok(Ok(band)) => Ok(band),
-            Ok(Err(e)) => Err(e),
+            Ok((first, Ok(band))) => Ok((first, band)),
+            Ok((_, Err(e))) => Err(e),
             Err(e) => Err(ReadError::Internal(format!("band task failed: {e}"))),
         });
     // The first band is loaded before answering, so that common errors still get a status.
-    let first = match loads.next().await {
+    let (first_row, first) = match loads.next().await {
         Some(band) => band?,
         None => return Err(ApiError::Internal),
     };
+    let pieces = rows_as.clone();
     let rest = loads
-        .map(|band| match band {
-            Ok(band) => band_pieces(band).left_stream(),
-            Err(e) => {
-                tracing::error!(error = %e, "slice stream failed after the response started");
-                stream::iter([Err(std::io::Error::other("read failed"))]).right_stream()
-            }
+        .map(move |band| match band {
+            Ok((first, band)) => band_pieces(band, first, pieces.clone()).left_stream(),
+            Err(e) => stream::iter([Err(broken(e))]).right_stream(),
         })
         .flatten();
-    let body = stream::iter([Ok::<Bytes, std::io::Error>(header)])
-        .chain(band_pieces(first))
-        .chain(rest);
-    response
-        .header(header::CONTENT_LENGTH, HeaderValue::from(length))
-        .body(Body::from_stream(body))
-        .map_err(|_| ApiError::Internal)
+    let body = stream::iter([Ok::<Bytes, std::io::Error>(head)])
+        .chain(band_pieces(first, first_row, rows_as))
+        .chain(rest)
+        .chain(stream::iter([Ok(tail)]));
+    response.body(Body::from_stream(body)).map_err(|_| ApiError::Internal)
 }
 
 #[cfg(test)]
@@ -340,6 +459,64 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn text_pieces_join_into_the_whole_document() {
+        let meta = crate::zarr::parse_v3(&json!({
+            "zarr_format": 3, "node_type": "array", "shape": [2, 5, 7], "data_type": "float64",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 5, 7]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]
+        }))
+        .unwrap();
+        // Leading dimensions of length 1 kept or dropped, rows of one element or of lists, a
+        // CSV line split across pieces; every way of cutting the rows into pieces.
+        for text in [":,:,:", "0:1,:,:", "1,:,:", "0:1,3,:", "1,2:3,::2", "0:2,4,1:6"] {
+            let sel = Selection::parse(text, &meta.shape).unwrap();
+            let n = sel.len() as usize;
+            let bytes: Vec<u8> = (0..n).flat_map(|i| (i as f64 * 1.5 - 3.0).to_le_bytes()).collect();
+            let region = Region {
+                shape: sel.shape(),
+                dtype: meta.dtype.clone(),
+                elements: Elements::Fixed(bytes.clone()),
+                fill: None,
+            };
+            let rows = sel.full_shape()[row_axis(&sel.full_shape())] as usize;
+            let row_bytes = bytes.len() / rows;
+            let formats: &[Format] = if region.shape.len() <= 2 {
+                &[Format::Json, Format::Csv]
+            } else {
+                &[Format::Json]
+            };
+            for &format in formats {
+                let whole = match format {
+                    Format::Json => json::encode(&region),
+                    _ => csv::encode(&region).unwrap(),
+                };
+                let rows_as = RowsAs::of(format, &meta, &sel).unwrap().unwrap();
+                let (head, tail) = rows_as.frame(&meta, &sel);
+                for cut in 1..=rows {
+                    let mut joined = head.to_vec();
+                    for r in (0..rows).step_by(cut) {
+                        let end = (r + cut).min(rows);
+                        let piece = &bytes[r * row_bytes..end * row_bytes];
+                        joined.extend(rows_as.text(piece, (end - r) as u64, r as u64));
+                    }
+                    joined.extend_from_slice(&tail);
+                    assert_eq!(
+                        String::from_utf8(joined).unwrap(),
+                        String::from_utf8(whole.clone()).unwrap(),
+                        "{text} {format:?} in pieces of {cut} rows"
+                    );
+                }
+            }
+        }
+        // A single element has no rows to stream.
+        let one = Selection::parse("1,2,3", &meta.shape).unwrap();
+        assert!(RowsAs::of(Format::Json, &meta, &one).unwrap().is_none());
+        let cube = Selection::parse(":,:,:", &meta.shape).unwrap();
+        assert!(RowsAs::of(Format::Csv, &meta, &cube).is_err());
+    }
 
     #[test]
     fn bands_split_the_first_dimension_longer_than_one() {
@@ -354,10 +531,12 @@ mod tests {
             let sel = Selection::parse(text, &meta.shape).unwrap();
             let bands = bands(&meta, &sel);
             // 84 MB in bands of whole chunk rows: 7 chunk rows (2100 rows, 8.4 MB) pass 8 MiB.
-            let rows: Vec<(u64, u64, u64)> = bands.iter().map(|b| b.0[1].span()).collect();
+            let rows: Vec<(u64, u64, u64)> = bands.iter().map(|(_, b)| b.0[1].span()).collect();
             let want: Vec<(u64, u64, u64)> = (0..10).map(|k| (k * 2100, 1, 2100)).collect();
             assert_eq!(rows, want, "{text}");
-            assert!(bands.iter().all(|b| b.0[0] == sel.0[0] && b.0[2] == sel.0[2]));
+            let firsts: Vec<u64> = bands.iter().map(|(first, _)| *first).collect();
+            assert_eq!(firsts, (0..10).map(|k| k * 2100).collect::<Vec<_>>(), "{text}");
+            assert!(bands.iter().all(|(_, b)| b.0[0] == sel.0[0] && b.0[2] == sel.0[2]));
         }
     }
 }
