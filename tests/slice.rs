@@ -396,6 +396,36 @@ async fn a_huge_sparse_request_is_refused_at_once() {
     // A small part of it reads as fill.
     let r = get(&app, "/api/v1/slice/m/huge?select=5,10:13", &[]).await;
     assert_eq!(r.json()["data"], json!(["NaN", "NaN", "NaN"]));
+    // As an image, each pixel takes 4 bytes whatever the data's type: 40 MB of bytes is a
+    // 160 MB image, above a 100 MB limit.
+    write_v3_array(
+        &dir.path().join("bytes"),
+        &[100_000, 100_000],
+        &[1000, 1000],
+        "uint8",
+        json!(0),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    let mut config = Config::default();
+    config.limits.max_slice_bytes = 100_000_000;
+    let (app, _, gets) = counting_app(dir.path(), config);
+    let r = get(&app, "/api/v1/slice/m/bytes?select=0:5000,0:8000&format=png", &[]).await;
+    assert_eq!(r.status, 413);
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("40000000 pixels of 4 bytes, 160000000 bytes"),
+        "{:?}",
+        r.json()
+    );
+    assert_eq!(gets.load(Ordering::SeqCst), 1, "only the metadata was read");
+    let r = get(&app, "/api/v1/slice/m/bytes?select=0:5000,0:8000&format=bin", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 40_000_000);
+    let r = get(&app, "/api/v1/slice/m/bytes?select=0:50,0:80&format=png", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("image/png"));
 }
 
 #[tokio::test]

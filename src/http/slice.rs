@@ -109,6 +109,15 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
             sel.len()
         )));
     }
+    // An image is four bytes a pixel before compression, whatever the data's type, and its
+    // compressed bytes can be as many.
+    let pixels = sel.shape().iter().fold(1u64, |n, &d| n.saturating_mul(d));
+    if format == Format::Png && pixels.saturating_mul(4) > limit {
+        return Err(ApiError::TooLarge(format!(
+            "as png the selection is {pixels} pixels of 4 bytes, {}; the limit is {limit} bytes",
+            bytes_text(pixels.saturating_mul(4))
+        )));
+    }
     // An empty selection is still one JSON list for every index of the dimensions before the
     // empty one: `select=:,0:0` of a 2^40-row array would be a document of 2^40 `[]`.
     let lists = sel.shape().iter().fold(1u64, |n, &d| n.saturating_mul(d.max(1)));
