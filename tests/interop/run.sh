@@ -4,7 +4,8 @@
 #   tests/interop/run.sh                               # builds target/release/zarrgate first
 #   ZARRGATE_BIN=/path/to/zarrgate tests/interop/run.sh   # uses that binary, no cargo build
 #
-# Serves the demo (config.toml), the repo's fixtures (fx) and, when present,
+# Serves the demo (config.toml), the repo's fixtures (fx), arrays above the size at which
+# slice responses stream (large, written by make_large.py) and, when present,
 # ../shared/fixtures/zarrita (zarrita) on 127.0.0.1, then runs, against that one server:
 #   1. the zarr 3 venv (requirements.txt): every test_*.py but test_v2_* and the access log;
 #   2. the zarr 2.18 venv (requirements-zarr2.txt): test_v2_*.py;
@@ -44,7 +45,10 @@ else
 fi
 
 port="$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-mounts=(--mount "fx=$repo/tests/fixtures/data")
+# Arrays larger than a streamed slice's first band, written by zarr-python (test_large_slices.py).
+"$venv/bin/python" tests/interop/make_large.py "$work/large" \
+  || fail_setup "tests/interop/make_large.py could not write its arrays"
+mounts=(--mount "fx=$repo/tests/fixtures/data" --mount "large=$work/large")
 zarrita="$repo/../shared/fixtures/zarrita"
 if [ -d "$zarrita" ]; then
   mounts+=(--mount "zarrita=$zarrita")
@@ -69,6 +73,7 @@ echo "interop: zarrgate ($bin) on 127.0.0.1:$port"
 export ZARRGATE_URL="http://127.0.0.1:$port"
 export ZARRGATE_REPO="$repo"
 export ZARRGATE_ACCESS_LOG="$work/access.log"
+export ZARRGATE_LARGE="$work/large"
 pytest_args=(-q -p no:cacheprovider -rfE --tb=short)
 
 echo "== zarr 3 clients: zarr-python (fsspec, obstore), xarray, tensorstore, pydantic-zarr, slice API"
