@@ -578,8 +578,43 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     assert!(start.elapsed().as_secs() < 5);
 }
 
+/// The values of a streamed JSON or CSV response of a 2-D float result, flat in C order,
+/// after checking that it was streamed (sent without a length) and that its rows have
+/// `shape[1]` values each (JSON: inside `outer` lists of one element).
+fn streamed_text_values(r: &Reply, format: &str, shape: [u64; 2], outer: usize) -> Vec<f64> {
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), None, "streamed: no length known in advance");
+    let rows: Vec<Vec<f64>> = if format == "json" {
+        let doc: Value = serde_json::from_slice(&r.body).unwrap();
+        let mut want_shape = vec![1; outer];
+        want_shape.extend(shape);
+        assert_eq!(doc["shape"], json!(want_shape));
+        let mut data = &doc["data"];
+        for _ in 0..outer {
+            assert_eq!(data.as_array().unwrap().len(), 1);
+            data = &data[0];
+        }
+        let rows = data.as_array().unwrap();
+        rows.iter()
+            .map(|row| row.as_array().unwrap().iter().map(json_number).collect())
+            .collect()
+    } else {
+        let text = std::str::from_utf8(&r.body).unwrap();
+        assert!(text.ends_with('\n'));
+        text.lines()
+            .map(|line| line.split(',').map(|v| v.parse::<f64>().unwrap()).collect())
+            .collect()
+    };
+    assert_eq!(rows.len() as u64, shape[0], "{format} rows");
+    assert!(
+        rows.iter().all(|row| row.len() as u64 == shape[1]),
+        "{format} row lengths"
+    );
+    rows.concat()
+}
+
 #[tokio::test]
-async fn large_binary_responses_stream_and_match() {
+async fn large_responses_stream_and_match() {
     let dir = tempfile::tempdir().unwrap();
     // 3000 x 1000 float32 (12 MB) in 500 x 500 chunks: more than one band.
     let (rows, cols, ch) = (3000u64, 1000u64, 500u64);
@@ -633,7 +668,7 @@ async fn large_binary_responses_stream_and_match() {
     // bands along its second dimension, as a 2-D array is along its first.
     let (rows, cols) = (2100u64, 1000u64);
     let value = write_cube(dir.path());
-    for (select, shape) in [("1,:,:", "2100,1000"), ("1:2,:,:", "1,2100,1000")] {
+    for (select, shape, outer) in [("1,:,:", "2100,1000", 0), ("1:2,:,:", "1,2100,1000", 1)] {
         let r = get(&app, &format!("/api/v1/slice/t/cube?format=bin&select={select}"), &[]).await;
         assert_eq!(r.status, 200, "{select}");
         assert_eq!(r.header("x-zarr-shape"), Some(shape));
@@ -646,7 +681,26 @@ async fn large_binary_responses_stream_and_match() {
                 "{select} element {k}"
             );
         }
+        // As JSON, with the leading dimension of length 1 kept as a list or dropped by the
+        // integer; as CSV, which holds two dimensions at most (said before anything streams).
+        let formats: &[&str] = if outer == 0 { &["json", "csv"] } else { &["json"] };
+        for &format in formats {
+            let r = get(
+                &app,
+                &format!("/api/v1/slice/t/cube?format={format}&select={select}"),
+                &[],
+            )
+            .await;
+            let got = streamed_text_values(&r, format, [rows, cols], outer);
+            for (k, &v) in got.iter().enumerate() {
+                let (i, j) = (k as u64 / cols, k as u64 % cols);
+                assert_eq!(v, value(1, i, j) as f64, "{format} {select} ({i}, {j})");
+            }
+        }
     }
+    let r = get(&app, "/api/v1/slice/t/cube?format=csv&select=1:2,:,:", &[]).await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.error_code(), "bad_request");
 }
 
 /// Writes `cube`, a 2 x 2100 x 1000 float32 array in 1 x 300 x 500 chunks whose element
@@ -762,13 +816,25 @@ async fn streamed_responses_hold_every_element_of_wide_sharded_and_sparse_arrays
         }
     };
     // Rows of 80 KB (more than one body buffer each), steps on either dimension; all above
-    // the 8 MiB that makes a response stream.
+    // the 8 MiB that makes a response stream: as bytes, and as JSON or CSV text.
     for array in ["big", "big_sharded"] {
-        for (select, starts, steps, counts) in [
-            ("1:300,::2", [1u64, 0], [1u64, 2], [299u64, 10000]),
-            ("1:300:2,:", [1, 0], [2, 1], [150, 20000]),
-            (":,:", [0, 0], [1, 1], [300, 20000]),
+        for (select, starts, steps, counts, text) in [
+            ("1:300,::2", [1u64, 0], [1u64, 2], [299u64, 10000], "json"),
+            ("1:300:2,:", [1, 0], [2, 1], [150, 20000], "csv"),
+            (":,:", [0, 0], [1, 1], [300, 20000], ""),
         ] {
+            let at = |k: usize| {
+                let (a, b) = (k as u64 / counts[1], k as u64 % counts[1]);
+                (starts[0] + a * steps[0], starts[1] + b * steps[1])
+            };
+            if !text.is_empty() {
+                let url = format!("/api/v1/slice/t/{array}?format={text}&select={select}");
+                let got = streamed_text_values(&get(&app, &url, &[]).await, text, counts, 0);
+                for (k, &v) in got.iter().enumerate() {
+                    let (i, j) = at(k);
+                    assert_eq!(v, value(i, j) as f64, "{array} {text} {select}: element ({i}, {j})");
+                }
+            }
             let r = get(
                 &app,
                 &format!("/api/v1/slice/t/{array}?format=bin&select={select}"),
@@ -778,8 +844,7 @@ async fn streamed_responses_hold_every_element_of_wide_sharded_and_sparse_arrays
             assert_eq!(r.status, 200, "{array} {select}");
             assert_eq!(r.body.len() as u64, counts[0] * counts[1] * 4, "{array} {select}");
             for (k, c) in r.body.chunks_exact(4).enumerate() {
-                let (a, b) = (k as u64 / counts[1], k as u64 % counts[1]);
-                let (i, j) = (starts[0] + a * steps[0], starts[1] + b * steps[1]);
+                let (i, j) = at(k);
                 let got = f32::from_le_bytes(c.try_into().unwrap());
                 assert_eq!(got, value(i, j), "{array} {select}: element ({i}, {j})");
             }
@@ -799,113 +864,6 @@ async fn streamed_responses_hold_every_element_of_wide_sharded_and_sparse_arrays
             );
         }
     }
-}
-
-#[tokio::test]
-async fn large_text_responses_stream_and_match() {
-    let dir = tempfile::tempdir().unwrap();
-    let missing = |r0: u64, c0: u64| (100..200).contains(&r0) && (5000..10000).contains(&c0);
-    write_wide_arrays(dir.path(), missing);
-    let app = app_for(&[("t", dir.path())]);
-    let value = |i: u64, j: u64| {
-        if missing(i / 50 * 50, j / 5000 * 5000) {
-            7.5
-        } else {
-            (i * 20000 + j) as f32
-        }
-    };
-    for array in ["big", "big_sharded"] {
-        // 299 x 10000 and 150 x 20000 float32 (12 MB): above the 8 MiB that makes a response
-        // stream, in more than one band, with pieces of rows that split neither.
-        for (format, select, starts, steps, counts) in [
-            ("json", "1:300,::2", [1u64, 0], [1u64, 2], [299u64, 10000]),
-            ("csv", "1:300:2,:", [1, 0], [2, 1], [150, 20000]),
-        ] {
-            let r = get(
-                &app,
-                &format!("/api/v1/slice/t/{array}?format={format}&select={select}"),
-                &[],
-            )
-            .await;
-            assert_eq!(r.status, 200, "{array} {format} {select}");
-            // Streamed: the length is not known before the text is written.
-            assert_eq!(r.header("content-length"), None, "{array} {format}");
-            assert_eq!(r.header("x-zarr-dtype"), Some("<f4"));
-            assert_eq!(
-                r.header("x-zarr-shape"),
-                Some(format!("{},{}", counts[0], counts[1]).as_str())
-            );
-            let rows: Vec<Vec<f64>> = if format == "json" {
-                let doc: Value = serde_json::from_slice(&r.body).unwrap();
-                assert_eq!(doc["shape"], json!(counts));
-                assert_eq!(doc["dtype"], "<f4");
-                let data = doc["data"].as_array().unwrap();
-                data.iter()
-                    .map(|row| row.as_array().unwrap().iter().map(json_number).collect())
-                    .collect()
-            } else {
-                let text = std::str::from_utf8(&r.body).unwrap();
-                assert!(text.ends_with('\n'));
-                text.lines()
-                    .map(|line| line.split(',').map(|v| v.parse::<f64>().unwrap()).collect())
-                    .collect()
-            };
-            assert_eq!(rows.len() as u64, counts[0], "{array} {format}");
-            for (a, row) in rows.iter().enumerate() {
-                assert_eq!(row.len() as u64, counts[1], "{array} {format} row {a}");
-                for (b, &got) in row.iter().enumerate() {
-                    let (i, j) = (starts[0] + a as u64 * steps[0], starts[1] + b as u64 * steps[1]);
-                    assert_eq!(got, value(i, j) as f64, "{array} {format} {select}: element ({i}, {j})");
-                }
-            }
-        }
-    }
-    // A plane of a 3-D array (8.4 MB): as JSON with its leading dimension of length 1 kept as
-    // a list or dropped by an integer, and as CSV, which holds two dimensions at most (said
-    // before anything streams).
-    let cube = write_cube(dir.path());
-    for (format, select) in [("json", "1:2,:,:"), ("json", "1,:,:"), ("csv", "1,:,:")] {
-        let r = get(
-            &app,
-            &format!("/api/v1/slice/t/cube?format={format}&select={select}"),
-            &[],
-        )
-        .await;
-        assert_eq!(r.status, 200, "{format} {select}");
-        assert_eq!(r.header("content-length"), None, "{format} {select}");
-        let rows: Vec<Vec<f64>> = if format == "json" {
-            let doc: Value = serde_json::from_slice(&r.body).unwrap();
-            let mut data = &doc["data"];
-            if select.starts_with("1:2") {
-                assert_eq!(doc["shape"], json!([1, 2100, 1000]));
-                assert_eq!(data.as_array().unwrap().len(), 1);
-                data = &data[0];
-            } else {
-                assert_eq!(doc["shape"], json!([2100, 1000]));
-            }
-            data.as_array()
-                .unwrap()
-                .iter()
-                .map(|row| row.as_array().unwrap().iter().map(json_number).collect())
-                .collect()
-        } else {
-            std::str::from_utf8(&r.body)
-                .unwrap()
-                .lines()
-                .map(|line| line.split(',').map(|v| v.parse::<f64>().unwrap()).collect())
-                .collect()
-        };
-        assert_eq!(rows.len(), 2100, "{format} {select}");
-        for (i, row) in rows.iter().enumerate() {
-            assert_eq!(row.len(), 1000, "{format} {select} row {i}");
-            for (j, &got) in row.iter().enumerate() {
-                assert_eq!(got, cube(1, i as u64, j as u64) as f64, "{format} {select} ({i}, {j})");
-            }
-        }
-    }
-    let r = get(&app, "/api/v1/slice/t/cube?format=csv&select=1:2,:,:", &[]).await;
-    assert_eq!(r.status, 400);
-    assert_eq!(r.json()["error"]["code"], "bad_request");
 }
 
 #[tokio::test]

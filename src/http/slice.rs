@@ -469,15 +469,20 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn text_pieces_join_into_the_whole_document() {
-        let meta = crate::zarr::parse_v3(&json!({
-            "zarr_format": 3, "node_type": "array", "shape": [2, 5, 7], "data_type": "float64",
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 5, 7]}},
+    /// The metadata of a v3 array of uncompressed chunks.
+    fn raw_array(shape: &[u64], chunks: &[u64], data_type: &str) -> ArrayMeta {
+        crate::zarr::parse_v3(&json!({
+            "zarr_format": 3, "node_type": "array", "shape": shape, "data_type": data_type,
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunks}},
             "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
             "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]
         }))
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn text_pieces_join_into_the_whole_document() {
+        let meta = raw_array(&[2, 5, 7], &[1, 5, 7], "float64");
         // Leading dimensions of length 1 kept or dropped, rows of one element or of lists, a
         // CSV line split across pieces; every way of cutting the rows into pieces.
         for text in [":,:,:", "0:1,:,:", "1,:,:", "0:1,3,:", "1,2:3,::2", "0:2,4,1:6"] {
@@ -529,13 +534,7 @@ mod tests {
 
     #[test]
     fn bands_split_the_first_dimension_longer_than_one() {
-        let meta = crate::zarr::parse_v3(&json!({
-            "zarr_format": 3, "node_type": "array", "shape": [2, 21000, 1000], "data_type": "float32",
-            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [1, 300, 500]}},
-            "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
-            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]
-        }))
-        .unwrap();
+        let meta = raw_array(&[2, 21000, 1000], &[1, 300, 500], "float32");
         for text in ["1,:,:", "1:2,:,:"] {
             let sel = Selection::parse(text, &meta.shape).unwrap();
             let bands = bands(&meta, &sel);
