@@ -302,6 +302,11 @@ impl DType {
             }
         }
         match size(&self) {
+            // A fixed-size type of no bytes (`|S0`, `|V0`, a structured type without fields)
+            // would make every selection size 0 and pass every size limit, whatever its count.
+            Some(0) if self.item_size().is_some() => Err(MetaError::Unsupported(
+                "a data type of 0 bytes per element".into(),
+            )),
             Some(n) if n <= MAX_ITEM_SIZE => Ok(self),
             _ => Err(MetaError::Unsupported(format!(
                 "a data type of more than {MAX_ITEM_SIZE} bytes per element"
@@ -433,6 +438,16 @@ mod tests {
             DType::from_v3(&json!("r134217736")),
             Err(MetaError::Unsupported(_))
         ));
+        // Nor of no bytes: a selection of any count would weigh nothing against the limits.
+        for empty in [json!("|S0"), json!("|V0"), json!("<U0"), json!([])] {
+            assert!(
+                matches!(DType::from_v2(&empty), Err(MetaError::Unsupported(_))),
+                "{empty}"
+            );
+        }
+        let v3 = json!({"name": "fixed_length_bytes", "configuration": {"length_bytes": 0}});
+        assert!(matches!(DType::from_v3(&v3), Err(MetaError::Unsupported(_))));
+        assert!(matches!(DType::from_v3(&json!("r0")), Err(MetaError::Unsupported(_))));
         // Up to the bound, and every ordinary type, as before.
         assert_eq!(
             DType::from_v2(&json!("|S16777216")).unwrap().item_size(),
