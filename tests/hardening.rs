@@ -137,6 +137,20 @@ async fn long_urls_and_wide_slices_are_refused() {
             .status,
         200
     );
+    // Inner chunks count too: sharding_empty_inner_chunks_i4 is one 6x12 shard of 2x3 inner
+    // chunks, 12 of them under its 6x10 shape.
+    let r = get(&app, "/api/v1/slice/fx/v3/sharding_empty_inner_chunks_i4", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("touches 12 inner chunks"), "{message}");
+    let r = get(
+        &app,
+        "/api/v1/slice/fx/v3/sharding_empty_inner_chunks_i4?select=0:2,0:9",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["shape"], serde_json::json!([2, 9]));
 }
 
 /// A store that takes its time, to hold requests open.

@@ -128,16 +128,21 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         )));
     }
 
-    let touched = sel
-        .0
-        .iter()
-        .zip(&meta.chunk_shape)
-        .fold(1u64, |n, (d, &c)| n.saturating_mul(cells_touched(*d, c)));
+    // Chunks, and the inner chunks of shards, each decoded (and planned, and cached) apart.
+    let touched = |unit: &[u64]| {
+        sel.0
+            .iter()
+            .zip(unit)
+            .fold(1u64, |n, (d, &c)| n.saturating_mul(cells_touched(*d, c)))
+    };
     let max_chunks = state.config.limits.max_chunks_per_slice;
-    if touched > max_chunks {
-        return Err(ApiError::TooLarge(format!(
-            "the selection touches {touched} chunks; the limit is {max_chunks}"
-        )));
+    for (unit, what) in [(&meta.chunk_shape[..], "chunks"), (unit_shape(&meta), "inner chunks")] {
+        let n = touched(unit);
+        if n > max_chunks {
+            return Err(ApiError::TooLarge(format!(
+                "the selection touches {n} {what}; the limit is {max_chunks}"
+            )));
+        }
     }
 
     let ctx = state.read_context(mount);

@@ -304,9 +304,9 @@ impl DType {
         match size(&self) {
             // A fixed-size type of no bytes (`|S0`, `|V0`, a structured type without fields)
             // would make every selection size 0 and pass every size limit, whatever its count.
-            Some(0) if self.item_size().is_some() => Err(MetaError::Unsupported(
-                "a data type of 0 bytes per element".into(),
-            )),
+            Some(0) if self.item_size().is_some() => {
+                Err(MetaError::Unsupported("a data type of 0 bytes per element".into()))
+            }
             Some(n) if n <= MAX_ITEM_SIZE => Ok(self),
             _ => Err(MetaError::Unsupported(format!(
                 "a data type of more than {MAX_ITEM_SIZE} bytes per element"
