@@ -248,33 +248,51 @@ fn bytes_text(bytes: u64) -> String {
     }
 }
 
+/// Bytes of the decoded units (chunks, or inner chunks of shards) that one row of units along
+/// `axis` holds: every unit the selection touches in the other dimensions, whole, however
+/// little of each it takes (`::256` across 256-wide chunks takes one column of each).
+fn unit_row_bytes(meta: &ArrayMeta, sel: &Selection, axis: usize) -> u64 {
+    let unit = unit_shape(meta);
+    let item = meta.dtype.item_size().unwrap_or(1) as u64;
+    let unit_bytes = unit.iter().fold(item, |n, &c| n.saturating_mul(c));
+    sel.0
+        .iter()
+        .zip(unit)
+        .enumerate()
+        .filter(|&(d, _)| d != axis)
+        .fold(unit_bytes, |n, (_, (s, &c))| n.saturating_mul(cells_touched(*s, c)))
+}
+
 /// Splits a selection into bands of whole rows of decode units (chunks, or inner chunks of
-/// shards) of about [`BAND_BYTES`], along its [`row_axis`]: the first dimension whose length is not 1,
-/// so that `select=0,:,:` streams in bands as `select=:,:` does. Each band comes with the index of
-/// its first row in the result.
-fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<(u64, Selection)> {
+/// shards) along its [`row_axis`] (the first dimension whose length is not 1, so that
+/// `select=0,:,:` streams in bands as `select=:,:` does): as many unit rows as hold about
+/// [`BAND_BYTES`] of decoded units, at least one. Each band comes with the index of its first
+/// row in the result. Also returns the bytes of units one band holds at most.
+fn bands(meta: &ArrayMeta, sel: &Selection) -> (Vec<(u64, Selection)>, u64) {
     let axis = row_axis(&sel.full_shape());
+    let held = unit_row_bytes(meta, sel, axis).max(1);
     let Some(&along) = sel.0.get(axis) else {
-        return vec![(0, sel.clone())];
+        return (vec![(0, sel.clone())], held);
     };
-    let (start, step, count) = along.span();
-    let row_bytes = (sel.len() / count.max(1)).saturating_mul(meta.dtype.item_size().unwrap_or(1) as u64);
+    let per_band = BAND_BYTES.div_ceil(held).max(1);
+    let (start, step, _) = along.span();
     let mut out = Vec::new();
-    let mut pending: Option<(u64, u64)> = None; // (first k, count)
+    let mut pending: Option<(u64, u64, u64)> = None; // (first k, count, unit rows)
     for part in cells(along, unit_shape(meta)[axis], 0, 0, meta.shape[axis]) {
-        let (k0, n) = match pending {
-            Some((k0, n)) => (k0, n + part.count),
-            None => (part.dst_start, part.count),
+        let (k0, n, rows) = match pending {
+            Some((k0, n, rows)) => (k0, n + part.count, rows + 1),
+            None => (part.dst_start, part.count, 1),
         };
-        if n.saturating_mul(row_bytes) >= BAND_BYTES {
+        if rows >= per_band {
             out.push((k0, n));
             pending = None;
         } else {
-            pending = Some((k0, n));
+            pending = Some((k0, n, rows));
         }
     }
-    out.extend(pending);
-    out.into_iter()
+    out.extend(pending.map(|(k0, n, _)| (k0, n)));
+    let bands = out
+        .into_iter()
         .map(|(k0, n)| {
             let mut dims = sel.0.clone();
             dims[axis] = match along {
@@ -287,7 +305,8 @@ fn bands(meta: &ArrayMeta, sel: &Selection) -> Vec<(u64, Selection)> {
             };
             (k0, Selection(dims))
         })
-        .collect()
+        .collect();
+    (bands, held.saturating_mul(per_band))
 }
 
 /// How the rows of a streamed response are written out.
@@ -437,13 +456,16 @@ async fn stream_bands(
     }
     let rows_as = Arc::new(rows_as);
     // Each band is loaded by a task of its own, up to BANDS_AHEAD at once, from the start: the
-    // bands after the first are decoding while the first is awaited and sent.
-    let mut loads = stream::iter(bands(&meta, &sel))
+    // bands after the first are decoding while the first is awaited and sent. Bands that hold
+    // more than BAND_BYTES of units (one row of units can) load fewer at once, down to one.
+    let (bands, held) = bands(&meta, &sel);
+    let ahead = (BAND_BYTES * BANDS_AHEAD as u64 / held).clamp(1, BANDS_AHEAD as u64) as usize;
+    let mut loads = stream::iter(bands)
         .map(move |(first, band)| {
             let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
             tokio::spawn(async move { (first, load_region(&ctx, &path, meta, &band).await) })
         })
-        .buffered(BANDS_AHEAD)
+        .buffered(ahead)
         .map(|loaded| match loaded {
             Ok((first, Ok(band))) => Ok((first, band)),
             Ok((_, Err(e))) => Err(e),
@@ -538,11 +560,36 @@ mod tests {
     }
 
     #[test]
+    fn bands_are_sized_by_the_units_they_hold() {
+        // One column of every 256-wide chunk: 1 KiB of result a row, 64 MiB of chunks a row of
+        // chunks. A band is one row of chunks (256 rows, not the 8192 that 8 MiB of result
+        // would be), and they load one at a time.
+        let meta = raw_array(&[99840, 65536], &[256, 256], "float32");
+        let sel = Selection::parse("0:99840,::256", &meta.shape).unwrap();
+        let (split, held) = bands(&meta, &sel);
+        assert_eq!(held, 256 * 256 * 256 * 4);
+        assert_eq!(split.len(), 390);
+        assert!(
+            split
+                .iter()
+                .enumerate()
+                .all(|(k, (first, b))| *first == k as u64 * 256 && b.0[0].span() == (k as u64 * 256, 1, 256))
+        );
+        assert_eq!((BAND_BYTES * BANDS_AHEAD as u64 / held).clamp(1, BANDS_AHEAD as u64), 1);
+        // Dense: 8 MiB of units is 8 MiB of result (8 rows of 256 chunks of 4 KiB).
+        let meta = raw_array(&[4096, 65536], &[4, 256], "float32");
+        let sel = Selection::parse(":,:", &meta.shape).unwrap();
+        let (split, held) = bands(&meta, &sel);
+        assert_eq!((held, split.len()), (8 << 20, 4096 / 32));
+    }
+
+    #[test]
     fn bands_split_the_first_dimension_longer_than_one() {
         let meta = raw_array(&[2, 21000, 1000], &[1, 300, 500], "float32");
         for text in ["1,:,:", "1:2,:,:"] {
             let sel = Selection::parse(text, &meta.shape).unwrap();
-            let bands = bands(&meta, &sel);
+            let (bands, held) = bands(&meta, &sel);
+            assert_eq!(held, 7 * 2 * 300 * 500 * 4);
             // 84 MB in bands of whole chunk rows: 7 chunk rows (2100 rows, 8.4 MB) pass 8 MiB.
             let rows: Vec<(u64, u64, u64)> = bands.iter().map(|(_, b)| b.0[1].span()).collect();
             let want: Vec<(u64, u64, u64)> = (0..10).map(|k| (k * 2100, 1, 2100)).collect();
