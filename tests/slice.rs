@@ -429,6 +429,40 @@ async fn a_huge_sparse_request_is_refused_at_once() {
 }
 
 #[tokio::test]
+async fn json_counts_the_field_names_it_writes_with_every_element() {
+    let dir = tempfile::tempdir().unwrap();
+    // One byte an element, written as {"<1000 letters>":0}: 1004 bytes of JSON each.
+    let name = "f".repeat(1000);
+    let a = dir.path().join("named");
+    std::fs::create_dir_all(&a).unwrap();
+    let zarray = json!({"zarr_format": 2, "shape": [100000], "chunks": [1000], "dtype": [[name, "|u1"]],
+        "compressor": null, "filters": null, "fill_value": null, "order": "C"});
+    std::fs::write(a.join(".zarray"), zarray.to_string()).unwrap();
+    let mut config = Config::default();
+    config.limits.max_slice_bytes = 10_000_000;
+    let (app, _, gets) = counting_app(dir.path(), config);
+    // An empty selection reads the metadata documents (then cached) and no chunk.
+    assert_eq!(get(&app, "/api/v1/slice/m/named?select=0:0", &[]).await.status, 200);
+    let before = gets.load(Ordering::SeqCst);
+    let r = get(&app, "/api/v1/slice/m/named", &[]).await;
+    assert_eq!(r.status, 413);
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("100400000 bytes") && message.contains("1003 bytes an element"),
+        "{message}"
+    );
+    assert_eq!(gets.load(Ordering::SeqCst), before, "refused before reading a chunk");
+    // As bytes it is 100 kB; a few elements as JSON are fine.
+    assert_eq!(
+        get(&app, "/api/v1/slice/m/named?format=bin", &[]).await.body.len(),
+        100_000
+    );
+    let r = get(&app, "/api/v1/slice/m/named?select=0:2", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["data"], json!([{name.as_str(): 0}, {name.as_str(): 0}]));
+}
+
+#[tokio::test]
 async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     // An empty selection of a tall array: no element, but JSON would write one `[]` for each of
     // its 2^40 rows.

@@ -109,6 +109,17 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
             sel.len()
         )));
     }
+    // JSON writes a structured element's field names with every element: they count too.
+    let names = field_name_bytes(&meta.dtype);
+    if format == Format::Json && names > 0 {
+        let text = sel.len().saturating_mul(names.saturating_add(asked / sel.len().max(1)));
+        if text > limit {
+            return Err(ApiError::TooLarge(format!(
+                "as json the selection holds {} with its field names ({names} bytes an element); the limit is {limit} bytes",
+                bytes_text(text)
+            )));
+        }
+    }
     // An image is four bytes a pixel before compression, whatever the data's type, and its
     // compressed bytes can be as many.
     let pixels = sel.shape().iter().fold(1u64, |n, &d| n.saturating_mul(d));
@@ -237,6 +248,19 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
         .body(Body::from(body))
         .map_err(|_| ApiError::Internal)
+}
+
+/// Bytes of the field names (quoted, with their colon) JSON writes for one element of a
+/// structured type, nested fields and subarrays included; 0 for other types.
+fn field_name_bytes(dtype: &DType) -> u64 {
+    match &dtype.kind {
+        crate::zarr::dtype::Kind::Structured(fields) => fields.iter().fold(0u64, |n, f| {
+            let count = f.shape.iter().fold(1u64, |c, &d| c.saturating_mul(d as u64));
+            n.saturating_add(f.name.len() as u64 + 3)
+                .saturating_add(field_name_bytes(&f.dtype).saturating_mul(count))
+        }),
+        _ => 0,
+    }
 }
 
 /// A byte count for a message; a saturated count is "more than" the largest.
