@@ -11,19 +11,22 @@ use zarrgate::codec::categorize::Categorize;
 use zarrgate::codec::{json2, vlen, zep0007};
 use zarrgate_fuzz::assert_count;
 
+/// What one decode may hold, as the server's limit for chunks of variable-length elements.
+const LIMIT: usize = 1 << 20;
+
 fuzz_target!(|data: &[u8]| {
     let [mode, n0, n1, chunk @ ..] = data else { return };
     let n = u16::from_le_bytes([*n0, *n1]) as usize;
     let result = match mode % 7 {
-        0 => zep0007::decode(chunk, n, false),
-        1 => zep0007::decode(chunk, n, true),
-        2 => vlen::decode_utf8(chunk, n),
-        3 => vlen::decode_bytes(chunk, n),
-        4 => json2::decode(chunk, n),
+        0 => zep0007::decode(chunk, n, false, LIMIT),
+        1 => zep0007::decode(chunk, n, true, LIMIT),
+        2 => vlen::decode_utf8(chunk, n, LIMIT),
+        3 => vlen::decode_bytes(chunk, n, LIMIT),
+        4 => json2::decode(chunk, n, LIMIT),
         m => {
             let dtype = if m == 5 { "|O" } else { "<U5" };
             let config = json!({"id": "categorize", "labels": ["red", "green", "blue"], "dtype": dtype, "astype": "|u1"});
-            Categorize::from_config(&config).unwrap().decode(chunk, n)
+            Categorize::from_config(&config).unwrap().decode(chunk, n, LIMIT)
         }
     };
     if let Ok(el) = result {

@@ -31,30 +31,32 @@ impl Categorize {
         Ok(Self { labels, astype })
     }
 
-    /// Decodes `expected` codes into strings.
-    pub fn decode(&self, input: &[u8], expected: usize) -> Result<Elements, CodecError> {
+    /// Decodes `expected` codes into strings, up to `limit` bytes decoded (every code is a
+    /// copy of its label: a few bytes of codes can name long labels many times).
+    pub fn decode(&self, input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
         let n = count(input, &self.astype)?;
         if n != expected {
             return Err(CodecError::Corrupt(format!(
                 "categorize: {n} codes where the chunk holds {expected}"
             )));
         }
-        input
+        // As numcodecs decodes: code i is label i - 1; 0, and any code without a label, is the
+        // empty string.
+        let labels = input
             .chunks_exact(self.astype.size())
             .map(|b| match self.astype.read(b) {
-                // As numcodecs decodes: code i is label i - 1; 0, and any code without a label,
-                // is the empty string.
-                Num::Int(i) => Ok(Some(
-                    usize::try_from(i - 1)
-                        .ok()
-                        .and_then(|i| self.labels.get(i))
-                        .cloned()
-                        .unwrap_or_default(),
-                )),
+                Num::Int(i) => Ok(usize::try_from(i - 1).ok().and_then(|i| self.labels.get(i))),
                 Num::Float(_) => Err(CodecError::Corrupt("categorize: float codes".into())),
             })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Elements::Strings)
+            .collect::<Result<Vec<_>, _>>()?;
+        let content = labels.iter().flatten().map(|l| l.len()).sum();
+        super::vlen::check_decoded("categorize", n, content, limit)?;
+        Ok(Elements::Strings(
+            labels
+                .into_iter()
+                .map(|l| Some(l.cloned().unwrap_or_default()))
+                .collect(),
+        ))
     }
 }
 
@@ -67,11 +69,22 @@ mod tests {
     fn codes_become_labels() {
         let c = Categorize::from_config(&json!({"labels": ["red", "green"], "dtype": "|O", "astype": "|u1"})).unwrap();
         assert_eq!(
-            c.decode(&[2, 0, 1], 3).unwrap(),
+            c.decode(&[2, 0, 1], 3, 1 << 20).unwrap(),
             Elements::Strings(vec![Some("green".into()), Some(String::new()), Some("red".into())])
         );
         // A code without a label reads as "" (numcodecs fills with '' and sets known codes).
-        assert_eq!(c.decode(&[3], 1).unwrap(), Elements::Strings(vec![Some(String::new())]));
-        assert!(c.decode(&[1, 1], 1).is_err());
+        assert_eq!(
+            c.decode(&[3], 1, 1 << 20).unwrap(),
+            Elements::Strings(vec![Some(String::new())])
+        );
+        assert!(c.decode(&[1, 1], 1, 1 << 20).is_err());
+        // Every code is a copy of its label: 1000 one-byte codes of a 1000-byte label are
+        // 1 MB decoded, refused below that.
+        let long =
+            Categorize::from_config(&json!({"labels": ["x".repeat(1000)], "dtype": "|O", "astype": "|u1"})).unwrap();
+        let codes = [1u8; 1000];
+        assert_eq!(long.decode(&codes, 1000, 1 << 20).unwrap().count(1), 1000);
+        let err = long.decode(&codes, 1000, 1_000_000).unwrap_err().to_string();
+        assert!(err.contains("1000 elements of 1000000 bytes"), "{err}");
     }
 }

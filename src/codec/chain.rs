@@ -359,11 +359,11 @@ impl CodecChain {
                 stored.to_little_endian(&mut owned);
                 Elements::Fixed(owned)
             }
-            ArrayToBytes::VlenUtf8 => vlen::decode_utf8(&bytes, n)?,
-            ArrayToBytes::VlenBytes => vlen::decode_bytes(&bytes, n)?,
-            ArrayToBytes::Json2 => json2::decode(&bytes, n)?,
-            ArrayToBytes::Categorize(c) => c.decode(&bytes, n)?,
-            ArrayToBytes::Zep0007 { binary } => zep0007::decode(&bytes, n, *binary)?,
+            ArrayToBytes::VlenUtf8 => vlen::decode_utf8(&bytes, n, limit)?,
+            ArrayToBytes::VlenBytes => vlen::decode_bytes(&bytes, n, limit)?,
+            ArrayToBytes::Json2 => json2::decode(&bytes, n, limit)?,
+            ArrayToBytes::Categorize(c) => c.decode(&bytes, n, limit)?,
+            ArrayToBytes::Zep0007 { binary } => zep0007::decode(&bytes, n, *binary, limit)?,
             ArrayToBytes::Sharding(s) => s.decode_shard(&bytes, encoded_shape, fill, limit)?,
         };
         for (i, stage) in self.array_to_array.iter().enumerate().rev() {

@@ -48,8 +48,17 @@ fn quote_non_finite(text: &str) -> String {
     out
 }
 
-/// Decodes a json2 chunk of `expected` items.
-pub fn decode(input: &[u8], expected: usize) -> Result<Elements, CodecError> {
+/// Decodes a json2 chunk of `expected` items, up to `limit` bytes decoded. A parsed value
+/// takes up to `size_of::<Value>()` bytes for each two bytes of text (`[]`, `0,`), so the
+/// text is refused above the limit divided by that.
+pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
+    let per_byte = std::mem::size_of::<Value>() / 2 + 1;
+    if input.len().saturating_mul(per_byte) > limit {
+        return Err(CodecError::Corrupt(format!(
+            "json2: {} bytes of text can parse to more than the limit of {limit} bytes",
+            input.len()
+        )));
+    }
     let text = std::str::from_utf8(input).map_err(|_| CodecError::Corrupt("json2: not UTF-8".into()))?;
     let value: Value = serde_json::from_str(&quote_non_finite(text))
         .map_err(|e| CodecError::Corrupt(format!("json2: not JSON ({e})")))?;
@@ -93,7 +102,12 @@ mod tests {
 
     #[test]
     fn decodes_items_and_non_finite_numbers() {
-        let got = decode(br#"["text",1,2.5,NaN,"NaN in a string",-Infinity,"|O",[6]]"#, 6).unwrap();
+        let got = decode(
+            br#"["text",1,2.5,NaN,"NaN in a string",-Infinity,"|O",[6]]"#,
+            6,
+            1 << 20,
+        )
+        .unwrap();
         assert_eq!(
             got,
             Elements::Objects(vec![
@@ -105,15 +119,31 @@ mod tests {
                 json!("-Infinity")
             ])
         );
-        assert!(decode(br#"["a","|O",[1]]"#, 2).is_err());
-        let nested = decode(br#"[["a",[1,2]],[null,"d"],"|O",[2,2]]"#, 4).unwrap();
+        assert!(decode(br#"["a","|O",[1]]"#, 2, 1 << 20).is_err());
+        let nested = decode(br#"[["a",[1,2]],[null,"d"],"|O",[2,2]]"#, 4, 1 << 20).unwrap();
         assert_eq!(
             nested,
             Elements::Objects(vec![json!("a"), json!([1, 2]), json!(null), json!("d")])
         );
-        assert!(decode(br#"["a","b","|O",[1,2]]"#, 2).is_err());
-        assert!(decode(br#"{"a": 1}"#, 1).is_err());
-        assert!(decode(b"[1,2", 1).is_err());
-        assert!(decode(br#"["a\"NaN",1,"|O",[2]]"#, 2).is_ok());
+        assert!(decode(br#"["a","b","|O",[1,2]]"#, 2, 1 << 20).is_err());
+        assert!(decode(br#"{"a": 1}"#, 1, 1 << 20).is_err());
+        assert!(decode(b"[1,2", 1, 1 << 20).is_err());
+        assert!(decode(br#"["a\"NaN",1,"|O",[2]]"#, 2, 1 << 20).is_ok());
+        // Two bytes of text can be a whole value: the text is bounded by the limit over that.
+        let many = format!("[{}\"|O\",[20000]]", "[],".repeat(20000));
+        let per_byte = std::mem::size_of::<Value>() / 2 + 1;
+        assert!(decode(many.as_bytes(), 20000, many.len() * per_byte).is_ok());
+        let err = decode(many.as_bytes(), 20000, many.len() * per_byte - 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("can parse to more than the limit"), "{err}");
+        // Two bytes of text can be a whole value: the text is bounded by the limit over that.
+        let many = format!("[{}\"|O\",[20000]]", "[],".repeat(20000));
+        let per_byte = std::mem::size_of::<Value>() / 2 + 1;
+        assert!(decode(many.as_bytes(), 20000, many.len() * per_byte).is_ok());
+        let err = decode(many.as_bytes(), 20000, many.len() * per_byte - 1)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("can parse to more than the limit"), "{err}");
     }
 }

@@ -42,8 +42,27 @@ fn items(input: &[u8], expected: usize) -> Result<Vec<&[u8]>, CodecError> {
     Ok(out)
 }
 
-/// Items that must be UTF-8 as string elements; `codec` names the codec in errors.
-pub(crate) fn utf8_items(items: Vec<&[u8]>, codec: &str) -> Result<Elements, CodecError> {
+/// Bytes an element of variable length takes decoded besides its content (a `String` or
+/// `Vec<u8>` and its `Option`).
+pub(crate) const ELEMENT_BYTES: usize = 24;
+
+/// Refuses a chunk whose `n` variable-length elements, holding `content` bytes in all, would
+/// take more than `limit` bytes decoded: as for every other decoded chunk, the limit bounds
+/// what one decode may hold, whatever the stored bytes claim.
+pub(crate) fn check_decoded(codec: &str, n: usize, content: usize, limit: usize) -> Result<(), CodecError> {
+    let size = n.saturating_mul(ELEMENT_BYTES).saturating_add(content);
+    if size > limit {
+        return Err(CodecError::Corrupt(format!(
+            "{codec}: {n} elements of {content} bytes decode to more than the limit of {limit} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Items that must be UTF-8 as string elements, checked against `limit` (see
+/// [`check_decoded`]); `codec` names the codec in errors.
+pub(crate) fn utf8_items(items: Vec<&[u8]>, codec: &str, limit: usize) -> Result<Elements, CodecError> {
+    check_decoded(codec, items.len(), items.iter().map(|b| b.len()).sum(), limit)?;
     items
         .into_iter()
         .map(|b| {
@@ -55,16 +74,20 @@ pub(crate) fn utf8_items(items: Vec<&[u8]>, codec: &str) -> Result<Elements, Cod
         .map(Elements::Strings)
 }
 
-/// Decodes `vlen-utf8`.
-pub fn decode_utf8(input: &[u8], expected: usize) -> Result<Elements, CodecError> {
-    utf8_items(items(input, expected)?, "vlen-utf8")
+/// Decodes `vlen-utf8`, up to `limit` bytes decoded.
+pub fn decode_utf8(input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
+    utf8_items(items(input, expected)?, "vlen-utf8", limit)
 }
 
-/// Decodes `vlen-bytes`.
-pub fn decode_bytes(input: &[u8], expected: usize) -> Result<Elements, CodecError> {
-    Ok(Elements::Bytes(
-        items(input, expected)?.into_iter().map(|b| Some(b.to_vec())).collect(),
-    ))
+/// Decodes `vlen-bytes`, up to `limit` bytes decoded.
+pub fn decode_bytes(input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
+    bytes_items(items(input, expected)?, "vlen-bytes", limit)
+}
+
+/// Items as byte-string elements, checked against `limit` (see [`check_decoded`]).
+pub(crate) fn bytes_items(items: Vec<&[u8]>, codec: &str, limit: usize) -> Result<Elements, CodecError> {
+    check_decoded(codec, items.len(), items.iter().map(|b| b.len()).sum(), limit)?;
+    Ok(Elements::Bytes(items.into_iter().map(|b| Some(b.to_vec())).collect()))
 }
 
 #[cfg(test)]
@@ -84,29 +107,34 @@ mod tests {
     fn round_trip_and_corruption() {
         let buf = encode(&[b"ab", "ü".as_bytes(), b""]);
         assert_eq!(
-            decode_utf8(&buf, 3).unwrap(),
+            decode_utf8(&buf, 3, 1 << 20).unwrap(),
             Elements::Strings(vec![Some("ab".into()), Some("ü".into()), Some(String::new())])
         );
         assert_eq!(
-            decode_bytes(&buf, 3).unwrap(),
+            decode_bytes(&buf, 3, 1 << 20).unwrap(),
             Elements::Bytes(vec![Some(b"ab".to_vec()), Some("ü".as_bytes().to_vec()), Some(vec![])])
         );
-        assert!(decode_utf8(&buf, 4).is_err(), "count mismatch");
+        assert!(decode_utf8(&buf, 4, 1 << 20).is_err(), "count mismatch");
         assert!(
-            decode_utf8(&buf[..buf.len() - 1], 3).is_err(),
+            decode_utf8(&buf[..buf.len() - 1], 3, 1 << 20).is_err(),
             "the empty last item's length is cut"
         );
-        assert!(decode_utf8(&buf[..7], 3).is_err(), "truncated");
-        assert!(decode_utf8(&encode(&[&[0xff]]), 1).is_err(), "invalid UTF-8");
+        assert!(decode_utf8(&buf[..7], 3, 1 << 20).is_err(), "truncated");
+        assert!(decode_utf8(&encode(&[&[0xff]]), 1, 1 << 20).is_err(), "invalid UTF-8");
         let mut huge = encode(&[b"x"]);
         huge[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
         assert!(
-            decode_bytes(&huge, 1).is_err(),
+            decode_bytes(&huge, 1, 1 << 20).is_err(),
             "a length past the end is corrupt, not an allocation"
         );
         // A count of 2^30 items in a 4-byte chunk: refused before reserving 16 GiB for them.
         let count = (1u32 << 30).to_le_bytes();
-        let err = decode_utf8(&count, 1 << 30).unwrap_err().to_string();
+        let err = decode_utf8(&count, 1 << 30, 1 << 20).unwrap_err().to_string();
         assert!(err.contains("cannot fit in 4 bytes"), "{err}");
+        // 1000 empty strings take 24 kB decoded (4 kB stored): refused below that.
+        let empty = encode(&[&b""[..]; 1000]);
+        assert!(decode_utf8(&empty, 1000, 24_000).is_ok());
+        let err = decode_bytes(&empty, 1000, 23_999).unwrap_err().to_string();
+        assert!(err.contains("more than the limit of 23999 bytes"), "{err}");
     }
 }

@@ -29,13 +29,14 @@ fn split(input: &[u8], n: usize) -> Result<Vec<&[u8]>, CodecError> {
         .collect()
 }
 
-/// Decodes a chunk of `n` strings (`binary == false`) or byte strings.
-pub fn decode(input: &[u8], n: usize, binary: bool) -> Result<Elements, CodecError> {
+/// Decodes a chunk of `n` strings (`binary == false`) or byte strings, up to `limit` bytes
+/// decoded.
+pub fn decode(input: &[u8], n: usize, binary: bool, limit: usize) -> Result<Elements, CodecError> {
     let items = split(input, n)?;
     if binary {
-        return Ok(Elements::Bytes(items.into_iter().map(|b| Some(b.to_vec())).collect()));
+        return super::vlen::bytes_items(items, "zep0007", limit);
     }
-    super::vlen::utf8_items(items, "zep0007")
+    super::vlen::utf8_items(items, "zep0007", limit)
 }
 
 #[cfg(test)]
@@ -58,7 +59,7 @@ mod tests {
         let buf = encode(&["a", "", "héllo"]);
         assert_eq!(buf.len(), 64 + 7);
         assert_eq!(
-            decode(&buf, 3, false).unwrap(),
+            decode(&buf, 3, false, 1 << 20).unwrap(),
             Elements::Strings(vec![Some("a".into()), Some("".into()), Some("héllo".into())])
         );
         // 20 items: 84 bytes of offsets, data from byte 128.
@@ -66,10 +67,10 @@ mod tests {
         let refs: Vec<&str> = many.iter().map(String::as_str).collect();
         let buf = encode(&refs);
         assert_eq!(&buf[128..130], b"01");
-        assert_eq!(decode(&buf, 20, true).unwrap().count(1), 20);
-        assert!(decode(&buf[..70], 20, false).is_err());
+        assert_eq!(decode(&buf, 20, true, 1 << 20).unwrap().count(1), 20);
+        assert!(decode(&buf[..70], 20, false, 1 << 20).is_err());
         let mut bad = encode(&["abc"]);
         bad[4..8].copy_from_slice(&100i32.to_le_bytes());
-        assert!(decode(&bad, 1, false).is_err());
+        assert!(decode(&bad, 1, false, 1 << 20).is_err());
     }
 }
