@@ -142,6 +142,7 @@ impl From<crate::array::ReadError> for ApiError {
                 tracing::error!(%m, "internal error while reading");
                 ApiError::Internal
             }
+            R::TooLarge(m) => ApiError::TooLarge(m),
             R::Changed(key) => {
                 tracing::warn!(%key, "a shard changed twice while it was read");
                 ApiError::Upstream

@@ -102,13 +102,17 @@ impl AppState {
             .metrics_token
             .as_deref()
             .and_then(|t| secret_from_env(t, "server.metrics_token").ok());
+        let read_options = ReadOptions {
+            max_result_bytes: config.limits.max_slice_bytes,
+            ..ReadOptions::default()
+        };
         Self(Arc::new(StateInner {
             metrics_token,
             config,
             mounts,
             caches,
             metrics: Metrics::new(),
-            read_options: ReadOptions::default(),
+            read_options,
         }))
     }
 

@@ -496,8 +496,7 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     assert_eq!(r.json()["data"], json!([[], [], []]));
 
     // Variable-length strings count what they take before reading: 24 bytes each with the
-    // empty fill (168 for these 7). Read, npy widens all 7 to the longest ("epsilon", UTF-32:
-    // 7 x 7 x 4 = 196 bytes) and JSON holds their 41 bytes of UTF-8.
+    // empty fill (168 for these 7); then, as each chunk is copied in, their 41 bytes of UTF-8.
     let limited = |max| {
         let mut config = config_with(&[("fx", &fixtures())]);
         config.limits.max_slice_bytes = max;
@@ -511,28 +510,23 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
             .unwrap()
             .contains("168 bytes decoded")
     );
-    let app = limited(180);
-    let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8?format=npy", &[]).await;
+    let r = get(&limited(208), "/api/v1/slice/fx/v3/vlen_utf8", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
-    assert!(
-        r.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("196 bytes as npy")
-    );
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("hold more than 40 bytes"), "{message}");
+    let app = limited(209);
     let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8", &[]).await;
     assert_eq!(r.status, 200);
     let Elements::Strings(want) = expected("v3/vlen_utf8").elements else {
         panic!()
     };
     assert_eq!(r.json()["data"], json!(want));
-    assert_eq!(
-        get(&app, "/api/v1/slice/fx/v3/vlen_utf8?format=npy&select=0:2", &[])
-            .await
-            .status,
-        200
-    );
-    // Two strings of 100 characters: 48 bytes before reading, 200 bytes of JSON once read.
+    // As npy all 7 are widened to the longest ("epsilon", UTF-32): 7 x 7 x 4 = 196 bytes.
+    let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8?format=npy", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-zarr-dtype"), Some("<U7"));
+    // Two strings of 100 characters: 48 bytes before reading, and 200 more once read, counted
+    // as each chunk is copied into the result.
     write_v3_array(
         &dir.path().join("long"),
         &[2],
@@ -557,10 +551,49 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
         r.json()["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("200 bytes as json")
+            .contains("variable-length elements hold more than 102 bytes")
     );
     let r = get(&app, "/api/v1/slice/m/long?select=1", &[]).await;
     assert_eq!(r.json()["data"], json!("y".repeat(100)));
+    // Held, they are 248 bytes; widened to fixed width for npy, 2 x 100 x 4 = 800.
+    let mut config = config_with(&[("m", dir.path())]);
+    config.limits.max_slice_bytes = 300;
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    assert_eq!(get(&app, "/api/v1/slice/m/long", &[]).await.status, 200);
+    let r = get(&app, "/api/v1/slice/m/long?format=npy", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("800 bytes as npy"), "{message}");
+    // 200 chunks of 10 strings of 1000 characters (2 MB in all, 48 kB before reading) under a
+    // 100 kB limit: refused once the chunks copied so far pass it, not after all of them are
+    // in memory.
+    write_v3_array(
+        &dir.path().join("many"),
+        &[2000],
+        &[10],
+        "string",
+        json!(""),
+        json!([{"name": "vlen-utf8", "configuration": {}}]),
+    );
+    std::fs::create_dir_all(dir.path().join("many/c")).unwrap();
+    for k in 0..200 {
+        let mut chunk = 10u32.to_le_bytes().to_vec();
+        for _ in 0..10 {
+            chunk.extend(1000u32.to_le_bytes());
+            chunk.extend("s".repeat(1000).as_bytes());
+        }
+        std::fs::write(dir.path().join(format!("many/c/{k}")), chunk).unwrap();
+    }
+    let mut config = config_with(&[("m", dir.path())]);
+    config.limits.max_slice_bytes = 100_000;
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let r = get(&app, "/api/v1/slice/m/many", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("hold more than 52000 bytes"), "{message}");
+    let r = get(&app, "/api/v1/slice/m/many?select=0:40", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["data"][39], json!("s".repeat(1000)));
 
     // 2^25 missing strings whose fill is 4 KiB: the result would hold 2^25 copies of the fill
     // (138 GB) before a chunk is read; refused at once.

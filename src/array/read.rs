@@ -9,7 +9,7 @@
 //! With caches, decoded chunks, inner chunks and shard indexes are loaded once and reused.
 
 use std::ops::Range;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -49,6 +49,10 @@ pub enum ReadError {
     /// index was read anew.
     #[error("'{0}' changed while it was read")]
     Changed(String),
+    /// The result is larger than [`ReadOptions::max_result_bytes`] allows (known only once
+    /// variable-length elements are read).
+    #[error("too large: {0}")]
+    TooLarge(String),
 }
 
 impl ReadError {
@@ -94,6 +98,9 @@ pub struct ReadOptions {
     pub max_chunk_bytes: u64,
     /// Decodes one request runs at once (see [`ReadContext::decoders`]).
     pub decode_turns: usize,
+    /// Bytes a result of variable-length elements may hold in all (their contents and 24 bytes
+    /// each), checked as its chunks are copied in.
+    pub max_result_bytes: u64,
 }
 
 /// Decodes at once by default: twice the cores, and at least four.
@@ -109,6 +116,7 @@ impl Default for ReadOptions {
             variable_chunk_limit: 256 << 20,
             max_chunk_bytes: 1 << 30,
             decode_turns: default_decoders(),
+            max_result_bytes: 256 << 20,
         }
     }
 }
@@ -243,6 +251,9 @@ struct Output {
     /// A fixed-size fill value that is not all zero bytes: written into the parts of missing
     /// chunks (the output starts zeroed, so a zero fill needs no writing at all).
     fill: Option<Vec<u8>>,
+    /// Variable-length results: the most bytes their elements' contents may take in all, and
+    /// what those copied so far take.
+    content_limit: Option<(u64, AtomicU64)>,
 }
 
 impl Output {
@@ -271,8 +282,33 @@ impl Output {
         }
     }
 
-    /// Copies the parts of a decoded block (of `block_shape`) into the result, or keeps them.
-    fn copy(&self, block: &Arc<Decoded>, block_shape: &[u64], parts: &[CellPart]) -> Result<(), String> {
+    /// Copies the parts of a decoded block (of `block_shape`, read from `key`) into the result,
+    /// or keeps them.
+    fn copy(
+        &self,
+        block: &Arc<Decoded>,
+        block_shape: &[u64],
+        parts: &[CellPart],
+        key: &StoreKey,
+    ) -> Result<(), ReadError> {
+        let content = self
+            .copy_parts(block, block_shape, parts)
+            .map_err(|m| ReadError::copy(key, m))?;
+        if let Some((limit, used)) = &self.content_limit {
+            let total = used
+                .fetch_add(content as u64, Ordering::Relaxed)
+                .saturating_add(content as u64);
+            if total > *limit {
+                return Err(ReadError::TooLarge(format!(
+                    "the selection's variable-length elements hold more than {limit} bytes"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Self::copy`] without the check: the heap bytes of variable-length elements copied.
+    fn copy_parts(&self, block: &Arc<Decoded>, block_shape: &[u64], parts: &[CellPart]) -> Result<usize, String> {
         let poisoned = || "output lock poisoned".to_string();
         let elements = match &self.sink {
             Sink::Collect(pieces) => {
@@ -281,7 +317,7 @@ impl Output {
                     block_shape: block_shape.to_vec(),
                     parts: parts.to_vec(),
                 });
-                return Ok(());
+                return Ok(0);
             }
             Sink::Assemble(elements) => elements,
         };
@@ -442,6 +478,7 @@ async fn load_region_once(
         item: one.len(),
         steps: sel.0.iter().map(|d| d.span().1).collect(),
         fill: one.iter().any(|&b| b != 0).then(|| one.clone()),
+        content_limit: None,
     };
     let output = read_into(ctx, path, &meta, sel, output).await?;
     let Sink::Collect(pieces) = output.sink else {
@@ -669,12 +706,17 @@ async fn read_region_once(
         }
         other => (Elements::filled(other, total), None),
     };
+    let content_limit = meta.dtype.item_size().is_none().then(|| {
+        let base = Elements::filled_size(&meta.fill, total as u64);
+        (ctx.opts.max_result_bytes.saturating_sub(base), AtomicU64::new(0))
+    });
     let output = Output {
         sink: Sink::Assemble(Mutex::new(elements)),
         shape: sel.full_shape(),
         item: meta.dtype.item_size().unwrap_or(0),
         steps: sel.0.iter().map(|d| d.span().1).collect(),
         fill,
+        content_limit,
     };
     match read_into(ctx, path, &meta, sel, output).await?.sink {
         Sink::Assemble(elements) => elements
@@ -839,16 +881,12 @@ async fn copy_out(
 ) -> Result<(), ReadError> {
     let n: u64 = parts.iter().map(|p| p.count).product();
     if n < 16 * 1024 || matches!(output.sink, Sink::Collect(_)) {
-        return output.copy(&block, &shape, &parts).map_err(|m| ReadError::copy(key, m));
+        return output.copy(&block, &shape, &parts, key);
     }
     let (output, key) = (output.clone(), key.clone());
-    tokio::task::spawn_blocking(move || {
-        output
-            .copy(&block, &shape, &parts)
-            .map_err(|m| ReadError::copy(&key, m))
-    })
-    .await
-    .map_err(|e| ReadError::Internal(format!("copy task failed: {e}")))?
+    tokio::task::spawn_blocking(move || output.copy(&block, &shape, &parts, &key))
+        .await
+        .map_err(|e| ReadError::Internal(format!("copy task failed: {e}")))?
 }
 
 /// A whole decoded chunk of an unsharded array, through the cache.

@@ -207,6 +207,8 @@ impl ShardingCodec {
             return Err(CodecError::TooLarge { limit });
         }
         let mut out = Elements::filled(fill, total as usize);
+        // Variable-length elements: what the inner chunks' elements hold, added as they are copied.
+        let mut held = Elements::filled_size(fill, total);
         let ones = vec![1u64; grid.len()];
         let zeros = vec![0u64; grid.len()];
         let mut coords = vec![0u64; grid.len()];
@@ -216,19 +218,24 @@ impl ShardingCodec {
                     self.inner
                         .decode(&bytes[r.start as usize..r.end as usize], &self.inner_shape, fill, limit)?;
                 let dst_start: Vec<u64> = coords.iter().zip(&self.inner_shape).map(|(c, s)| c * s).collect();
-                out.copy_block(
-                    &chunk,
-                    item,
-                    &BlockCopy {
-                        src_shape: &self.inner_shape,
-                        src_start: &zeros,
-                        src_step: &ones,
-                        dst_shape: shard_shape,
-                        dst_start: &dst_start,
-                        count: &self.inner_shape,
-                    },
-                )
-                .map_err(|e| CodecError::Corrupt(e.to_string()))?;
+                let content = out
+                    .copy_block(
+                        &chunk,
+                        item,
+                        &BlockCopy {
+                            src_shape: &self.inner_shape,
+                            src_start: &zeros,
+                            src_step: &ones,
+                            dst_shape: shard_shape,
+                            dst_start: &dst_start,
+                            count: &self.inner_shape,
+                        },
+                    )
+                    .map_err(|e| CodecError::Corrupt(e.to_string()))?;
+                held = held.saturating_add(content as u64);
+                if held > limit as u64 {
+                    return Err(CodecError::TooLarge { limit });
+                }
             }
             // Next inner chunk coordinates, C order.
             for d in (0..coords.len()).rev() {

@@ -172,33 +172,66 @@ impl BlockCopy<'_> {
     }
 }
 
-fn copy_vec<T: Clone>(src: &[T], dst: &mut [T], copy: &BlockCopy) {
+/// Bytes a variable-length element holds on the heap (its content, nested values' too).
+pub trait Content {
+    /// The bytes.
+    fn content(&self) -> usize;
+}
+
+impl Content for Option<String> {
+    fn content(&self) -> usize {
+        self.as_ref().map_or(0, String::len)
+    }
+}
+
+impl Content for Option<Vec<u8>> {
+    fn content(&self) -> usize {
+        self.as_ref().map_or(0, Vec::len)
+    }
+}
+
+impl Content for Value {
+    fn content(&self) -> usize {
+        match self {
+            Value::String(s) => s.len(),
+            Value::Array(v) => v.iter().map(|x| VALUE_BYTES + x.content()).sum(),
+            Value::Object(m) => m.iter().map(|(k, x)| k.len() + VALUE_BYTES + x.content()).sum(),
+            _ => 0,
+        }
+    }
+}
+
+/// Bytes of one `Value` besides what it holds.
+const VALUE_BYTES: usize = std::mem::size_of::<Value>();
+
+/// Copies a strided block of `src` into `dst`; returns the heap bytes of what it copied.
+fn copy_vec<T: Clone + Content>(src: &[T], dst: &mut [T], copy: &BlockCopy) -> usize {
+    let mut content = 0;
     copy.for_each_run(|s, d, len, step| {
-        if step == 1 {
-            dst[d..d + len].clone_from_slice(&src[s..s + len]);
-        } else {
-            for i in 0..len {
-                dst[d + i] = src[s + i * step].clone();
-            }
+        for i in 0..len {
+            let one = &src[s + i * step];
+            content += one.content();
+            dst[d + i] = one.clone();
         }
     });
+    content
 }
 
 impl Elements {
     /// Copies a strided block of `src` into `self`. Both hold the same kind of elements;
     /// `item` is the byte size of fixed-size elements.
-    pub fn copy_block(&mut self, src: &Elements, item: usize, copy: &BlockCopy) -> Result<(), CopyError> {
+    /// Returns the heap bytes of the variable-length elements it copied (0 for fixed-size ones).
+    pub fn copy_block(&mut self, src: &Elements, item: usize, copy: &BlockCopy) -> Result<usize, CopyError> {
         if let (Elements::Fixed(dst), Elements::Fixed(src)) = (&mut *self, src) {
-            return copy_fixed(dst, src, item, copy);
+            return copy_fixed(dst, src, item, copy).map(|()| 0);
         }
         copy.check(src.count(item), self.count(item))?;
-        match (self, src) {
+        Ok(match (self, src) {
             (Elements::Strings(dst), Elements::Strings(src)) => copy_vec(src, dst, copy),
             (Elements::Bytes(dst), Elements::Bytes(src)) => copy_vec(src, dst, copy),
             (Elements::Objects(dst), Elements::Objects(src)) => copy_vec(src, dst, copy),
             _ => return Err(CopyError("element kinds differ".into())),
-        }
-        Ok(())
+        })
     }
 }
 
