@@ -113,6 +113,20 @@ async fn unknown_paths_and_listing() {
     let v = get(&app, "/api/v1/list/fx/v3", &[]).await.json();
     assert_eq!(v["node"], Value::Null);
     assert!(v["children"].as_array().unwrap().len() > 10);
+    // Each child is looked up in the store: a directory of more than 10000 (the chunk rows of
+    // an array, say) is refused rather than read a few times over per entry.
+    let dir = tempfile::tempdir().unwrap();
+    for k in 0..=zarrgate::http::zom::MAX_LIST_CHILDREN {
+        std::fs::create_dir_all(dir.path().join(format!("c/{k}"))).unwrap();
+    }
+    std::fs::create_dir_all(dir.path().join("small/a")).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let r = get(&app, "/api/v1/list/m/c", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("holds 10001 directories"), "{message}");
+    let v = get(&app, "/api/v1/list/m/small", &[]).await.json();
+    assert_eq!(v["children"], json!([{"name": "a", "node_type": "directory"}]));
 }
 
 #[tokio::test]

@@ -127,6 +127,10 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>,
     Ok(Json(zom_value(&state, mount, &path, depth).await?))
 }
 
+/// Children `/api/v1/list` describes at most: each is looked up in the store (a few reads), so
+/// a directory of chunk rows would otherwise cost millions of reads for one request.
+pub const MAX_LIST_CHILDREN: usize = 10_000;
+
 /// `GET /api/v1/list/{mount}[/{path}]`: the node at a path (if any) and the nodes and plain
 /// directories below it.
 pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
@@ -139,6 +143,13 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
             "nothing at '{}' in mount '{}'",
             path.as_str(),
             mount.name
+        )));
+    }
+    if listing.prefixes.len() > MAX_LIST_CHILDREN {
+        return Err(ApiError::TooLarge(format!(
+            "'{}' holds {} directories; /api/v1/list describes at most {MAX_LIST_CHILDREN} (list a path below it)",
+            path.as_str(),
+            listing.prefixes.len()
         )));
     }
     let store = &mount.store;
