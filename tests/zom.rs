@@ -348,3 +348,51 @@ async fn odd_directory_entries_do_not_break_listings() {
     let r = get(&app, "/zarr/m/.zmetadata", &[]).await;
     assert!(r.json()["metadata"]["g/.zgroup"].is_object());
 }
+
+#[tokio::test]
+async fn schemas_whose_references_multiply_are_refused() {
+    let app = fixture_app();
+    // d_k = anyOf [d_(k-1), d_(k-1)]: 2^k evaluations of d_0 at one place of the document (18
+    // levels took 40 s of one core before this check; 30 would take days).
+    let chain = |depth: u32| {
+        let mut defs = serde_json::Map::new();
+        defs.insert("d0".into(), json!({"type": "string"}));
+        for k in 1..=depth {
+            let r = format!("#/$defs/d{}", k - 1);
+            defs.insert(format!("d{k}"), json!({"anyOf": [{"$ref": r}, {"$ref": r}]}));
+        }
+        json!({"$defs": defs, "$ref": format!("#/$defs/d{depth}")})
+    };
+    // d_0 is 1 subschema, d_k is itself, its list and twice d_(k-1): 3 + 2 d_(k-1). The
+    // root is itself plus d_3 = 29.
+    assert_eq!(zarrgate::http::zom::schema_fanout(&chain(3)), 30);
+    assert_eq!(zarrgate::http::zom::schema_fanout(&chain(16)), 1 + (1 << 18) - 3);
+    assert!(zarrgate::http::zom::schema_fanout(&chain(11)) <= zarrgate::http::zom::MAX_SCHEMA_FANOUT);
+    assert!(zarrgate::http::zom::schema_fanout(&chain(12)) > zarrgate::http::zom::MAX_SCHEMA_FANOUT);
+    let start = std::time::Instant::now();
+    let r = validate(&app, "fx/v3/group_nested", chain(30).to_string().as_bytes()).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (400, "bad_request"));
+    let message = r.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(message.contains("subschemas to one value"), "{message}");
+    assert!(start.elapsed().as_secs() < 5);
+    // A few levels are validated: the group is not a string.
+    let r = validate(&app, "fx/v3/group_nested", chain(4).to_string().as_bytes()).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["valid"], false);
+    // Recursive schemas (a reference back into their own chain) and the shipped ones pass.
+    let tree = json!({"$defs": {"node": {"type": "object",
+        "properties": {"members": {"additionalProperties": {"$ref": "#/$defs/node"}}}}},
+        "$ref": "#/$defs/node"});
+    assert_eq!(
+        validate(&app, "fx/v3/group_nested", tree.to_string().as_bytes())
+            .await
+            .json()["valid"],
+        true
+    );
+    for name in ["zom-v2", "zom-v3", "xarray", "ome-multiscales"] {
+        let schema: Value =
+            serde_json::from_slice(&std::fs::read(repo().join(format!("schemas/{name}.json"))).unwrap()).unwrap();
+        let fanout = zarrgate::http::zom::schema_fanout(&schema);
+        assert!(fanout < 1000, "{name}: {fanout}");
+    }
+}

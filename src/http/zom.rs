@@ -200,18 +200,88 @@ pub async fn zom_schema(uri: Uri) -> Result<Json<Value>, ApiError> {
     serde_json::from_str(text).map(Json).map_err(|_| ApiError::Internal)
 }
 
+/// Subschemas a schema may apply to one place of the document, at most (see [`schema_fanout`]).
+pub const MAX_SCHEMA_FANOUT: u64 = 10_000;
+/// Validation errors reported, at most.
+const MAX_VALIDATION_ERRORS: usize = 1000;
+/// Validations run at once in the whole server.
+static VALIDATIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+/// An upper bound of the subschemas `schema` applies to one place of a document: every
+/// subschema counts, and a local `$ref` counts what it points to (each definition once, a
+/// reference back into its own chain as 1). Validators do not share work between the branches
+/// of `anyOf` / `oneOf` / `allOf`, so definitions that each refer twice to the one before take
+/// twice as long each: 2 KB of them is 2^30 evaluations (18 levels took ~40 s here, 11
+/// levels, the most this limit lets through, ~0.2 s).
+pub fn schema_fanout(schema: &Value) -> u64 {
+    fn walk<'a>(
+        v: &'a Value,
+        root: &'a Value,
+        memo: &mut std::collections::HashMap<String, u64>,
+        open: &mut Vec<String>,
+    ) -> u64 {
+        match v {
+            Value::Object(map) => map.iter().fold(1u64, |n, (k, sub)| {
+                let more = match (k.as_str(), sub) {
+                    ("$defs" | "definitions", _) => 0,
+                    ("$ref", Value::String(r)) => match r.strip_prefix('#') {
+                        Some(pointer) if open.iter().any(|o| o == pointer) => 1,
+                        Some(pointer) => match memo.get(pointer) {
+                            Some(&c) => c,
+                            None => {
+                                let target = if pointer.is_empty() {
+                                    Some(root)
+                                } else {
+                                    root.pointer(pointer)
+                                };
+                                open.push(pointer.to_string());
+                                let c = target.map_or(1, |t| walk(t, root, memo, open));
+                                open.pop();
+                                memo.insert(pointer.to_string(), c);
+                                c
+                            }
+                        },
+                        None => 1,
+                    },
+                    _ => walk(sub, root, memo, open),
+                };
+                n.saturating_add(more)
+            }),
+            Value::Array(items) => items
+                .iter()
+                .fold(0u64, |n, sub| n.saturating_add(walk(sub, root, memo, open))),
+            _ => 0,
+        }
+    }
+    walk(schema, schema, &mut std::collections::HashMap::new(), &mut Vec::new())
+}
+
 /// `POST /api/v1/validate/{mount}[/{path}]` with a JSON Schema body: validates the node's ZOM
-/// JSON against it.
+/// JSON against it. Validation runs on the blocking pool, one at a time in the server (a
+/// schema can make it long, and it cannot be stopped once started), after a schema whose
+/// [`schema_fanout`] passes [`MAX_SCHEMA_FANOUT`] is refused.
 pub async fn validate(State(state): State<AppState>, uri: Uri, body: Bytes) -> Result<Json<Value>, ApiError> {
     let schema: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("the body is not a JSON Schema: {e}")))?;
+    let fanout = schema_fanout(&schema);
+    if fanout > MAX_SCHEMA_FANOUT {
+        return Err(ApiError::BadRequest(format!(
+            "the schema can apply {fanout} subschemas to one value (its references multiply); at most {MAX_SCHEMA_FANOUT} are validated"
+        )));
+    }
     let validator =
         jsonschema::validator_for(&schema).map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/validate/")?;
     let zom = zom_value(&state, mount, &path, None).await?;
-    let errors: Vec<Value> = validator
-        .iter_errors(&zom)
-        .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
-        .collect();
+    let _turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
+    let errors = tokio::task::spawn_blocking(move || {
+        validator
+            .iter_errors(&zom)
+            .take(MAX_VALIDATION_ERRORS)
+            .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
+            .collect::<Vec<Value>>()
+    })
+    .await
+    .map_err(|_| ApiError::Internal)?;
     Ok(Json(json!({"valid": errors.is_empty(), "errors": errors})))
 }
