@@ -80,6 +80,10 @@ where
     got
 }
 
+/// A document rendered from a walked tree, with the tree (to tell whether it is still the one
+/// cached).
+pub type Rendered = (Arc<Tree>, bytes::Bytes);
+
 /// A decoded chunk (`None`: the chunk does not exist and reads as fill).
 pub type CachedChunk = Option<Arc<Decoded>>;
 
@@ -130,6 +134,9 @@ pub struct Caches {
     pub metadata: Cache<(Arc<str>, StoreKey), Arc<ArrayMeta>>,
     /// Whole hierarchies below a node (`None`: no node there), for ZOM and consolidation.
     pub hierarchies: Cache<(Arc<str>, StoreKey), Option<Arc<Tree>>>,
+    /// Consolidated metadata synthesized for a group (`.zmetadata`, or `zarr.json` with
+    /// `consolidated_metadata`: the flag says which), with the walked tree it was rendered from.
+    pub consolidated: Cache<(Arc<str>, StoreKey, bool), Rendered>,
     /// Counters of `chunks`.
     pub chunk_counters: CacheCounters,
     /// Counters of `shard_indexes`.
@@ -138,12 +145,18 @@ pub struct Caches {
     pub metadata_counters: CacheCounters,
     /// Counters of `hierarchies`.
     pub hierarchy_counters: CacheCounters,
+    /// Counters of `consolidated`.
+    pub consolidated_counters: CacheCounters,
     /// Chunks (and inner chunks) decoded, cached or not.
     pub decodes: AtomicU64,
 }
 
-/// Capacity of the hierarchy cache, estimated at 1 KiB a node.
+/// Capacity of the hierarchy cache ([`Tree::heap_weight`]).
 const HIERARCHY_BYTES: u64 = 128 << 20;
+/// Capacity of the cache of synthesized consolidated metadata documents.
+const CONSOLIDATED_BYTES: u64 = 64 << 20;
+/// Capacity of the metadata cache ([`ArrayMeta::heap_weight`]): ~25k arrays of 1 KB documents.
+const METADATA_BYTES: u64 = 128 << 20;
 
 fn weight(bytes: usize) -> u32 {
     u32::try_from(bytes.saturating_add(64)).unwrap_or(u32::MAX)
@@ -158,6 +171,16 @@ fn evictions_listener<K, V>(counter: Arc<AtomicU64>) -> impl Fn(Arc<K>, V, Remov
 }
 
 impl Caches {
+    /// Applies the insertions and evictions every cache has pending, so that its entry count
+    /// and weighted size are current.
+    pub async fn settle(&self) {
+        self.chunks.run_pending_tasks().await;
+        self.shard_indexes.run_pending_tasks().await;
+        self.metadata.run_pending_tasks().await;
+        self.hierarchies.run_pending_tasks().await;
+        self.consolidated.run_pending_tasks().await;
+    }
+
     /// Caches sized by the configuration.
     pub fn new(config: &CacheConfig) -> Self {
         // Chunks leaving a full cache leave their buffers for the next ones decoded. An eighth of
@@ -183,21 +206,31 @@ impl Caches {
             .eviction_listener(evictions_listener(index_counters.evictions.clone()))
             .build();
         let metadata = Cache::builder()
-            .max_capacity(10_000)
+            .max_capacity(METADATA_BYTES)
+            .weigher(|_: &(Arc<str>, StoreKey), v: &Arc<ArrayMeta>| weight(v.heap_weight()))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(metadata_counters.evictions.clone()))
             .build();
         let hierarchies = Cache::builder()
             .max_capacity(HIERARCHY_BYTES)
             .weigher(|_: &(Arc<str>, StoreKey), v: &Option<Arc<Tree>>| {
-                weight(v.as_ref().map_or(0, |t| t.node_count() * 1024))
+                weight(v.as_ref().map_or(0, |t| t.heap_weight()))
             })
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(hierarchy_counters.evictions.clone()))
             .build();
+        let consolidated_counters = CacheCounters::default();
+        let consolidated = Cache::builder()
+            .max_capacity(CONSOLIDATED_BYTES)
+            .weigher(|_: &(Arc<str>, StoreKey, bool), v: &Rendered| weight(v.1.len()))
+            .time_to_live(ttl)
+            .eviction_listener(evictions_listener(consolidated_counters.evictions.clone()))
+            .build();
         Self {
             chunks,
             hierarchies,
+            consolidated,
+            consolidated_counters,
             shard_indexes,
             metadata,
             chunk_counters,

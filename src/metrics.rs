@@ -111,7 +111,7 @@ impl Metrics {
         if prometheus_client::encoding::text::encode_registry(&mut out, &self.registry).is_err() {
             out.clear();
         }
-        let cache_rows: [(&str, &CacheCounters, u64, u64); 4] = [
+        let cache_rows: [(&str, &CacheCounters, u64, u64); 5] = [
             (
                 "chunks",
                 &caches.chunk_counters,
@@ -136,6 +136,12 @@ impl Metrics {
                 caches.hierarchies.weighted_size(),
                 caches.hierarchies.entry_count(),
             ),
+            (
+                "consolidated",
+                &caches.consolidated_counters,
+                caches.consolidated.weighted_size(),
+                caches.consolidated.entry_count(),
+            ),
         ];
         let series: [Series; 5] = [
             (
@@ -159,7 +165,7 @@ impl Metrics {
             (
                 "zarrgate_cache_weighted_bytes",
                 "gauge",
-                "Weighted size of the cache (bytes; entries for metadata; about 1 KiB a node for hierarchies)",
+                "Weighted size of the cache (bytes; estimated from their JSON for metadata and hierarchies)",
                 |_, w, _| w,
             ),
             ("zarrgate_cache_entries", "gauge", "Entries in the cache", |_, _, n| n),

@@ -396,3 +396,49 @@ async fn schemas_whose_references_multiply_are_refused() {
         assert!(fanout < 1000, "{name}: {fanout}");
     }
 }
+
+/// The value of one series of `/metrics`.
+async fn metric(app: &axum::Router, series: &str) -> f64 {
+    let text = String::from_utf8(get(app, "/metrics", &[]).await.body.to_vec()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+}
+
+#[tokio::test]
+async fn consolidated_documents_are_rendered_once_and_caches_weigh_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    // A v2 group with one array whose attributes are 200 kB.
+    let g = dir.path().join("g");
+    std::fs::create_dir_all(g.join("a")).unwrap();
+    std::fs::write(g.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(
+        g.join("a/.zarray"),
+        r#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4", "compressor": null,
+            "filters": null, "fill_value": 0, "order": "C"}"#,
+    )
+    .unwrap();
+    let attrs = json!({"note": "n".repeat(200_000)});
+    std::fs::write(g.join("a/.zattrs"), attrs.to_string()).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let first = get(&app, "/zarr/m/g/.zmetadata", &[]).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.json()["metadata"]["a/.zattrs"], attrs);
+    let second = get(&app, "/zarr/m/g/.zmetadata", &[]).await;
+    assert_eq!(second.body, first.body);
+    let hits = "zarrgate_cache_hits_total{cache=\"consolidated\"}";
+    let misses = "zarrgate_cache_misses_total{cache=\"consolidated\"}";
+    assert_eq!((metric(&app, hits).await, metric(&app, misses).await), (1.0, 1.0));
+    // The walked tree weighs its documents (2 nodes, 200 kB of attributes), not 1 KiB a node;
+    // the rendered document its bytes; an array's metadata its documents and fill.
+    let tree = metric(&app, "zarrgate_cache_weighted_bytes{cache=\"hierarchies\"}").await;
+    assert!(tree > 800_000.0, "{tree}");
+    let rendered = metric(&app, "zarrgate_cache_weighted_bytes{cache=\"consolidated\"}").await;
+    assert!(rendered >= first.body.len() as f64, "{rendered}");
+    assert_eq!(
+        get(&app, "/api/v1/slice/m/g/a", &[]).await.json()["data"],
+        json!([0, 0, 0, 0])
+    );
+    let meta = metric(&app, "zarrgate_cache_weighted_bytes{cache=\"metadata\"}").await;
+    assert!(meta > 800_000.0, "{meta}");
+}

@@ -23,6 +23,9 @@ pub async fn mounts(State(state): State<AppState>, headers: axum::http::HeaderMa
 
 /// `GET /metrics`: Prometheus text.
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    // Sizes and counts of the caches as of now (moka applies insertions and evictions in
+    // batches).
+    state.caches.settle().await;
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         state.metrics.render(&state.caches),

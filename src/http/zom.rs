@@ -46,6 +46,46 @@ pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Op
         .map_err(|e| ApiError::from((*e).clone()))
 }
 
+/// The consolidated document of `tree` (the group at `group`): rendered once per walked tree
+/// and shared by every response until the tree is walked anew, rather than rendered per
+/// request (a 10,000-node hierarchy is megabytes of JSON; concurrent clients opening it held
+/// a copy each).
+async fn rendered(
+    state: &AppState,
+    mount: &Mount,
+    group: &StoreKey,
+    tree: Arc<Tree>,
+    v3: bool,
+) -> Result<Bytes, ApiError> {
+    let key = (Arc::from(mount.name.as_str()), group.clone(), v3);
+    let caches = &state.caches;
+    if let Some((from, bytes)) = caches.consolidated.get(&key).await
+        && Arc::ptr_eq(&from, &tree)
+    {
+        caches.consolidated_counters.record(false);
+        return Ok(bytes);
+    }
+    caches.consolidated_counters.record(true);
+    let from = tree.clone();
+    let render = move || {
+        let doc = if v3 {
+            from.consolidated_zarr_json()
+        } else {
+            from.zmetadata()
+        };
+        Bytes::from(doc.to_string())
+    };
+    let bytes = if tree.node_count() > 100 {
+        tokio::task::spawn_blocking(render)
+            .await
+            .map_err(|_| ApiError::Internal)?
+    } else {
+        render()
+    };
+    caches.consolidated.insert(key, (tree, bytes.clone())).await;
+    Ok(bytes)
+}
+
 /// A `.zmetadata` for the v2 group at `group`, if it is one.
 pub async fn synthesized_zmetadata(
     state: &AppState,
@@ -53,7 +93,9 @@ pub async fn synthesized_zmetadata(
     group: &StoreKey,
 ) -> Result<Option<Bytes>, ApiError> {
     match tree(state, mount, group).await? {
-        Some(t) if t.node.zarr_format == 2 && t.node.is_group => Ok(Some(Bytes::from(t.zmetadata().to_string()))),
+        Some(t) if t.node.zarr_format == 2 && t.node.is_group => {
+            Ok(Some(rendered(state, mount, group, t, false).await?))
+        }
         _ => Ok(None),
     }
 }
@@ -72,7 +114,7 @@ pub async fn synthesized_zarr_json(
         _ => return Ok(None),
     }
     match tree(state, mount, group).await? {
-        Some(t) => Ok(Some(Bytes::from(t.consolidated_zarr_json().to_string()))),
+        Some(t) => Ok(Some(rendered(state, mount, group, t, true).await?)),
         None => Ok(None),
     }
 }

@@ -386,6 +386,16 @@ impl Tree {
         1 + self.members.values().map(Tree::node_count).sum::<usize>()
     }
 
+    /// About the bytes the tree holds in memory: 1 KiB a node besides its documents, and the
+    /// documents (attributes can be megabytes) at a few times their JSON text.
+    pub fn heap_weight(&self) -> usize {
+        let text = |m: &Map<String, Value>| serde_json::to_string(m).map_or(0, |t| t.len());
+        let own = 1024 + 4 * (text(&self.node.doc) + self.node.attrs.as_ref().map_or(0, text));
+        self.members
+            .values()
+            .fold(own, |n, t| n.saturating_add(t.heap_weight()))
+    }
+
     /// ZOM JSON: the node's fields, and for groups `members` mapping names to nodes.
     pub fn zom(&self) -> Value {
         let mut out = self.node.zom();

@@ -84,6 +84,9 @@ pub struct ArrayMeta {
     /// what was decoded under one document (another dtype, chunk shape or codecs, after the
     /// array was rewritten) is never used with another.
     pub fingerprint: u64,
+    /// Bytes of the metadata documents it was parsed from (attributes included): what the
+    /// metadata cache weighs it by, with its fill value.
+    pub doc_bytes: usize,
     /// Chunk keys.
     pub key_encoding: ChunkKeyEncoding,
     /// How one stored object decodes.
@@ -105,12 +108,29 @@ impl ArrayMeta {
     }
 }
 
-/// A stable hash of a metadata document.
-fn fingerprint(doc: &Value) -> u64 {
+/// A stable hash of a metadata document, and the length of its text.
+fn fingerprint_of(doc: &Value) -> (u64, usize) {
     use std::hash::{Hash, Hasher};
+    let text = doc.to_string();
     let mut h = std::hash::DefaultHasher::new();
-    doc.to_string().hash(&mut h);
-    h.finish()
+    text.hash(&mut h);
+    (h.finish(), text.len())
+}
+
+impl ArrayMeta {
+    /// About the bytes it holds in memory: parsed JSON (its attributes, codec configurations
+    /// such as categorize labels) takes a few times its text, plus the fill value.
+    pub fn heap_weight(&self) -> usize {
+        let fill = match &self.fill {
+            FillValue::Fixed(b) => b.len(),
+            FillValue::String(s) => s.as_ref().map_or(0, String::len),
+            FillValue::Bytes(b) => b.as_ref().map_or(0, Vec::len),
+            FillValue::Object(v) => v.to_string().len(),
+        };
+        1024usize
+            .saturating_add(self.doc_bytes.saturating_mul(4))
+            .saturating_add(fill)
+    }
 }
 
 fn field<'a>(doc: &'a Value, name: &str) -> Result<&'a Value, MetaError> {
@@ -187,6 +207,7 @@ pub fn parse_v2(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaErr
     let dtype = chain.dtype.clone();
     let fill = FillValue::parse(doc.get("fill_value").unwrap_or(&Value::Null), &stored, 2)?.for_decoded(&dtype);
     let attributes = attrs.and_then(Value::as_object).cloned().unwrap_or_default();
+    let (fingerprint, doc_bytes) = fingerprint_of(doc);
     Ok(ArrayMeta {
         zarr_format: 2,
         key_encoding: ChunkKeyEncoding::V2 {
@@ -198,7 +219,8 @@ pub fn parse_v2(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaErr
         dtype,
         fill,
         fill_declared: doc.get("fill_value").is_some_and(|v| !v.is_null()),
-        fingerprint: fingerprint(doc),
+        fingerprint,
+        doc_bytes: doc_bytes + serde_json::to_string(&attributes).map_or(0, |t| t.len()),
         chain,
         attributes,
     })
@@ -284,6 +306,7 @@ pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
         .get("dimension_names")
         .and_then(Value::as_array)
         .map(|names| names.iter().map(|n| n.as_str().map(str::to_owned)).collect());
+    let (fingerprint, doc_bytes) = fingerprint_of(doc);
     Ok(ArrayMeta {
         zarr_format: 3,
         shape,
@@ -291,7 +314,8 @@ pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
         dtype: logical,
         fill,
         fill_declared: doc.get("fill_value").is_some_and(|v| !v.is_null()),
-        fingerprint: fingerprint(doc),
+        fingerprint,
+        doc_bytes,
         key_encoding,
         chain,
         attributes: doc
