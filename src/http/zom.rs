@@ -18,7 +18,7 @@ use crate::cache::cached;
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
 use crate::store::StoreKey;
-use crate::zarr::hierarchy::{HierarchyError, Tree, find_node, prune, walk};
+use crate::zarr::hierarchy::{HierarchyError, Tree, find_node, pruned, walk};
 
 /// Group documents larger than this are served as stored, never parsed for consolidation.
 pub const MAX_GROUP_DOC: u64 = 1 << 20;
@@ -145,7 +145,7 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
                 .get(&(Arc::from(mount.name.as_str()), path.clone()))
                 .await;
             match cached {
-                Some(Some(t)) => Arc::new(prune((*t).clone(), Some(d))),
+                Some(Some(t)) => Arc::new(pruned(&t, d)),
                 Some(None) => return Err(not_found()),
                 None => Arc::new(walk(&mount.store, path, Some(d)).await?.ok_or_else(not_found)?),
             }

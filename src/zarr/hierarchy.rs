@@ -236,7 +236,10 @@ async fn consolidated_members(
                     None => return Ok(None), // consolidated without this group
                 }
             }
-            return Ok(Some(prune(at.clone(), depth.map(|d| d + 1)).members));
+            return Ok(Some(match depth {
+                Some(d) => pruned(at, d.saturating_add(1)).members,
+                None => at.members.clone(),
+            }));
         }
         if at_key.is_root() {
             return Ok(None);
@@ -339,22 +342,19 @@ fn insert(root: &mut Tree, path: &str, node: Node) {
     }
 }
 
-/// Drops members deeper than `depth`.
-pub fn prune(mut tree: Tree, depth: Option<u32>) -> Tree {
-    match depth {
-        None => tree,
-        Some(0) => {
-            tree.members.clear();
-            tree
-        }
-        Some(d) => {
-            tree.members = tree
+/// A copy of `tree` down to `depth` levels of members: only what is kept is copied (a cached
+/// tree of 100,000 nodes asked at depth 0 copies one node).
+pub fn pruned(tree: &Tree, depth: u32) -> Tree {
+    Tree {
+        node: tree.node.clone(),
+        members: match depth {
+            0 => BTreeMap::new(),
+            d => tree
                 .members
-                .into_iter()
-                .map(|(k, t)| (k, prune(t, Some(d - 1))))
-                .collect();
-            tree
-        }
+                .iter()
+                .map(|(k, t)| (k.clone(), pruned(t, d - 1)))
+                .collect(),
+        },
     }
 }
 
@@ -488,7 +488,11 @@ mod tests {
         let zom = tree.zom();
         assert_eq!(zom["members"]["sub"]["members"]["x"]["attributes"], json!({"a": 1}));
         assert_eq!(zom["attributes"], json!({}));
-        assert_eq!(prune(tree, Some(1)).zom()["members"]["sub"]["members"], json!({}));
+        let one = pruned(&tree, 1);
+        assert_eq!(one.zom()["members"]["sub"]["members"], json!({}));
+        assert_eq!(one.members["sub"].node, tree.members["sub"].node);
+        assert!(pruned(&tree, 0).members.is_empty());
+        assert_eq!(pruned(&tree, 5), tree);
     }
 
     #[test]
