@@ -934,6 +934,78 @@ async fn streamed_responses_hold_every_element_of_wide_sharded_and_sparse_arrays
 }
 
 #[tokio::test]
+async fn streamed_text_of_bands_of_one_row() {
+    // A band is whole rows of chunks; when the last one, or every one, holds a single row of
+    // the result, its text is still written as rows of the result.
+    let dir = tempfile::tempdir().unwrap();
+    let raw = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    // 601 x 4096 float32 in 100 x 100 chunks: bands of 600 rows, then row 600 alone. Only the
+    // chunk at rows 600.., columns 300..400 is stored (values 7 + j); the rest is fill 1.5.
+    write_v3_array(
+        &dir.path().join("tail"),
+        &[601, 4096],
+        &[100, 100],
+        "float32",
+        json!(1.5),
+        raw.clone(),
+    );
+    std::fs::create_dir_all(dir.path().join("tail/c/6")).unwrap();
+    let chunk: Vec<u8> = (0..100 * 100)
+        .flat_map(|k| (7.0 + (k % 100) as f32).to_le_bytes())
+        .collect();
+    std::fs::write(dir.path().join("tail/c/6/3"), chunk).unwrap();
+    // 512 x 600000 float64 in 256 x 1000 chunks, every 256th row: each band is one row (its
+    // row of chunks holds 1.2 GB); the chunk at rows 256.., columns 5000.. holds 2 + j.
+    write_v3_array(
+        &dir.path().join("wide"),
+        &[512, 600_000],
+        &[256, 1000],
+        "float64",
+        json!(1.5),
+        raw,
+    );
+    std::fs::create_dir_all(dir.path().join("wide/c/1")).unwrap();
+    let chunk: Vec<u8> = (0..256 * 1000)
+        .flat_map(|k| (2.0 + (k % 1000) as f64).to_le_bytes())
+        .collect();
+    std::fs::write(dir.path().join("wide/c/1/5"), chunk).unwrap();
+    let app = app_for(&[("t", dir.path())]);
+    let tail = |i: u64, j: u64| {
+        if i == 600 && (300..400).contains(&j) {
+            7.0 + (j - 300) as f64
+        } else {
+            1.5
+        }
+    };
+    let wide = |i: u64, j: u64| {
+        if i == 1 && (5000..6000).contains(&j) {
+            2.0 + (j - 5000) as f64
+        } else {
+            1.5
+        }
+    };
+    for format in ["json", "csv"] {
+        let r = get(&app, &format!("/api/v1/slice/t/tail?format={format}"), &[]).await;
+        let got = streamed_text_values(&r, format, [601, 4096], 0);
+        for (k, &v) in got.iter().enumerate() {
+            let (i, j) = (k as u64 / 4096, k as u64 % 4096);
+            assert_eq!(v, tail(i, j), "tail {format} ({i}, {j})");
+        }
+        let r = get(
+            &app,
+            &format!("/api/v1/slice/t/wide?format={format}&select=::256,:"),
+            &[],
+        )
+        .await;
+        let got = streamed_text_values(&r, format, [2, 600_000], 0);
+        for (k, &v) in got.iter().enumerate() {
+            let (i, j) = (k as u64 / 600_000, k as u64 % 600_000);
+            assert_eq!(v, wide(i, j), "wide {format} ({i}, {j})");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_warm_request_reads_nothing_from_the_store() {
     for path in [
         "v2/compressor_none_i4",

@@ -372,12 +372,22 @@ pub struct LoadedRegion {
     pieces: Vec<Piece>,
     /// Where the pieces came from, for errors.
     path: StoreKey,
+    /// The dimension rows run along: its own [`row_axis`], unless set ([`Self::along`]).
+    axis: usize,
 }
 
 impl LoadedRegion {
-    /// Rows (indices of the [`row_axis`]; 1 for a 0-d result).
+    /// The same region written out in rows along `axis` (dimensions before it must have
+    /// length 1): the row axis of the whole selection a band of it was cut from, which a band
+    /// of a single row would otherwise not have as its own.
+    pub fn along(mut self, axis: usize) -> Self {
+        self.axis = axis.min(self.shape.len().saturating_sub(1));
+        self
+    }
+
+    /// Rows (indices of the row axis; 1 for a 0-d result).
     pub fn rows(&self) -> u64 {
-        self.shape.get(row_axis(&self.shape)).copied().unwrap_or(1)
+        self.shape.get(self.axis).copied().unwrap_or(1)
     }
 
     /// Bytes of one element.
@@ -389,7 +399,7 @@ impl LoadedRegion {
     pub fn row_bytes(&self) -> u64 {
         self.shape
             .iter()
-            .skip(row_axis(&self.shape) + 1)
+            .skip(self.axis + 1)
             .product::<u64>()
             .saturating_mul(self.item as u64)
     }
@@ -401,7 +411,7 @@ impl LoadedRegion {
         if n == 0 {
             return Ok(out);
         }
-        let axis = row_axis(&self.shape);
+        let axis = self.axis;
         let mut dst_shape = self.shape.clone();
         if let Some(len) = dst_shape.get_mut(axis) {
             *len = n;
@@ -485,6 +495,7 @@ async fn load_region_once(
         return Err(ReadError::Internal("loaded region without pieces".into()));
     };
     Ok(LoadedRegion {
+        axis: row_axis(&output.shape),
         shape: output.shape,
         item: output.item,
         steps: output.steps,

@@ -344,9 +344,17 @@ enum RowsAs {
         dtype: DType,
         outer: usize,
         row_shape: Vec<u64>,
+        /// The selection's row axis (of its full shape).
+        axis: usize,
     },
     /// CSV values, `per_row` elements a row and `cols` a line.
-    Csv { dtype: DType, per_row: u64, cols: u64 },
+    Csv {
+        dtype: DType,
+        per_row: u64,
+        cols: u64,
+        /// The selection's row axis (of its full shape).
+        axis: usize,
+    },
 }
 
 impl RowsAs {
@@ -372,6 +380,7 @@ impl RowsAs {
                 dtype,
                 outer,
                 row_shape,
+                axis,
             },
             Format::Csv => {
                 csv::check(&shape, &dtype)?;
@@ -379,6 +388,7 @@ impl RowsAs {
                     dtype,
                     per_row: row_shape.iter().product(),
                     cols: csv::columns(&shape),
+                    axis,
                 }
             }
             Format::Png => return Ok(None),
@@ -402,18 +412,35 @@ impl RowsAs {
     }
 
     /// The text of `rows` rows of bytes whose first is row `first` of the result.
-    fn text(&self, bytes: &[u8], rows: u64, first: u64) -> Vec<u8> {
+    fn text(&self, bytes: &[u8], rows: u64, first: u64) -> Result<Vec<u8>, String> {
+        let per_row = match self {
+            RowsAs::Bytes { .. } => None,
+            RowsAs::Json { row_shape, .. } => Some(row_shape.iter().product::<u64>()),
+            RowsAs::Csv { per_row, .. } => Some(*per_row),
+        };
+        let item = match self {
+            RowsAs::Json { dtype, .. } | RowsAs::Csv { dtype, .. } => dtype.item_size().unwrap_or(0) as u64,
+            RowsAs::Bytes { .. } => 1,
+        };
+        if let Some(per_row) = per_row
+            && (bytes.len() as u64) != rows.saturating_mul(per_row).saturating_mul(item)
+        {
+            return Err(format!(
+                "{} bytes for {rows} rows of {per_row} elements of {item} bytes",
+                bytes.len()
+            ));
+        }
         let mut out = Vec::with_capacity(bytes.len() * 3);
         match self {
             RowsAs::Bytes { .. } => out.extend_from_slice(bytes),
             RowsAs::Json { dtype, row_shape, .. } => {
                 json::push_fixed_rows(&mut out, dtype, row_shape, bytes, rows as usize, first == 0)
             }
-            RowsAs::Csv { dtype, per_row, cols } => {
-                csv::push_fixed(&mut out, dtype, bytes, first.saturating_mul(*per_row), *cols)
-            }
+            RowsAs::Csv {
+                dtype, per_row, cols, ..
+            } => csv::push_fixed(&mut out, dtype, bytes, first.saturating_mul(*per_row), *cols),
         }
-        out
+        Ok(out)
     }
 }
 
@@ -432,11 +459,12 @@ fn band_pieces(
     first: u64,
     rows_as: Arc<RowsAs>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
-    let band = Arc::new(band);
-    let rows = band.rows();
-    let row_bytes = band.row_bytes().max(1);
     if let RowsAs::Bytes { .. } = *rows_as {
-        let per_piece = (PIECE_BYTES / row_bytes).max(1);
+        // Bytes are contiguous whatever the rows: a band of one row of the result is written
+        // out along its own row axis, in small pieces.
+        let band = Arc::new(band);
+        let rows = band.rows();
+        let per_piece = (PIECE_BYTES / band.row_bytes().max(1)).max(1);
         return stream::iter((0..rows).step_by(per_piece as usize))
             .map(move |r| {
                 band.write_rows(r..(r + per_piece).min(rows))
@@ -445,6 +473,15 @@ fn band_pieces(
             })
             .left_stream();
     }
+    // Text is written in rows of the result: along the selection's row axis, whatever the
+    // band's own shape.
+    let axis = match &*rows_as {
+        RowsAs::Json { axis, .. } | RowsAs::Csv { axis, .. } => *axis,
+        RowsAs::Bytes { .. } => 0,
+    };
+    let band = Arc::new(band.along(axis));
+    let rows = band.rows();
+    let row_bytes = band.row_bytes().max(1);
     let per_piece = (TEXT_PIECE_ELEMENTS / (row_bytes / band.item().max(1) as u64).max(1)).max(1);
     stream::iter((0..rows).step_by(per_piece as usize))
         .map(move |r| {
@@ -452,7 +489,10 @@ fn band_pieces(
             tokio::task::spawn_blocking(move || {
                 let end = (r + per_piece).min(rows);
                 let bytes = band.write_rows(r..end).map_err(broken)?;
-                Ok(Bytes::from(rows_as.text(&bytes, end - r, first + r)))
+                rows_as
+                    .text(&bytes, end - r, first + r)
+                    .map(Bytes::from)
+                    .map_err(broken)
             })
         })
         .buffered(2)
@@ -565,7 +605,7 @@ mod tests {
                     for r in (0..rows).step_by(cut) {
                         let end = (r + cut).min(rows);
                         let piece = &bytes[r * row_bytes..end * row_bytes];
-                        joined.extend(rows_as.text(piece, (end - r) as u64, r as u64));
+                        joined.extend(rows_as.text(piece, (end - r) as u64, r as u64).unwrap());
                     }
                     joined.extend_from_slice(&tail);
                     assert_eq!(
