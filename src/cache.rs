@@ -80,9 +80,9 @@ where
     got
 }
 
-/// A document rendered from a walked tree, with the tree (to tell whether it is still the one
-/// cached).
-pub type Rendered = (Arc<Tree>, bytes::Bytes);
+/// A document rendered from a walked tree, with that tree (weakly: to tell whether it is still
+/// the one cached, without keeping an evicted tree alive).
+pub type Rendered = (std::sync::Weak<Tree>, bytes::Bytes);
 
 /// A decoded chunk (`None`: the chunk does not exist and reads as fill).
 pub type CachedChunk = Option<Arc<Decoded>>;
@@ -151,8 +151,6 @@ pub struct Caches {
     pub decodes: AtomicU64,
 }
 
-/// Capacity of the hierarchy cache ([`Tree::heap_weight`]).
-const HIERARCHY_BYTES: u64 = 128 << 20;
 /// Capacity of the cache of synthesized consolidated metadata documents.
 const CONSOLIDATED_BYTES: u64 = 64 << 20;
 /// Capacity of the metadata cache ([`ArrayMeta::heap_weight`]): ~25k arrays of 1 KB documents.
@@ -212,7 +210,7 @@ impl Caches {
             .eviction_listener(evictions_listener(metadata_counters.evictions.clone()))
             .build();
         let hierarchies = Cache::builder()
-            .max_capacity(HIERARCHY_BYTES)
+            .max_capacity(config.hierarchy_bytes)
             .weigher(|_: &(Arc<str>, StoreKey), v: &Option<Arc<Tree>>| {
                 weight(v.as_ref().map_or(0, |t| t.heap_weight()))
             })

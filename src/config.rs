@@ -155,6 +155,10 @@ pub struct CacheConfig {
     pub chunk_bytes: u64,
     /// Capacity of the shard-index cache in bytes.
     pub shard_index_bytes: u64,
+    /// Capacity of the cache of walked hierarchies (for ZOM and consolidated metadata), weighed
+    /// at 1 KiB a node plus four times its documents' JSON. A hierarchy heavier than this is
+    /// walked again for every request that needs it.
+    pub hierarchy_bytes: u64,
     /// Seconds a cached chunk, shard index or metadata document may be served without looking
     /// at the store again: the bound on serving changed data.
     pub ttl_seconds: u64,
@@ -165,6 +169,7 @@ impl Default for CacheConfig {
         Self {
             chunk_bytes: 512 << 20,
             shard_index_bytes: 64 << 20,
+            hierarchy_bytes: 256 << 20,
             ttl_seconds: 60,
         }
     }
@@ -510,6 +515,7 @@ mod tests {
         assert_eq!(c.limits.max_slice_bytes, 268_435_456);
         assert_eq!(c.cache.chunk_bytes, 536_870_912);
         assert_eq!(c.cache.shard_index_bytes, 67_108_864);
+        assert_eq!(c.cache.hierarchy_bytes, 268_435_456);
         assert_eq!(c.server.blocking_threads, 64);
     }
 

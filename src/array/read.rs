@@ -59,6 +59,7 @@ impl ReadError {
     fn codec(key: &StoreKey, e: CodecError) -> Self {
         match e {
             CodecError::Unsupported(m) => ReadError::Unsupported(m),
+            CodecError::OverLimit(m) => ReadError::TooLarge(format!("a chunk of '{key}': {m}")),
             other => ReadError::Corrupt {
                 key: key.to_string(),
                 message: other.to_string(),
@@ -1177,6 +1178,20 @@ mod tests {
                 .map(|&(start, step, count)| DimSelection::Slice { start, step, count })
                 .collect(),
         )
+    }
+
+    #[test]
+    fn limits_are_413_and_corruption_500() {
+        use crate::error::ApiError;
+        let key = StoreKey::new("a/c/0").unwrap();
+        let over = ReadError::codec(&key, CodecError::OverLimit("vlen-utf8: too many".into()));
+        let api: ApiError = over.into();
+        assert!(
+            matches!(&api, ApiError::TooLarge(m) if m.contains("a/c/0") && m.contains("too many")),
+            "{api:?}"
+        );
+        let bomb: ApiError = ReadError::codec(&key, CodecError::TooLarge { limit: 10 }).into();
+        assert!(matches!(bomb, ApiError::CorruptData { .. }), "{bomb:?}");
     }
 
     #[test]

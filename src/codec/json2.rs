@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use super::CodecError;
-use crate::zarr::elements::Elements;
+use crate::zarr::elements::{Content, Elements};
 
 /// Quotes the bare non-finite literals Python's json module writes, leaving strings alone.
 fn quote_non_finite(text: &str) -> String {
@@ -48,15 +48,19 @@ fn quote_non_finite(text: &str) -> String {
     out
 }
 
-/// Decodes a json2 chunk of `expected` items, up to `limit` bytes decoded. A parsed value
-/// takes up to `size_of::<Value>()` bytes for each two bytes of text (`[]`, `0,`), so the
-/// text is refused above the limit divided by that.
+/// Text a json2 chunk may hold, for a decoded `limit`: parsed, a value takes up to
+/// `size_of::<Value>()` bytes for every two bytes of text (`[]`, `0,`), ~40x, and about 10x
+/// for ordinary numbers and strings. An eighth of the limit bounds the worst case at ~5x the
+/// limit while parsing; what was parsed is then held to the limit itself.
+const TEXT_SHARE: usize = 8;
+
+/// Decodes a json2 chunk of `expected` items, up to `limit` bytes decoded.
 pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
-    let per_byte = std::mem::size_of::<Value>() / 2 + 1;
-    if input.len().saturating_mul(per_byte) > limit {
-        return Err(CodecError::Corrupt(format!(
-            "json2: {} bytes of text can parse to more than the limit of {limit} bytes",
-            input.len()
+    if input.len() > limit / TEXT_SHARE {
+        return Err(CodecError::OverLimit(format!(
+            "json2: {} bytes of text are more than the {} this server parses for one chunk",
+            input.len(),
+            limit / TEXT_SHARE
         )));
     }
     let text = std::str::from_utf8(input).map_err(|_| CodecError::Corrupt("json2: not UTF-8".into()))?;
@@ -89,6 +93,15 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
     if items.len() != expected {
         return Err(CodecError::Corrupt(format!(
             "json2: {} items where the chunk holds {expected}",
+            items.len()
+        )));
+    }
+    let held = items.iter().fold(0usize, |n, v| {
+        n.saturating_add(std::mem::size_of::<Value>() + v.content())
+    });
+    if held > limit {
+        return Err(CodecError::OverLimit(format!(
+            "json2: {} items take {held} bytes parsed, more than the limit of {limit}",
             items.len()
         )));
     }
@@ -129,21 +142,14 @@ mod tests {
         assert!(decode(br#"{"a": 1}"#, 1, 1 << 20).is_err());
         assert!(decode(b"[1,2", 1, 1 << 20).is_err());
         assert!(decode(br#"["a\"NaN",1,"|O",[2]]"#, 2, 1 << 20).is_ok());
-        // Two bytes of text can be a whole value: the text is bounded by the limit over that.
-        let many = format!("[{}\"|O\",[20000]]", "[],".repeat(20000));
-        let per_byte = std::mem::size_of::<Value>() / 2 + 1;
-        assert!(decode(many.as_bytes(), 20000, many.len() * per_byte).is_ok());
-        let err = decode(many.as_bytes(), 20000, many.len() * per_byte - 1)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("can parse to more than the limit"), "{err}");
-        // Two bytes of text can be a whole value: the text is bounded by the limit over that.
-        let many = format!("[{}\"|O\",[20000]]", "[],".repeat(20000));
-        let per_byte = std::mem::size_of::<Value>() / 2 + 1;
-        assert!(decode(many.as_bytes(), 20000, many.len() * per_byte).is_ok());
-        let err = decode(many.as_bytes(), 20000, many.len() * per_byte - 1)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("can parse to more than the limit"), "{err}");
+        // Text up to an eighth of the limit is parsed; what it parses to is held to the limit.
+        let many = format!("[{}\"|O\",[20000]]", "[1],".repeat(20000));
+        let err = decode(many.as_bytes(), 20000, many.len() * 8 - 8).unwrap_err();
+        assert!(matches!(err, CodecError::OverLimit(_)), "{err}");
+        assert!(err.to_string().contains("more than the"), "{err}");
+        let held = 20000 * (2 * std::mem::size_of::<Value>());
+        let err = decode(many.as_bytes(), 20000, held - 1).unwrap_err();
+        assert!(err.to_string().contains("bytes parsed, more than the limit"), "{err}");
+        assert!(decode(many.as_bytes(), 20000, held).is_ok());
     }
 }

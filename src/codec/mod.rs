@@ -22,6 +22,10 @@ pub enum CodecError {
         /// The limit that was hit.
         limit: usize,
     },
+    /// Well-formed variable-length elements that take more memory decoded than this server
+    /// gives one chunk (a limit, not corruption: 413 for the request).
+    #[error("{0}")]
+    OverLimit(String),
     /// A codec or option this server cannot decode.
     #[error("unsupported: {0}")]
     Unsupported(String),

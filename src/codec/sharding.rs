@@ -234,7 +234,9 @@ impl ShardingCodec {
                     .map_err(|e| CodecError::Corrupt(e.to_string()))?;
                 held = held.saturating_add(content as u64);
                 if held > limit as u64 {
-                    return Err(CodecError::TooLarge { limit });
+                    return Err(CodecError::OverLimit(format!(
+                        "the shard's variable-length elements take more than the limit of {limit} bytes"
+                    )));
                 }
             }
             // Next inner chunk coordinates, C order.

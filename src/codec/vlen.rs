@@ -52,7 +52,7 @@ pub(crate) const ELEMENT_BYTES: usize = 24;
 pub(crate) fn check_decoded(codec: &str, n: usize, content: usize, limit: usize) -> Result<(), CodecError> {
     let size = n.saturating_mul(ELEMENT_BYTES).saturating_add(content);
     if size > limit {
-        return Err(CodecError::Corrupt(format!(
+        return Err(CodecError::OverLimit(format!(
             "{codec}: {n} elements of {content} bytes decode to more than the limit of {limit} bytes"
         )));
     }

@@ -60,7 +60,7 @@ async fn rendered(
     let key = (Arc::from(mount.name.as_str()), group.clone(), v3);
     let caches = &state.caches;
     if let Some((from, bytes)) = caches.consolidated.get(&key).await
-        && Arc::ptr_eq(&from, &tree)
+        && std::sync::Weak::ptr_eq(&from, &Arc::downgrade(&tree))
     {
         caches.consolidated_counters.record(false);
         return Ok(bytes);
@@ -82,7 +82,10 @@ async fn rendered(
     } else {
         render()
     };
-    caches.consolidated.insert(key, (tree, bytes.clone())).await;
+    caches
+        .consolidated
+        .insert(key, (Arc::downgrade(&tree), bytes.clone()))
+        .await;
     Ok(bytes)
 }
 
