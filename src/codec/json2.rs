@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use super::CodecError;
-use crate::zarr::elements::{Content, Elements};
+use crate::zarr::elements::{Content, Elements, VALUE_BYTES};
 
 /// Quotes the bare non-finite literals Python's json module writes, leaving strings alone.
 fn quote_non_finite(text: &str) -> String {
@@ -96,9 +96,9 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
             items.len()
         )));
     }
-    let held = items.iter().fold(0usize, |n, v| {
-        n.saturating_add(std::mem::size_of::<Value>() + v.content())
-    });
+    let held = items
+        .iter()
+        .fold(0usize, |n, v| n.saturating_add(VALUE_BYTES + v.content()));
     if held > limit {
         return Err(CodecError::OverLimit(format!(
             "json2: {} items take {held} bytes parsed, more than the limit of {limit}",

@@ -3,7 +3,7 @@
 //! Spec: <https://numcodecs.readthedocs.io/en/stable/other/vlen.html>
 
 use super::CodecError;
-use crate::zarr::elements::Elements;
+use crate::zarr::elements::{ELEMENT_BYTES, Elements};
 
 fn u32_at(input: &[u8], pos: usize) -> Result<usize, CodecError> {
     input
@@ -41,10 +41,6 @@ fn items(input: &[u8], expected: usize) -> Result<Vec<&[u8]>, CodecError> {
     }
     Ok(out)
 }
-
-/// Bytes an element of variable length takes decoded besides its content (a `String` or
-/// `Vec<u8>` and its `Option`).
-pub(crate) const ELEMENT_BYTES: usize = 24;
 
 /// Refuses a chunk whose `n` variable-length elements, holding `content` bytes in all, would
 /// take more than `limit` bytes decoded: as for every other decoded chunk, the limit bounds

@@ -40,8 +40,8 @@ impl Elements {
     pub fn filled_size(fill: &FillValue, n: u64) -> u64 {
         let each = match fill {
             FillValue::Fixed(one) => one.len(),
-            FillValue::String(s) => std::mem::size_of::<Option<String>>() + s.as_ref().map_or(0, String::len),
-            FillValue::Bytes(b) => std::mem::size_of::<Option<Vec<u8>>>() + b.as_ref().map_or(0, Vec::len),
+            FillValue::String(s) => ELEMENT_BYTES + s.content(),
+            FillValue::Bytes(b) => ELEMENT_BYTES + b.content(),
             FillValue::Object(v) => std::mem::size_of::<serde_json::Value>() + v.to_string().len(),
         };
         n.saturating_mul(each as u64)
@@ -61,8 +61,8 @@ impl Elements {
     pub fn heap_size(&self) -> usize {
         match self {
             Elements::Fixed(b) => b.capacity(),
-            Elements::Strings(v) => v.iter().map(|s| 24 + s.as_ref().map_or(0, String::len)).sum(),
-            Elements::Bytes(v) => v.iter().map(|s| 24 + s.as_ref().map_or(0, Vec::len)).sum(),
+            Elements::Strings(v) => v.iter().map(|s| ELEMENT_BYTES + s.content()).sum(),
+            Elements::Bytes(v) => v.iter().map(|s| ELEMENT_BYTES + s.content()).sum(),
             Elements::Objects(v) => v.iter().map(|o| 32 + o.to_string().len()).sum(),
         }
     }
@@ -202,7 +202,11 @@ impl Content for Value {
 }
 
 /// Bytes of one `Value` besides what it holds.
-const VALUE_BYTES: usize = std::mem::size_of::<Value>();
+pub const VALUE_BYTES: usize = std::mem::size_of::<Value>();
+
+/// Bytes a variable-length string or byte string takes besides its content (its
+/// `Option<String>` or `Option<Vec<u8>>`: 24).
+pub const ELEMENT_BYTES: usize = std::mem::size_of::<Option<String>>();
 
 /// Copies a strided block of `src` into `dst`; returns the heap bytes of what it copied.
 fn copy_vec<T: Clone + Content>(src: &[T], dst: &mut [T], copy: &BlockCopy) -> usize {
