@@ -44,44 +44,41 @@ pub fn columns(shape: &[u64]) -> u64 {
     }
 }
 
+/// What follows the `index`-th value of a result of `cols` values a line: a comma, or at the
+/// end of its line a line break.
+fn push_separator(out: &mut Vec<u8>, index: u64, cols: u64) {
+    out.push(if (index + 1) % cols.max(1) == 0 { b'\n' } else { b',' });
+}
+
 /// Appends fixed-size elements (C-order little-endian `bytes`), the first of them the
-/// `first`-th of the result, each followed by a comma or, at the end of its line of `cols`, a
-/// line break. A result streamed in pieces is the one [`encode`] writes whole.
+/// `first`-th of the result, each followed by its separator. A result streamed in pieces is
+/// the one [`encode`] writes whole.
 pub fn push_fixed(out: &mut Vec<u8>, dtype: &DType, bytes: &[u8], first: u64, cols: u64) {
     let item = dtype.item_size().unwrap_or(0).max(1);
-    let cols = cols.max(1);
-    let mut col = first % cols;
-    for b in bytes.chunks_exact(item) {
+    for (k, b) in bytes.chunks_exact(item).enumerate() {
         push_scalar(out, dtype, b, Text::Csv);
-        col += 1;
-        if col == cols {
-            out.push(b'\n');
-            col = 0;
-        } else {
-            out.push(b',');
-        }
+        push_separator(out, first + k as u64, cols);
     }
 }
 
 /// Encodes a region as CSV.
 pub fn encode(region: &Region) -> Result<Vec<u8>, FormatError> {
     check(&region.shape, &region.dtype)?;
-    let cols = columns(&region.shape) as usize;
+    let cols = columns(&region.shape);
     let n = region.shape.iter().product::<u64>() as usize;
     let mut out = Vec::with_capacity(n * 8);
-    let line_end = |out: &mut Vec<u8>, i: usize| out.push(if (i + 1) % cols.max(1) == 0 { b'\n' } else { b',' });
     match &region.elements {
-        Elements::Fixed(b) => push_fixed(&mut out, &region.dtype, b, 0, cols as u64),
+        Elements::Fixed(b) => push_fixed(&mut out, &region.dtype, b, 0, cols),
         Elements::Strings(v) => {
             for (i, s) in v.iter().enumerate().take(n) {
                 push_field(&mut out, s.as_deref().unwrap_or(""));
-                line_end(&mut out, i);
+                push_separator(&mut out, i as u64, cols);
             }
         }
         Elements::Bytes(v) => {
             for (i, b) in v.iter().enumerate().take(n) {
                 out.extend_from_slice(BASE64.encode(b.as_deref().unwrap_or(&[])).as_bytes());
-                line_end(&mut out, i);
+                push_separator(&mut out, i as u64, cols);
             }
         }
         Elements::Objects(_) => {
