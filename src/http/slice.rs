@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Uri, header};
 use axum::response::Response;
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
 use serde::Deserialize;
 
@@ -112,7 +113,8 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     // JSON writes a structured element's field names with every element: they count too.
     let names = field_name_bytes(&meta.dtype);
     if format == Format::Json && names > 0 {
-        let text = sel.len().saturating_mul(names.saturating_add(asked / sel.len().max(1)));
+        let item = meta.dtype.item_size().unwrap_or(0) as u64;
+        let text = sel.len().saturating_mul(names.saturating_add(item));
         if text > limit {
             return Err(ApiError::TooLarge(format!(
                 "as json the selection holds {} with its field names ({names} bytes an element); the limit is {limit} bytes",
@@ -122,7 +124,7 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     }
     // An image is four bytes a pixel before compression, whatever the data's type, and its
     // compressed bytes can be as many.
-    let pixels = sel.shape().iter().fold(1u64, |n, &d| n.saturating_mul(d));
+    let pixels = sel.len();
     if format == Format::Png && pixels.saturating_mul(4) > limit {
         return Err(ApiError::TooLarge(format!(
             "as png the selection is {pixels} pixels of 4 bytes, {}; the limit is {limit} bytes",
@@ -140,15 +142,9 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     }
 
     // Chunks, and the inner chunks of shards, each decoded (and planned, and cached) apart.
-    let touched = |unit: &[u64]| {
-        sel.0
-            .iter()
-            .zip(unit)
-            .fold(1u64, |n, (d, &c)| n.saturating_mul(cells_touched(*d, c)))
-    };
     let max_chunks = state.config.limits.max_chunks_per_slice;
     for (unit, what) in [(&meta.chunk_shape[..], "chunks"), (unit_shape(&meta), "inner chunks")] {
-        let n = touched(unit);
+        let n = units_touched(&sel, unit, None);
         if n > max_chunks {
             return Err(ApiError::TooLarge(format!(
                 "the selection touches {n} {what}; the limit is {max_chunks}"
@@ -279,12 +275,18 @@ fn unit_row_bytes(meta: &ArrayMeta, sel: &Selection, axis: usize) -> u64 {
     let unit = unit_shape(meta);
     let item = meta.dtype.item_size().unwrap_or(1) as u64;
     let unit_bytes = unit.iter().fold(item, |n, &c| n.saturating_mul(c));
+    unit_bytes.saturating_mul(units_touched(sel, unit, Some(axis)))
+}
+
+/// Units of `unit` shape (chunks, or inner chunks) that `sel` touches, in all dimensions but
+/// `except`; saturating.
+fn units_touched(sel: &Selection, unit: &[u64], except: Option<usize>) -> u64 {
     sel.0
         .iter()
         .zip(unit)
         .enumerate()
-        .filter(|&(d, _)| d != axis)
-        .fold(unit_bytes, |n, (_, (s, &c))| n.saturating_mul(cells_touched(*s, c)))
+        .filter(|&(d, _)| Some(d) != except)
+        .fold(1u64, |n, (_, (s, &c))| n.saturating_mul(cells_touched(*s, c)))
 }
 
 /// Splits a selection into bands of whole rows of decode units (chunks, or inner chunks of
@@ -338,23 +340,28 @@ fn bands(meta: &ArrayMeta, sel: &Selection) -> (Vec<(u64, Selection)>, u64) {
 enum RowsAs {
     /// Their bytes (bin; npy after its header).
     Bytes { npy: bool },
-    /// JSON lists of `row_shape`, inside `outer` lists of one element (the leading dimensions
-    /// of length 1 before the row axis).
-    Json {
-        dtype: DType,
-        outer: usize,
-        row_shape: Vec<u64>,
-        /// The selection's row axis (of its full shape).
-        axis: usize,
-    },
-    /// CSV values, `per_row` elements a row and `cols` a line.
-    Csv {
-        dtype: DType,
-        per_row: u64,
-        cols: u64,
-        /// The selection's row axis (of its full shape).
-        axis: usize,
-    },
+    /// Text (JSON, CSV).
+    Text(Arc<TextRows>),
+}
+
+/// Rows of a streamed text response: rows of the result along the selection's row `axis` (of
+/// its full shape), each of `row_shape`.
+#[derive(Debug)]
+struct TextRows {
+    dtype: DType,
+    axis: usize,
+    row_shape: Vec<u64>,
+    form: TextForm,
+}
+
+/// The text a row is written as.
+#[derive(Debug)]
+enum TextForm {
+    /// JSON lists, inside `outer` lists of one element (the leading dimensions of length 1
+    /// before the row axis).
+    Json { outer: usize },
+    /// CSV values, `cols` a line.
+    Csv { cols: u64 },
 }
 
 impl RowsAs {
@@ -371,74 +378,73 @@ impl RowsAs {
             .filter(|d| matches!(d, DimSelection::Slice { .. }))
             .count();
         let shape = sel.shape();
-        let row_shape = shape.get(outer + 1..).unwrap_or_default().to_vec();
-        let dtype = meta.dtype.clone();
-        Ok(Some(match format {
-            Format::Bin => RowsAs::Bytes { npy: false },
-            Format::Npy => RowsAs::Bytes { npy: true },
-            Format::Json => RowsAs::Json {
-                dtype,
-                outer,
-                row_shape,
-                axis,
-            },
+        let form = match format {
+            Format::Bin => return Ok(Some(RowsAs::Bytes { npy: false })),
+            Format::Npy => return Ok(Some(RowsAs::Bytes { npy: true })),
+            Format::Png => return Ok(None),
+            Format::Json => TextForm::Json { outer },
             Format::Csv => {
-                csv::check(&shape, &dtype)?;
-                RowsAs::Csv {
-                    dtype,
-                    per_row: row_shape.iter().product(),
+                csv::check(&shape, &meta.dtype)?;
+                TextForm::Csv {
                     cols: csv::columns(&shape),
-                    axis,
                 }
             }
-            Format::Png => return Ok(None),
-        }))
+        };
+        Ok(Some(RowsAs::Text(Arc::new(TextRows {
+            dtype: meta.dtype.clone(),
+            axis,
+            row_shape: shape.get(outer + 1..).unwrap_or_default().to_vec(),
+            form,
+        }))))
     }
 
     /// What comes before the rows, and after them.
     fn frame(&self, meta: &ArrayMeta, sel: &Selection) -> (Bytes, Bytes) {
         match self {
             RowsAs::Bytes { npy: true } => (Bytes::from(bin::npy_header(&meta.dtype, &sel.shape())), Bytes::new()),
-            RowsAs::Bytes { npy: false } | RowsAs::Csv { .. } => (Bytes::new(), Bytes::new()),
-            RowsAs::Json { dtype, outer, .. } => {
-                let mut head = Vec::new();
-                json::push_head(&mut head, &sel.shape(), dtype);
-                head.extend(std::iter::repeat_n(b'[', outer + 1));
-                let mut tail = vec![b']'; outer + 1];
-                tail.push(b'}');
-                (Bytes::from(head), Bytes::from(tail))
-            }
+            RowsAs::Bytes { npy: false } => (Bytes::new(), Bytes::new()),
+            RowsAs::Text(t) => match t.form {
+                TextForm::Json { outer } => {
+                    let mut head = Vec::new();
+                    json::push_head(&mut head, &sel.shape(), &t.dtype);
+                    head.extend(std::iter::repeat_n(b'[', outer + 1));
+                    let mut tail = vec![b']'; outer + 1];
+                    tail.push(b'}');
+                    (Bytes::from(head), Bytes::from(tail))
+                }
+                TextForm::Csv { .. } => (Bytes::new(), Bytes::new()),
+            },
         }
     }
 
+    /// The body of a loaded band whose first row is row `first` of the result.
+    fn pieces(&self, band: LoadedRegion, first: u64) -> BoxStream<'static, Result<Bytes, std::io::Error>> {
+        match self {
+            RowsAs::Bytes { .. } => byte_pieces(band).boxed(),
+            RowsAs::Text(t) => text_pieces(band, first, t.clone()).boxed(),
+        }
+    }
+}
+
+impl TextRows {
     /// The text of `rows` rows of bytes whose first is row `first` of the result.
     fn text(&self, bytes: &[u8], rows: u64, first: u64) -> Result<Vec<u8>, String> {
-        let per_row = match self {
-            RowsAs::Bytes { .. } => None,
-            RowsAs::Json { row_shape, .. } => Some(row_shape.iter().product::<u64>()),
-            RowsAs::Csv { per_row, .. } => Some(*per_row),
-        };
-        let item = match self {
-            RowsAs::Json { dtype, .. } | RowsAs::Csv { dtype, .. } => dtype.item_size().unwrap_or(0) as u64,
-            RowsAs::Bytes { .. } => 1,
-        };
-        if let Some(per_row) = per_row
-            && (bytes.len() as u64) != rows.saturating_mul(per_row).saturating_mul(item)
-        {
+        let per_row = self.row_shape.iter().product::<u64>();
+        let item = self.dtype.item_size().unwrap_or(0) as u64;
+        if (bytes.len() as u64) != rows.saturating_mul(per_row).saturating_mul(item) {
             return Err(format!(
                 "{} bytes for {rows} rows of {per_row} elements of {item} bytes",
                 bytes.len()
             ));
         }
         let mut out = Vec::with_capacity(bytes.len() * 3);
-        match self {
-            RowsAs::Bytes { .. } => out.extend_from_slice(bytes),
-            RowsAs::Json { dtype, row_shape, .. } => {
-                json::push_fixed_rows(&mut out, dtype, row_shape, bytes, rows as usize, first == 0)
+        match self.form {
+            TextForm::Json { .. } => {
+                json::push_fixed_rows(&mut out, &self.dtype, &self.row_shape, bytes, rows as usize, first == 0)
             }
-            RowsAs::Csv {
-                dtype, per_row, cols, ..
-            } => csv::push_fixed(&mut out, dtype, bytes, first.saturating_mul(*per_row), *cols),
+            TextForm::Csv { cols } => {
+                csv::push_fixed(&mut out, &self.dtype, bytes, first.saturating_mul(per_row), cols)
+            }
         }
         Ok(out)
     }
@@ -450,54 +456,43 @@ fn broken(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other("read failed")
 }
 
-/// The body of a loaded band whose first row is row `first` of the result: its bytes in
-/// buffers of about [`PIECE_BYTES`] (whole rows each), copied out as they are sent; or their
-/// text, encoded on the blocking pool [`TEXT_PIECE_ELEMENTS`] at a time, the next piece while
-/// one is sent.
-fn band_pieces(
+/// The bytes of a loaded band in buffers of about [`PIECE_BYTES`] (whole rows each), copied
+/// out as they are sent. Bytes are contiguous whatever the rows: a band of one row of the
+/// result is written out along its own row axis, in small pieces.
+fn byte_pieces(band: LoadedRegion) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
+    let band = Arc::new(band);
+    let rows = band.rows();
+    let per_piece = (PIECE_BYTES / band.row_bytes().max(1)).max(1);
+    stream::iter((0..rows).step_by(per_piece as usize)).map(move |r| {
+        band.write_rows(r..(r + per_piece).min(rows))
+            .map(Bytes::from)
+            .map_err(broken)
+    })
+}
+
+/// The text of a loaded band whose first row is row `first` of the result, encoded on the
+/// blocking pool [`TEXT_PIECE_ELEMENTS`] at a time (whole rows of the result: along the
+/// selection's row axis, whatever the band's own shape), the next piece while one is sent.
+fn text_pieces(
     band: LoadedRegion,
     first: u64,
-    rows_as: Arc<RowsAs>,
+    text: Arc<TextRows>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
-    if let RowsAs::Bytes { .. } = *rows_as {
-        // Bytes are contiguous whatever the rows: a band of one row of the result is written
-        // out along its own row axis, in small pieces.
-        let band = Arc::new(band);
-        let rows = band.rows();
-        let per_piece = (PIECE_BYTES / band.row_bytes().max(1)).max(1);
-        return stream::iter((0..rows).step_by(per_piece as usize))
-            .map(move |r| {
-                band.write_rows(r..(r + per_piece).min(rows))
-                    .map(Bytes::from)
-                    .map_err(broken)
-            })
-            .left_stream();
-    }
-    // Text is written in rows of the result: along the selection's row axis, whatever the
-    // band's own shape.
-    let axis = match &*rows_as {
-        RowsAs::Json { axis, .. } | RowsAs::Csv { axis, .. } => *axis,
-        RowsAs::Bytes { .. } => 0,
-    };
-    let band = Arc::new(band.along(axis));
+    let band = Arc::new(band.along(text.axis));
     let rows = band.rows();
     let row_bytes = band.row_bytes().max(1);
     let per_piece = (TEXT_PIECE_ELEMENTS / (row_bytes / band.item().max(1) as u64).max(1)).max(1);
     stream::iter((0..rows).step_by(per_piece as usize))
         .map(move |r| {
-            let (band, rows_as) = (band.clone(), rows_as.clone());
+            let (band, text) = (band.clone(), text.clone());
             tokio::task::spawn_blocking(move || {
                 let end = (r + per_piece).min(rows);
                 let bytes = band.write_rows(r..end).map_err(broken)?;
-                rows_as
-                    .text(&bytes, end - r, first + r)
-                    .map(Bytes::from)
-                    .map_err(broken)
+                text.text(&bytes, end - r, first + r).map(Bytes::from).map_err(broken)
             })
         })
         .buffered(2)
         .map(|piece| piece.map_err(broken).and_then(|p| p))
-        .right_stream()
 }
 
 /// Streams a large response band by band. A band's decoded units are loaded by a task of its
@@ -543,12 +538,12 @@ async fn stream_bands(
     let pieces = rows_as.clone();
     let rest = loads
         .map(move |band| match band {
-            Ok((first, band)) => band_pieces(band, first, pieces.clone()).left_stream(),
-            Err(e) => stream::iter([Err(broken(e))]).right_stream(),
+            Ok((first, band)) => pieces.pieces(band, first),
+            Err(e) => stream::iter([Err(broken(e))]).boxed(),
         })
         .flatten();
     let body = stream::iter([Ok::<Bytes, std::io::Error>(head)])
-        .chain(band_pieces(first, first_row, rows_as))
+        .chain(rows_as.pieces(first, first_row))
         .chain(rest)
         .chain(stream::iter([Ok(tail)]));
     response.body(Body::from_stream(body)).map_err(|_| ApiError::Internal)
@@ -600,12 +595,15 @@ mod tests {
                 };
                 let rows_as = RowsAs::of(format, &meta, &sel).unwrap().unwrap();
                 let (head, tail) = rows_as.frame(&meta, &sel);
+                let RowsAs::Text(text_rows) = &rows_as else {
+                    panic!("{format:?} is text")
+                };
                 for cut in 1..=rows {
                     let mut joined = head.to_vec();
                     for r in (0..rows).step_by(cut) {
                         let end = (r + cut).min(rows);
                         let piece = &bytes[r * row_bytes..end * row_bytes];
-                        joined.extend(rows_as.text(piece, (end - r) as u64, r as u64).unwrap());
+                        joined.extend(text_rows.text(piece, (end - r) as u64, r as u64).unwrap());
                     }
                     joined.extend_from_slice(&tail);
                     assert_eq!(
