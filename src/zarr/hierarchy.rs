@@ -390,7 +390,7 @@ impl Tree {
     /// documents (attributes can be megabytes) at a few times their JSON text.
     pub fn heap_weight(&self) -> usize {
         let text = |m: &Map<String, Value>| serde_json::to_string(m).map_or(0, |t| t.len());
-        let own = 1024 + 4 * (text(&self.node.doc) + self.node.attrs.as_ref().map_or(0, text));
+        let own = super::document_weight(text(&self.node.doc) + self.node.attrs.as_ref().map_or(0, text));
         self.members
             .values()
             .fold(own, |n, t| n.saturating_add(t.heap_weight()))

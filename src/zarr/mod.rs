@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 use crate::codec::chain::CodecChain;
 use crate::store::{Store, StoreError, StoreKey};
 use dtype::DType;
+use elements::Content;
 use fill::FillValue;
 
 /// Errors in metadata documents.
@@ -123,14 +124,19 @@ impl ArrayMeta {
     pub fn heap_weight(&self) -> usize {
         let fill = match &self.fill {
             FillValue::Fixed(b) => b.len(),
-            FillValue::String(s) => s.as_ref().map_or(0, String::len),
-            FillValue::Bytes(b) => b.as_ref().map_or(0, Vec::len),
+            FillValue::String(s) => s.content(),
+            FillValue::Bytes(b) => b.content(),
             FillValue::Object(v) => v.to_string().len(),
         };
-        1024usize
-            .saturating_add(self.doc_bytes.saturating_mul(4))
-            .saturating_add(fill)
+        document_weight(self.doc_bytes).saturating_add(fill)
     }
+}
+
+/// About the bytes a node's parsed metadata holds in memory, from the length of its JSON text:
+/// 1 KiB besides, and the parsed values at four times their text (what the metadata and
+/// hierarchy caches weigh).
+pub fn document_weight(text_bytes: usize) -> usize {
+    1024usize.saturating_add(text_bytes.saturating_mul(4))
 }
 
 fn field<'a>(doc: &'a Value, name: &str) -> Result<&'a Value, MetaError> {
