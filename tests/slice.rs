@@ -462,6 +462,13 @@ async fn json_counts_the_field_names_it_writes_with_every_element() {
     assert_eq!(r.json()["data"], json!([{name.as_str(): 0}, {name.as_str(): 0}]));
 }
 
+/// An app serving `mounts` with `limits.max_slice_bytes` set to `max`.
+fn limited_app(mounts: &[(&str, &std::path::Path)], max: u64) -> axum::Router {
+    let mut config = config_with(mounts);
+    config.limits.max_slice_bytes = max;
+    zarrgate::app(zarrgate::AppState::from_config(config).unwrap())
+}
+
 #[tokio::test]
 async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     // An empty selection of a tall array: no element, but JSON would write one `[]` for each of
@@ -497,11 +504,7 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
 
     // Variable-length strings count what they take before reading: 24 bytes each with the
     // empty fill (168 for these 7); then, as each chunk is copied in, their 41 bytes of UTF-8.
-    let limited = |max| {
-        let mut config = config_with(&[("fx", &fixtures())]);
-        config.limits.max_slice_bytes = max;
-        zarrgate::app(zarrgate::AppState::from_config(config).unwrap())
-    };
+    let limited = |max| limited_app(&[("fx", &fixtures())], max);
     let r = get(&limited(160), "/api/v1/slice/fx/v3/vlen_utf8", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
     assert!(
@@ -542,9 +545,7 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     }
     std::fs::create_dir_all(dir.path().join("long/c")).unwrap();
     std::fs::write(dir.path().join("long/c/0"), chunk).unwrap();
-    let mut config = config_with(&[("m", dir.path())]);
-    config.limits.max_slice_bytes = 150;
-    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let app = limited_app(&[("m", dir.path())], 150);
     let r = get(&app, "/api/v1/slice/m/long", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
     assert!(
@@ -556,9 +557,7 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     let r = get(&app, "/api/v1/slice/m/long?select=1", &[]).await;
     assert_eq!(r.json()["data"], json!("y".repeat(100)));
     // Held, they are 248 bytes; widened to fixed width for npy, 2 x 100 x 4 = 800.
-    let mut config = config_with(&[("m", dir.path())]);
-    config.limits.max_slice_bytes = 300;
-    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let app = limited_app(&[("m", dir.path())], 300);
     assert_eq!(get(&app, "/api/v1/slice/m/long", &[]).await.status, 200);
     let r = get(&app, "/api/v1/slice/m/long?format=npy", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
@@ -584,9 +583,7 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
         }
         std::fs::write(dir.path().join(format!("many/c/{k}")), chunk).unwrap();
     }
-    let mut config = config_with(&[("m", dir.path())]);
-    config.limits.max_slice_bytes = 100_000;
-    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let app = limited_app(&[("m", dir.path())], 100_000);
     let r = get(&app, "/api/v1/slice/m/many", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
     let message = r.json()["error"]["message"].as_str().unwrap().to_string();
