@@ -8,6 +8,7 @@
 //! - bodies are streams, so a large object never has to sit in memory.
 
 mod key;
+mod nowait;
 mod object;
 pub mod open;
 pub mod zip;
@@ -23,6 +24,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
 pub use key::{KeyError, StoreKey};
+pub use nowait::Nowait;
 pub use object::{ObjectStoreBackend, open_local};
 
 /// Errors of the storage layer. A missing key is not one of them.
@@ -188,6 +190,18 @@ pub trait BlockingRead: Send + Sync + fmt::Debug {
         range: Option<ByteRange>,
         buf: &mut Vec<u8>,
     ) -> Result<Option<ObjectMeta>, StoreError>;
+
+    /// [`Self::read_into`] on the async worker, when it can be done without waiting (the
+    /// object is in memory and small); otherwise [`Nowait::WouldBlock`] and `buf` is left to
+    /// be replaced. The default never reads.
+    fn read_nowait(
+        &self,
+        _key: &StoreKey,
+        _range: Option<ByteRange>,
+        _buf: &mut Vec<u8>,
+    ) -> Nowait<Result<Option<ObjectMeta>, StoreError>> {
+        Nowait::WouldBlock
+    }
 }
 
 /// A read buffer taken from the spares that goes back to them when dropped (for `Bytes` made
@@ -217,6 +231,20 @@ impl AsRef<[u8]> for SpareBuffer {
 impl Drop for SpareBuffer {
     fn drop(&mut self) {
         crate::buffers::READS.give(std::mem::take(&mut self.0));
+    }
+}
+
+/// [`BlockingRead::read_nowait`] into a spare read buffer that returns to the spares when the
+/// bytes are dropped.
+pub(crate) fn fetch_nowait(
+    reader: &dyn BlockingRead,
+    key: &StoreKey,
+    range: Option<ByteRange>,
+) -> Nowait<Result<Option<(Bytes, ObjectMeta)>, StoreError>> {
+    let mut buf = SpareBuffer(crate::buffers::READS.take_any());
+    match reader.read_nowait(key, range, &mut buf.0) {
+        Nowait::Done(read) => Nowait::Done(read.map(|found| found.map(|meta| (Bytes::from_owner(buf), meta)))),
+        Nowait::WouldBlock => Nowait::WouldBlock,
     }
 }
 
@@ -291,6 +319,9 @@ impl Store {
         range: Option<ByteRange>,
     ) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
         if let Some(reader) = self.0.blocking_reader() {
+            if let Nowait::Done(read) = fetch_nowait(&*reader, key, range) {
+                return read;
+            }
             return read_blocking(reader, key, range).await;
         }
         match self.get(key, range).await? {

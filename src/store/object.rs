@@ -14,6 +14,7 @@ use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectSt
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
+use super::nowait::{self, Nowait};
 use super::{
     Backend, BlockingRead, ByteRange, GetObject, Listing, ObjectMeta, StoreError, StoreKey, body_stream, joined,
     resolve_range,
@@ -51,7 +52,10 @@ pub fn open_local(dir: &FsPath) -> Result<ObjectStoreBackend, String> {
     Ok(ObjectStoreBackend {
         store: Arc::new(fs),
         prefix: Vec::new(),
-        local: Some(Arc::new(LocalFiles { root })),
+        local: Some(Arc::new(LocalFiles {
+            nowait: nowait::Root::open(&root),
+            root,
+        })),
         can_list: true,
         suffix_ranges: true,
     })
@@ -122,7 +126,7 @@ enum LocalFile {
 
 /// Metadata of a local file as the store reports it; the version changes with the inode,
 /// modification time or size.
-fn local_meta(m: &std::fs::Metadata) -> ObjectMeta {
+pub(super) fn local_meta(m: &std::fs::Metadata) -> ObjectMeta {
     #[cfg(unix)]
     let inode = std::os::unix::fs::MetadataExt::ino(m);
     #[cfg(not(unix))]
@@ -193,9 +197,12 @@ fn open_local_range(
     Ok(Some((meta, range, file)))
 }
 
-impl ObjectStoreBackend {
-    async fn local_head(&self, root: PathBuf, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
-        let key = key.clone();
+impl LocalFiles {
+    async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
+        if let Some(Nowait::Done(found)) = self.nowait.as_ref().map(|n| n.open_file(key)) {
+            return Ok(found.map(|(meta, _)| meta));
+        }
+        let (root, key) = (self.root.clone(), key.clone());
         let found = tokio::task::spawn_blocking(move || open_local_file(&root, &key))
             .await
             .map_err(joined)??;
@@ -205,14 +212,17 @@ impl ObjectStoreBackend {
         })
     }
 
-    async fn local_get(
-        &self,
-        root: PathBuf,
-        key: &StoreKey,
-        range: Option<ByteRange>,
-    ) -> Result<Option<GetObject>, StoreError> {
-        let key = key.clone();
-        // Open, check and (for small ranges) read in one trip to the blocking pool.
+    /// Small ranges are read whole: from memory on the worker when they are there, otherwise
+    /// in the blocking call that opens the file. Larger ones stream from the file.
+    async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
+        if let Nowait::Done(read) = super::fetch_nowait(self, key, range) {
+            return Ok(read?.map(|(bytes, meta)| GetObject {
+                range: resolve_range(range, meta.size).unwrap_or(0..0),
+                meta,
+                body: body_stream(futures::stream::iter([Ok::<Bytes, StoreError>(bytes)])),
+            }));
+        }
+        let (root, key) = (self.root.clone(), key.clone());
         let opened = tokio::task::spawn_blocking(move || -> Result<LocalRead, StoreError> {
             let Some((meta, range, mut file)) = open_local_range(&root, &key, range)? else {
                 return Ok(None);
@@ -287,6 +297,8 @@ impl From<std::io::Error> for StoreError {
 #[derive(Debug)]
 struct LocalFiles {
     root: PathBuf,
+    /// The root opened for reads that do not wait, where the platform has them.
+    nowait: Option<nowait::Root>,
 }
 
 impl BlockingRead for LocalFiles {
@@ -317,6 +329,18 @@ impl BlockingRead for LocalFiles {
         }
         Ok(Some(meta))
     }
+
+    fn read_nowait(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        buf: &mut Vec<u8>,
+    ) -> Nowait<Result<Option<ObjectMeta>, StoreError>> {
+        match self.nowait.as_ref().map(|n| n.read(key, range, SMALL_READ, buf)) {
+            Some(Nowait::Done(read)) => Nowait::Done(read.map(|r| r.map(|(meta, _)| meta))),
+            _ => Nowait::WouldBlock,
+        }
+    }
 }
 
 #[async_trait]
@@ -329,8 +353,8 @@ impl Backend for ObjectStoreBackend {
         if key.is_root() {
             return Ok(None);
         }
-        if let Some(root) = self.local_root() {
-            return self.local_head(root.clone(), key).await;
+        if let Some(local) = &self.local {
+            return local.head(key).await;
         }
         match self.store.head(&self.path(key)?).await {
             Ok(m) => Ok(Some(meta_from(&m))),
@@ -343,8 +367,8 @@ impl Backend for ObjectStoreBackend {
         if key.is_root() {
             return Ok(None);
         }
-        if let Some(root) = self.local_root() {
-            return self.local_get(root.clone(), key, range).await;
+        if let Some(local) = &self.local {
+            return local.get(key, range).await;
         }
         let range = match range {
             Some(ByteRange::Suffix(n)) if !self.suffix_ranges => match self.head(key).await? {
