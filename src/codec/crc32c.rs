@@ -8,19 +8,9 @@
 
 use serde_json::Value;
 
-use super::{BytesToBytes, CodecError, config_object, numcodecs_object, optional_str};
-
-/// The checksum length.
-const CHECKSUM_LEN: usize = 4;
-
-/// Where the checksum sits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChecksumLocation {
-    /// Before the data (numcodecs `location: "start"`).
-    Start,
-    /// After the data (v3, and numcodecs' default).
-    End,
-}
+pub use super::checksum32::ChecksumLocation;
+use super::checksum32::verified;
+use super::{BytesToBytes, CodecError, config_object};
 
 /// The CRC32C checksum codec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,12 +23,9 @@ impl Crc32c {
     /// From a numcodecs dict: `{"id": "crc32c", "location": "end"}`; `location` is optional,
     /// `"start"` or `"end"`.
     pub fn from_v2(config: &Value) -> Result<Self, CodecError> {
-        let location = match optional_str("crc32c", numcodecs_object("crc32c", config)?, "location")? {
-            None | Some("end") => ChecksumLocation::End,
-            Some("start") => ChecksumLocation::Start,
-            Some(other) => return Err(CodecError::Config(format!("crc32c: unknown location {other:?}"))),
-        };
-        Ok(Self { location })
+        Ok(Self {
+            location: ChecksumLocation::from_v2("crc32c", config, ChecksumLocation::End)?,
+        })
     }
 
     /// From a v3 configuration, which has no options: absent, `null` or `{}`.
@@ -56,27 +43,7 @@ impl Crc32c {
 
 impl BytesToBytes for Crc32c {
     fn decode(&self, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
-        let split = match self.location {
-            ChecksumLocation::Start => input.split_first_chunk::<CHECKSUM_LEN>().map(|(c, d)| (d, *c)),
-            ChecksumLocation::End => input.split_last_chunk::<CHECKSUM_LEN>().map(|(d, c)| (d, *c)),
-        };
-        let Some((data, stored)) = split else {
-            return Err(CodecError::Corrupt(format!(
-                "crc32c: {} bytes, shorter than the checksum",
-                input.len()
-            )));
-        };
-        if data.len() > limit {
-            return Err(CodecError::TooLarge { limit });
-        }
-        let stored = u32::from_le_bytes(stored);
-        let computed = crc32c::crc32c(data);
-        if stored != computed {
-            return Err(CodecError::Corrupt(format!(
-                "crc32c: stored {stored:#010x}, computed {computed:#010x}"
-            )));
-        }
-        Ok(data.to_vec())
+        verified("crc32c", input, self.location, limit, crc32c::crc32c)
     }
 }
 
