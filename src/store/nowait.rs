@@ -8,12 +8,19 @@
 //! lookup that needs I/O, and read with `preadv2(RWF_NOWAIT)`, which fails rather than wait for
 //! the disk. Whatever would wait, and whatever this path does not decide for certain, is
 //! [`Nowait::WouldBlock`]: the caller then takes the blocking path, which gives the answer for
-//! every case. Only an open file below the root (`RESOLVE_BENEATH`, so no symlink leaves it) or
-//! a name that does not exist is decided here, which the blocking path would decide the same way.
+//! every case. Only an open regular file below the root (`RESOLVE_BENEATH`, so no symlink leaves
+//! it) or a name that does not exist is decided here, as the blocking path would decide it:
+//! - the root is looked up by its path on every read, as the blocking path does, so a root
+//!   directory renamed or replaced while the server runs is never served from its old inode;
+//! - only roots on local disk filesystems take this path (ext4, xfs, btrfs, f2fs, tmpfs,
+//!   overlayfs), and no mount point below the root is crossed (`RESOLVE_NO_XDEV`): opening a file
+//!   on NFS or FUSE talks to a server even when the lookup is cached.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 
 use super::{ByteRange, ObjectMeta, StoreError, StoreKey, resolve_range};
 
@@ -26,31 +33,30 @@ pub enum Nowait<T> {
     WouldBlock,
 }
 
-/// A local root opened once, for reads beneath it that do not wait.
+/// A local root whose files can be read without waiting.
 #[derive(Debug)]
 pub(crate) struct Root {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    dir: File,
+    /// The canonical root path.
+    #[cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
+    path: CString,
     /// Set when the filesystem refuses reads that do not wait, so that none are tried again.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    reads_refused: std::sync::atomic::AtomicBool,
+    #[cfg_attr(not(all(target_os = "linux", target_env = "gnu")), allow(dead_code))]
+    reads_refused: AtomicBool,
 }
 
 /// A read that gave an object's metadata and the range of it that is in the buffer.
 pub(crate) type Read = Option<(ObjectMeta, Range<u64>)>;
 
 impl Root {
-    /// Opens the (canonical) root directory; `None` where reads that do not wait are not
-    /// available.
+    /// For a canonical root directory: `None` where reads that do not wait are not available
+    /// (another platform, a kernel without `openat2` and `RESOLVE_CACHED`, a filesystem that is
+    /// not a local disk).
     pub fn open(root: &Path) -> Option<Self> {
-        imp::open_dir(root)
-    }
-
-    /// Whether reads that do not wait were found unavailable: the kernel has no `openat2` with
-    /// `RESOLVE_CACHED`, or this filesystem refuses `RWF_NOWAIT`.
-    #[cfg(test)]
-    fn refused(&self) -> bool {
-        imp::refused(self)
+        let path = CString::new(root.as_os_str().as_encoded_bytes()).ok()?;
+        imp::usable(&path).then_some(Self {
+            path,
+            reads_refused: AtomicBool::new(false),
+        })
     }
 
     /// Opens `key`, with the metadata of the regular file it names; `Done(None)` when nothing
@@ -78,6 +84,9 @@ impl Root {
         max: u64,
         buf: &mut Vec<u8>,
     ) -> Nowait<Result<Read, StoreError>> {
+        if self.reads_refused.load(std::sync::atomic::Ordering::Relaxed) {
+            return Nowait::WouldBlock;
+        }
         let (meta, file) = match self.open_file(key) {
             Nowait::Done(Some(found)) => found,
             Nowait::Done(None) => return Nowait::Done(Ok(None)),
@@ -107,88 +116,105 @@ impl Root {
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod imp {
-    use std::ffi::CString;
+    use std::ffi::{CStr, CString};
     use std::fs::File;
-    use std::os::fd::{AsRawFd, FromRawFd};
-    use std::os::unix::fs::OpenOptionsExt;
-    use std::path::Path;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+    use std::sync::atomic::Ordering;
 
     use super::{Nowait, Root};
 
-    /// Cleared for the whole process when the kernel (older than 5.12, or a seccomp filter)
-    /// does not offer `openat2` with `RESOLVE_CACHED`.
-    static OPENAT2: AtomicBool = AtomicBool::new(true);
+    /// Filesystems whose opens and metadata never leave the machine.
+    const LOCAL: [libc::c_long; 6] = [
+        libc::EXT4_SUPER_MAGIC, // also ext2 and ext3
+        libc::XFS_SUPER_MAGIC,
+        libc::BTRFS_SUPER_MAGIC,
+        libc::F2FS_SUPER_MAGIC,
+        libc::TMPFS_MAGIC,
+        libc::OVERLAYFS_SUPER_MAGIC,
+    ];
 
-    pub fn open_dir(root: &Path) -> Option<Root> {
-        let dir = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-            .open(root)
-            .ok()?;
-        Some(Root {
-            dir,
-            reads_refused: AtomicBool::new(false),
-        })
-    }
-
-    /// Opens `key` (relative, already checked by [`crate::store::StoreKey`]) below the root,
-    /// following symlinks only where they stay below it, if no lookup has to wait.
-    pub fn open_beneath(root: &Root, key: &str) -> Nowait<Option<File>> {
-        if !OPENAT2.load(Ordering::Relaxed) {
-            return Nowait::WouldBlock;
-        }
-        let Ok(path) = CString::new(key) else {
-            return Nowait::WouldBlock;
-        };
+    /// `openat2(dir, path, flags, resolve)`: the new descriptor, or the error number.
+    fn openat2(dir: RawFd, path: &CStr, flags: libc::c_int, resolve: u64) -> Result<File, i32> {
         // SAFETY: `open_how` is a plain C struct of integers; all zero is its empty value.
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        // Non-blocking, as on the blocking path: opening a FIFO must not wait for a writer.
-        how.flags = (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC) as u64;
-        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_CACHED;
-        // SAFETY: the arguments are a live directory descriptor, a NUL-terminated path and a
-        // pointer to `how` with its size, as openat2(2) takes them; nothing is kept after return.
+        how.flags = (flags | libc::O_CLOEXEC) as u64;
+        how.resolve = resolve;
+        // SAFETY: the arguments are a directory descriptor (or AT_FDCWD), a NUL-terminated path
+        // and a pointer to `how` with its size, as openat2(2) takes them; nothing is kept after
+        // the call returns.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_openat2,
-                root.dir.as_raw_fd(),
+                dir,
                 path.as_ptr(),
                 &raw const how,
                 std::mem::size_of::<libc::open_how>(),
             )
         };
-        if fd >= 0 {
-            let Ok(fd) = i32::try_from(fd) else {
-                return Nowait::WouldBlock;
-            };
-            // SAFETY: openat2 returned a new descriptor that nothing else owns.
-            return Nowait::Done(Some(unsafe { File::from_raw_fd(fd) }));
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
         }
-        match std::io::Error::last_os_error().raw_os_error() {
-            // Nothing by that name (negative lookups are cached too), or a file in the way.
-            Some(libc::ENOENT | libc::ENOTDIR) => Nowait::Done(None),
-            // Too old a kernel, or a filter that forbids the call: never again.
-            Some(libc::ENOSYS | libc::EINVAL | libc::EPERM) => {
-                OPENAT2.store(false, Ordering::Relaxed);
-                Nowait::WouldBlock
-            }
-            // EAGAIN (not cached), EXDEV (a symlink out of the root, or an absolute one, which
-            // may still point inside it), ELOOP, and the rest: the blocking path decides.
-            _ => Nowait::WouldBlock,
+        let fd = RawFd::try_from(fd).map_err(|_| 0)?;
+        // SAFETY: openat2 returned a new descriptor that nothing else owns.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    /// Opens the root directory by its path (a path only, no reading), if the lookup is cached.
+    fn open_root(root: &Root) -> Result<File, i32> {
+        openat2(
+            libc::AT_FDCWD,
+            &root.path,
+            libc::O_PATH | libc::O_DIRECTORY,
+            libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_CACHED,
+        )
+    }
+
+    /// Whether the kernel offers cached lookups and the root is on a local disk filesystem.
+    pub fn usable(path: &CStr) -> bool {
+        let probe = Root {
+            path: CString::from(path),
+            reads_refused: Default::default(),
+        };
+        // Anything but these means the call and its flags exist (EAGAIN: not cached yet).
+        if matches!(open_root(&probe), Err(libc::ENOSYS | libc::EINVAL | libc::EPERM)) {
+            return false;
+        }
+        // SAFETY: `statfs` is a plain C struct that the call fills in.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a pointer to a `statfs` to fill.
+        if unsafe { libc::statfs(path.as_ptr(), &raw mut fs) } != 0 {
+            return false;
+        }
+        LOCAL.contains(&fs.f_type)
+    }
+
+    /// Opens `key` (relative, already checked by [`crate::store::StoreKey`]) below the root,
+    /// following symlinks only where they stay below it and on its filesystem, if no lookup has
+    /// to wait.
+    pub fn open_beneath(root: &Root, key: &str) -> Nowait<Option<File>> {
+        let Ok(path) = CString::new(key) else {
+            return Nowait::WouldBlock;
+        };
+        let Ok(dir) = open_root(root) else {
+            return Nowait::WouldBlock;
+        };
+        // Non-blocking, as on the blocking path: opening a FIFO must not wait for a writer.
+        let resolve =
+            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_CACHED;
+        match openat2(dir.as_raw_fd(), &path, libc::O_RDONLY | libc::O_NONBLOCK, resolve) {
+            Ok(file) => Nowait::Done(Some(file)),
+            // Nothing by that name (a cached negative lookup), or a file in the way.
+            Err(libc::ENOENT | libc::ENOTDIR) => Nowait::Done(None),
+            // EAGAIN (not cached, or a symlink whose access time needs updating), EXDEV (a
+            // symlink out of the root or an absolute one, which may still point inside it, or a
+            // mount point), ELOOP, and the rest: the blocking path decides.
+            Err(_) => Nowait::WouldBlock,
         }
     }
 
     /// Appends `want` bytes of `file` from `offset` to `buf` (which has room for them) as far as
     /// the page cache holds them; `WouldBlock` when a read would wait for the disk.
-    #[cfg(test)]
-    pub fn refused(root: &Root) -> bool {
-        !OPENAT2.load(Ordering::Relaxed) || root.reads_refused.load(Ordering::Relaxed)
-    }
-
     pub fn read_at(root: &Root, file: &File, buf: &mut Vec<u8>, want: usize, offset: u64) -> Nowait<()> {
-        if root.reads_refused.load(Ordering::Relaxed) {
-            return Nowait::WouldBlock;
-        }
         let start = buf.len();
         while buf.len() - start < want {
             let done = buf.len() - start;
@@ -209,6 +235,7 @@ mod imp {
                 // capacity handed to it.
                 Ok(n) => unsafe { buf.set_len(buf.len() + n) },
                 Err(_) => {
+                    // The filesystem (all of it: no mount point is crossed) refuses such reads.
                     if std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
                         root.reads_refused.store(true, Ordering::Relaxed);
                     }
@@ -222,13 +249,13 @@ mod imp {
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 mod imp {
+    use std::ffi::CStr;
     use std::fs::File;
-    use std::path::Path;
 
     use super::{Nowait, Root};
 
-    pub fn open_dir(_: &Path) -> Option<Root> {
-        None
+    pub fn usable(_: &CStr) -> bool {
+        false
     }
 
     pub fn open_beneath(_: &Root, _: &str) -> Nowait<Option<File>> {
@@ -238,15 +265,12 @@ mod imp {
     pub fn read_at(_: &Root, _: &File, _: &mut Vec<u8>, _: usize, _: u64) -> Nowait<()> {
         Nowait::WouldBlock
     }
-
-    #[cfg(test)]
-    pub fn refused(_: &Root) -> bool {
-        true
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::Ordering;
+
     use super::*;
 
     fn key(k: &str) -> StoreKey {
@@ -272,20 +296,26 @@ mod tests {
         }
     }
 
-    #[test]
-    fn files_in_memory_read_as_the_blocking_path_reads_them() {
+    /// A temporary root (canonical) holding `a/b/c` (100,000 bytes) and `empty`, and the root
+    /// for reads that do not wait where this machine has them.
+    fn tree() -> (tempfile::TempDir, std::path::PathBuf, Option<Root>, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let root_path = std::fs::canonicalize(dir.path()).unwrap();
         std::fs::create_dir_all(root_path.join("a/b")).unwrap();
         let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(root_path.join("a/b/c"), &data).unwrap();
         std::fs::write(root_path.join("empty"), b"").unwrap();
+        let root = Root::open(&root_path);
+        (dir, root_path, root, data)
+    }
+
+    /// Where the fast path is available, a regular file just written (in memory) is read by it,
+    /// and equals what the blocking path reads, range by range.
+    #[test]
+    fn files_in_memory_read_as_the_blocking_path_reads_them() {
+        let (_dir, root_path, root, _) = tree();
         #[cfg(unix)]
         std::os::unix::fs::symlink("a/b/c", root_path.join("alias")).unwrap();
-        let root = Root::open(&root_path);
-        if cfg!(all(target_os = "linux", target_env = "gnu")) {
-            assert!(root.is_some(), "the root does not open");
-        }
         let Some(root) = root else { return };
         let file = root_path.join("a/b/c");
         let cases = [
@@ -305,26 +335,19 @@ mod tests {
                         assert_eq!(meta, want_meta);
                         assert_eq!(got, expected.start as u64..expected.end as u64);
                     }
-                    // Only where the kernel or the filesystem refuses reads that do not wait:
-                    // files just written are in memory.
-                    None => assert!(root.refused(), "{name} {range:?} was not read"),
+                    // A symlink may be left to the blocking path (following it can need its
+                    // access time updated); a regular file only where the filesystem refuses
+                    // reads that do not wait.
+                    None => assert!(
+                        name == "alias" || root.reads_refused.load(Ordering::Relaxed),
+                        "{name} {range:?} was not read"
+                    ),
                 }
             }
         }
-        if root.refused() {
+        if root.reads_refused.load(Ordering::Relaxed) {
             return;
         }
-        // Missing names, names under a file and directories are decided here: not found, once
-        // the kernel has looked the name up (a name never looked up is not in its cache).
-        for missing in ["nope", "a/nope", "a", "a/b"] {
-            assert!(!root_path.join(missing).is_file());
-            assert!(
-                matches!(read(&root, missing, None, 1 << 20), Some(Ok(None))),
-                "{missing}"
-            );
-        }
-        // A name under a file may be left to the blocking path, but is never found.
-        assert!(matches!(read(&root, "a/b/c/d", None, 1 << 20), Some(Ok(None)) | None));
         // Unsatisfiable ranges are errors with the size; larger ranges than asked are left.
         assert!(matches!(
             read(&root, "a/b/c", Some(ByteRange::From(100_000)), 1 << 20),
@@ -338,6 +361,51 @@ mod tests {
         assert!(empty.is_empty());
         assert!(read(&root, "a/b/c", None, 99_999).is_none());
         assert!(read(&root, "a/b/c", Some(ByteRange::Suffix(99_999)), 99_999).is_some());
+    }
+
+    /// Directories are decided here (no regular file); names that do not exist are decided
+    /// here or left (a filesystem may not cache failed lookups), never found.
+    #[test]
+    fn what_is_no_regular_file_is_not_found() {
+        let (_dir, root_path, root, _) = tree();
+        let Some(root) = root else { return };
+        for dir in ["a", "a/b"] {
+            assert!(root_path.join(dir).is_dir());
+            assert!(matches!(root.open_file(&key(dir)), Nowait::Done(None)), "{dir}");
+        }
+        for missing in ["nope", "a/nope", "a/b/c/d"] {
+            assert!(!root_path.join(missing).exists());
+            assert!(
+                matches!(root.open_file(&key(missing)), Nowait::Done(None) | Nowait::WouldBlock),
+                "{missing}"
+            );
+        }
+    }
+
+    /// A root directory replaced while the server runs: its new files are read, not the old
+    /// directory's (the root is looked up by its path, as the blocking path does).
+    #[test]
+    fn a_replaced_root_is_read_anew() {
+        let (_dir, root_path, root, data) = tree();
+        let Some(root) = root else { return };
+        let first = read(&root, "a/b/c", None, 1 << 20);
+        let name = root_path.file_name().unwrap().to_string_lossy().into_owned();
+        let old = root_path.with_file_name(format!("{name}-old"));
+        std::fs::rename(&root_path, &old).unwrap();
+        std::fs::create_dir_all(root_path.join("a/b")).unwrap();
+        std::fs::write(root_path.join("a/b/c"), b"new").unwrap();
+        match first {
+            Some(found) => assert_eq!(found.unwrap().unwrap().0, data),
+            None => assert!(!expected(), "the first file was not read"),
+        }
+        match read(&root, "a/b/c", None, 1 << 20) {
+            Some(found) => assert_eq!(found.unwrap().unwrap().0, b"new"),
+            None => assert!(!expected(), "the new file was not read"),
+        }
+        std::fs::remove_dir_all(&root_path).unwrap();
+        std::fs::create_dir_all(&root_path).unwrap();
+        assert!(matches!(read(&root, "a/b/c", None, 1 << 20), Some(Ok(None)) | None));
+        std::fs::remove_dir_all(&old).unwrap();
     }
 
     /// A symlink out of the root, or an absolute one, is never followed here: the blocking path
@@ -371,6 +439,22 @@ mod tests {
                 "{name} was decided without the blocking path"
             );
             assert!(matches!(root.open_file(&key(name)), Nowait::WouldBlock), "{name}");
+        }
+    }
+
+    /// Whether this machine is known to have the fast path (`.ci/run` sets
+    /// `ZARRGATE_EXPECT_NOWAIT`: Linux 6 and ext4), so that the tests above cannot all skip.
+    fn expected() -> bool {
+        std::env::var_os("ZARRGATE_EXPECT_NOWAIT").is_some()
+    }
+
+    #[test]
+    fn the_fast_path_is_available_where_expected() {
+        let (_dir, _, root, _) = tree();
+        if expected() {
+            let root = root.expect("reads that do not wait are not available here");
+            assert!(read(&root, "a/b/c", None, 1 << 20).is_some());
+            assert!(!root.reads_refused.load(Ordering::Relaxed));
         }
     }
 }
