@@ -486,3 +486,114 @@ proptest! {
         }
     }
 }
+
+/// A store whose first `lies` reads report another version of the object than its HEAD did
+/// (the object replaced between the two).
+#[derive(Debug)]
+struct ReplacedBetween {
+    inner: zarrgate::store::Store,
+    lies: std::sync::atomic::AtomicUsize,
+    gets: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl zarrgate::store::Backend for ReplacedBetween {
+    async fn head(
+        &self,
+        key: &zarrgate::store::StoreKey,
+    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
+        self.inner.head(key).await
+    }
+    async fn get(
+        &self,
+        key: &zarrgate::store::StoreKey,
+        range: Option<zarrgate::store::ByteRange>,
+    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
+        use std::sync::atomic::Ordering;
+        self.gets.fetch_add(1, Ordering::SeqCst);
+        let mut object = self.inner.get(key, range).await?;
+        let lie = self
+            .lies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if let Some(o) = object.as_mut().filter(|_| lie) {
+            o.meta.version = Some("replaced".into());
+        }
+        Ok(object)
+    }
+    async fn list(
+        &self,
+        prefix: &zarrgate::store::StoreKey,
+    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+}
+
+/// Headers and bytes come from the same object: when the object is replaced between the read
+/// of its validators and the read of its bytes, the request is served anew (once), and a store
+/// that keeps changing is a 502, never old headers over new bytes.
+#[tokio::test]
+async fn an_object_replaced_while_served_is_served_anew() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let file = fixtures().join("v3/crc32c_i4/zarr.json");
+    let want = std::fs::read(&file).unwrap();
+    for (lies, status) in [(1, 200), (2, 502)] {
+        let store = std::sync::Arc::new(ReplacedBetween {
+            inner: zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap()),
+            lies: AtomicUsize::new(lies),
+            gets: AtomicUsize::new(0),
+        });
+        let mount = zarrgate::state::Mount {
+            name: "m".into(),
+            kind: "local",
+            url: "m".into(),
+            consolidated: false,
+            store: zarrgate::store::Store::new(ArcBackend(store.clone())),
+            tokens: Vec::new(),
+        };
+        let app = zarrgate::app(zarrgate::AppState::with_mounts(
+            zarrgate::config::Config::default(),
+            vec![mount],
+        ));
+        // A conditional GET reads the validators first, then the bytes.
+        let r = get(
+            &app,
+            "/zarr/m/v3/crc32c_i4/zarr.json",
+            &[("if-none-match", "\"other\"")],
+        )
+        .await;
+        assert_eq!(r.status, status, "{lies} lies");
+        assert_eq!(store.gets.load(Ordering::SeqCst), 2, "{lies} lies");
+        if status == 200 {
+            assert_eq!(&r.body[..], &want[..]);
+            assert_eq!(r.header("content-length"), Some(want.len().to_string().as_str()));
+        }
+    }
+}
+
+/// A shared backend, so that the test can look at it while the app holds it.
+#[derive(Debug)]
+struct ArcBackend(std::sync::Arc<ReplacedBetween>);
+
+#[async_trait::async_trait]
+impl zarrgate::store::Backend for ArcBackend {
+    async fn head(
+        &self,
+        key: &zarrgate::store::StoreKey,
+    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
+        self.0.head(key).await
+    }
+    async fn get(
+        &self,
+        key: &zarrgate::store::StoreKey,
+        range: Option<zarrgate::store::ByteRange>,
+    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
+        self.0.get(key, range).await
+    }
+    async fn list(
+        &self,
+        prefix: &zarrgate::store::StoreKey,
+    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
+        self.0.list(prefix).await
+    }
+}

@@ -102,13 +102,18 @@ async fn a_file_that_is_not_a_zip_is_an_upstream_error_not_a_crash() {
     assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
 }
 
-/// A zip of one deflated entry, written by hand (CRCs are not checked by the server).
+/// A zip of one deflated entry, written by hand.
 fn deflated_zip(name: &str, data: &[u8]) -> Vec<u8> {
     zip_of(&[(name, data)])
 }
 
 /// A zip of deflated entries, written by hand.
 fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    zip_with_crc(files, crc32fast::hash)
+}
+
+/// A zip of deflated entries, written by hand, with the CRC-32 `crc` gives each.
+fn zip_with_crc(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32) -> Vec<u8> {
     use std::io::Write;
     let (u16le, u32le) = (|v: u16| v.to_le_bytes(), |v: u32| v.to_le_bytes());
     let mut zip = Vec::new();
@@ -118,7 +123,7 @@ fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
         gz.write_all(data).unwrap();
         let packed = gz.finish().unwrap();
         let sizes = |out: &mut Vec<u8>| {
-            out.extend(u32le(0)); // crc
+            out.extend(u32le(crc(data)));
             out.extend(u32le(packed.len() as u32));
             out.extend(u32le(data.len() as u32));
             out.extend(u16le(name.len() as u16));
@@ -227,4 +232,50 @@ async fn archives_that_lie_are_upstream_errors() {
     std::fs::write(&path, good).unwrap();
     let r = get(&app_for(&[("z", &path)]), "/zarr/z/blob", &[]).await;
     assert_eq!((r.status.as_u16(), r.body.len()), (200, 1000));
+}
+
+/// A deflated entry that does not match its CRC-32: a whole read ends its body with an error
+/// (its headers are sent before the last byte is inflated), a range is served as it inflates.
+#[tokio::test]
+async fn a_whole_entry_that_fails_its_crc_ends_with_an_error() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+    let path = dir.path().join("bad.zip");
+    std::fs::write(&path, zip_with_crc(&[("blob", &data)], |d| crc32fast::hash(d) ^ 1)).unwrap();
+    let app = app_for(&[("z", &path)]);
+    let request = axum::http::Request::get("/zarr/z/blob")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.into_body().collect().await.is_err(),
+        "the body ends with an error"
+    );
+    let r = get(&app, "/zarr/z/blob", &[("range", "bytes=10-19")]).await;
+    assert_eq!((r.status.as_u16(), &r.body[..]), (206, &data[10..20]));
+    // The same archive with the right CRC reads whole.
+    std::fs::write(&path, zip_of(&[("blob", &data)])).unwrap();
+    let r = get(&app_for(&[("z", &path)]), "/zarr/z/blob", &[]).await;
+    assert!(r.status == 200 && r.body[..] == data[..]);
+}
+
+/// An entry compressed with a method zarrgate does not inflate is 422 on HEAD as on GET.
+#[tokio::test]
+async fn an_unsupported_method_is_422_on_head_and_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut zip = deflated_zip("blob", &[7u8; 100]);
+    // The method fields: at 8 in the local header, at 10 in the directory record.
+    let cd = zip.len() - 22 - (46 + 4);
+    zip[8] = 12;
+    zip[cd + 10] = 12;
+    let path = dir.path().join("bzip2.zip");
+    std::fs::write(&path, zip).unwrap();
+    let app = app_for(&[("z", &path)]);
+    for method in ["HEAD", "GET"] {
+        let r = common::request(&app, method, "/zarr/z/blob", &[]).await;
+        assert_eq!(r.status, 422, "{method}");
+    }
 }

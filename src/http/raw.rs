@@ -26,7 +26,16 @@ pub async fn raw_key(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     match method {
-        Method::GET | Method::HEAD => serve(&state, &method, uri.path(), &headers).await,
+        Method::GET | Method::HEAD => {
+            // An object replaced between reading its validators and its bytes is served anew,
+            // once: its headers must describe the bytes that follow them.
+            for _ in 0..2 {
+                if let Some(response) = serve(&state, &method, uri.path(), &headers).await? {
+                    return Ok(response);
+                }
+            }
+            Err(ApiError::Upstream)
+        }
         other => Err(ApiError::MethodNotAllowed {
             method: other.to_string(),
             allow: ALLOW,
@@ -199,7 +208,13 @@ fn stored_headers(key: &StoreKey, etag: &str, last_modified: Option<SystemTime>)
     }
 }
 
-async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMap) -> Result<Response, ApiError> {
+/// The response, or `None` when the object changed while it was being served.
+async fn serve(
+    state: &AppState,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> Result<Option<Response>, ApiError> {
     let (mount_name, rest) = split_path(path);
     let mount = state.mount(mount_name)?;
     let (key, names_directory) = StoreKey::from_url_path(rest)?;
@@ -247,6 +262,7 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
         return response
             .header(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start))
             .body(Body::from_stream(object.body))
+            .map(Some)
             .map_err(|_| ApiError::Internal);
     }
 
@@ -285,6 +301,7 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
         return response
             .status(StatusCode::NOT_MODIFIED)
             .body(Body::empty())
+            .map(Some)
             .map_err(|_| ApiError::Internal);
     }
 
@@ -327,11 +344,14 @@ async fn serve(state: &AppState, method: &Method, path: &str, headers: &HeaderMa
                     .get(&key, Some(ByteRange::Bounded(range.start, range.end)))
                     .await?
                     .ok_or_else(missing)?;
+                if etag_of(&object.meta) != etag {
+                    return Ok(None);
+                }
                 Body::from_stream(object.body)
             }
         }
     };
-    response.body(body).map_err(|_| ApiError::Internal)
+    response.body(body).map(Some).map_err(|_| ApiError::Internal)
 }
 
 #[cfg(test)]

@@ -60,9 +60,16 @@ pub struct ObjectMeta {
 
 impl ObjectMeta {
     /// Whether two reads saw the same object: the same size, and the same version where both
-    /// tell one. (A shard or an archive replaced between two reads of it is another object.)
+    /// tell one, or else the same modification time where both tell one (an HTTP origin may
+    /// send no ETag). A shard or an archive replaced between two reads of it is another object.
     pub fn same_object(&self, other: &ObjectMeta) -> bool {
-        self.size == other.size && (self.version.is_none() || other.version.is_none() || self.version == other.version)
+        fn agree<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> Option<bool> {
+            Some(a.as_ref()? == b.as_ref()?)
+        }
+        self.size == other.size
+            && agree(&self.version, &other.version)
+                .or_else(|| agree(&self.last_modified, &other.last_modified))
+                .unwrap_or(true)
     }
 }
 
@@ -498,6 +505,24 @@ mod tests {
                 .is_err(),
             "an unsatisfiable range is an error"
         );
+    }
+
+    #[test]
+    fn the_same_object_by_version_else_by_time() {
+        let t = |s: u64| Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s));
+        let meta = |size, last_modified, version: Option<&str>| super::ObjectMeta {
+            size,
+            last_modified,
+            version: version.map(str::to_owned),
+        };
+        assert!(meta(5, t(1), Some("a")).same_object(&meta(5, t(2), Some("a"))));
+        assert!(!meta(5, t(1), Some("a")).same_object(&meta(5, t(1), Some("b"))));
+        assert!(!meta(5, t(1), Some("a")).same_object(&meta(6, t(1), Some("a"))));
+        // Without versions (an origin that sends no ETag), the times decide.
+        assert!(!meta(5, t(1), None).same_object(&meta(5, t(2), None)));
+        assert!(!meta(5, t(1), Some("a")).same_object(&meta(5, t(2), None)));
+        assert!(meta(5, t(1), None).same_object(&meta(5, t(1), Some("a"))));
+        assert!(meta(5, None, None).same_object(&meta(5, t(2), None)));
     }
 
     #[test]

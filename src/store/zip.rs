@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::TryStreamExt;
 use futures::stream;
 use futures::stream::BoxStream;
 
@@ -34,17 +35,22 @@ const LOCAL_SIG: u32 = 0x0403_4b50;
 const EOCD_SEARCH: u64 = 22 + 65_535;
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    b.get(at..at + 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
+    b.get(at..at.checked_add(2)?).map(|s| u16::from_le_bytes([s[0], s[1]]))
 }
 
 fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(at..at.checked_add(4)?)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
-    b.get(at..at + 8)
+    b.get(at..at.checked_add(8)?)
         .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
 }
+
+/// The most a central directory record takes: 46 bytes and a name, extra field and comment of
+/// up to 65535 bytes each.
+const MAX_RECORD: u64 = 46 + 3 * 65_535;
 
 fn corrupt(msg: impl Into<String>) -> StoreError {
     StoreError::Io(format!("zip: {}", msg.into()))
@@ -76,19 +82,33 @@ struct Entry {
 struct Directory {
     /// Files by path below the mount root.
     entries: HashMap<String, Entry>,
-    /// Children of each directory ("" is the root): (sub-directories, files).
-    tree: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>,
+    /// The directories: `tree[0]` is the root, each names its children by index, so that a
+    /// name of many levels costs its length and not a copy of every prefix of it.
+    tree: Vec<Folder>,
     /// The archive's metadata.
     archive: ObjectMeta,
 }
 
+/// One directory of the archive.
+#[derive(Debug, Default)]
+struct Folder {
+    /// Sub-directories by name, as indices into [`Directory::tree`].
+    folders: BTreeMap<String, usize>,
+    /// Files by name.
+    files: BTreeSet<String>,
+}
+
 /// Parses the end record(s) and central directory; `tail` is the end of the archive.
 fn parse_end(tail: &[u8], archive_size: u64) -> Result<(u64, u64), StoreError> {
-    let pos = (0..=tail.len().saturating_sub(22))
-        .rev()
-        .find(|&i| u32_at(tail, i) == Some(EOCD_SIG))
+    // The end record is the first signature whose comment runs to the end of the archive (a
+    // comment may hold the same bytes, even a whole record); failing that, the last signature.
+    let candidates = || (0..=tail.len().saturating_sub(22)).filter(|&i| u32_at(tail, i) == Some(EOCD_SIG));
+    let pos = candidates()
+        .find(|&i| u16_at(tail, i + 20).is_some_and(|n| i + 22 + n as usize == tail.len()))
+        .or_else(|| candidates().next_back())
         .ok_or_else(|| corrupt("no end of central directory record (not a zip file?)"))?;
     let eocd = &tail[pos..];
+    let mut count = u64::from(u16_at(eocd, 10).ok_or_else(|| corrupt("short end record"))?);
     let mut cd_size = u32_at(eocd, 12).ok_or_else(|| corrupt("short end record"))? as u64;
     let mut cd_offset = u32_at(eocd, 16).ok_or_else(|| corrupt("short end record"))? as u64;
     if cd_size == 0xFFFF_FFFF || cd_offset == 0xFFFF_FFFF {
@@ -107,11 +127,18 @@ fn parse_end(tail: &[u8], archive_size: u64) -> Result<(u64, u64), StoreError> {
         if u32_at(tail, rec) != Some(EOCD64_SIG) {
             return Err(corrupt("bad zip64 end record"));
         }
+        count = u64_at(tail, rec + 32).ok_or_else(|| corrupt("short zip64 end record"))?;
         cd_size = u64_at(tail, rec + 40).ok_or_else(|| corrupt("short zip64 end record"))?;
         cd_offset = u64_at(tail, rec + 48).ok_or_else(|| corrupt("short zip64 end record"))?;
     }
     if cd_offset.checked_add(cd_size).is_none_or(|end| end > archive_size) {
         return Err(corrupt("central directory outside the archive"));
+    }
+    // The directory is read into memory: no larger than its records can be.
+    if cd_size > count.saturating_mul(MAX_RECORD) {
+        return Err(corrupt(format!(
+            "a central directory of {cd_size} bytes for {count} entries"
+        )));
     }
     Ok((cd_offset, cd_size))
 }
@@ -143,10 +170,13 @@ fn parse_central(cd: &[u8]) -> Result<Vec<(String, Entry)>, StoreError> {
                 u16_at(extra, e + 2).unwrap_or(0) as usize,
             );
             if id == 0x0001 {
-                let mut f = e + 4;
+                let field_data = extra
+                    .get(e + 4..e + 4 + len)
+                    .ok_or_else(|| corrupt("short zip64 extra field"))?;
+                let mut f = 0;
                 for field in [&mut size, &mut compressed, &mut header_offset] {
                     if *field == 0xFFFF_FFFF {
-                        *field = u64_at(extra, f).ok_or_else(|| corrupt("short zip64 extra field"))?;
+                        *field = u64_at(field_data, f).ok_or_else(|| corrupt("short zip64 extra field"))?;
                         f += 8;
                     }
                 }
@@ -173,10 +203,11 @@ fn parse_central(cd: &[u8]) -> Result<Vec<(String, Entry)>, StoreError> {
 }
 
 /// The shared top-level folder of all names, when there is exactly one and the root itself
-/// holds no files.
+/// holds no files. The `__MACOSX/` folder of resource forks that macOS adds is not counted (its
+/// files are then not served).
 fn single_top_folder(names: &[&str]) -> Option<String> {
     let mut top: Option<&str> = None;
-    for n in names {
+    for n in names.iter().filter(|n| !n.starts_with("__MACOSX/")) {
         let (first, rest) = n.split_once('/')?;
         if rest.is_empty() || top.is_some_and(|t| t != first) {
             return None;
@@ -191,29 +222,29 @@ impl Directory {
         let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
         let strip = single_top_folder(&names).unwrap_or_default();
         let mut map = HashMap::new();
-        let mut tree: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+        let mut tree = vec![Folder::default()];
         for (name, entry) in entries {
             let Some(path) = name.strip_prefix(&strip) else {
                 continue;
             };
-            if StoreKey::new(path).is_err() {
-                continue; // names that could escape, or are empty, are never served
+            // Names that could escape, or are empty, are never served.
+            if path.is_empty() || StoreKey::new(path).is_err() {
+                continue;
             }
-            let mut parent = String::new();
-            let parts: Vec<&str> = path.split('/').collect();
-            for (i, part) in parts.iter().enumerate() {
-                let node = tree.entry(parent.clone()).or_default();
-                if i + 1 == parts.len() {
-                    node.1.insert((*part).to_owned());
-                } else {
-                    node.0.insert((*part).to_owned());
-                    parent = if parent.is_empty() {
-                        (*part).to_owned()
-                    } else {
-                        format!("{parent}/{part}")
-                    };
-                }
+            let (folders, file) = path.rsplit_once('/').unwrap_or(("", path));
+            let mut at = 0;
+            for part in folders.split('/').filter(|p| !p.is_empty()) {
+                at = match tree[at].folders.get(part) {
+                    Some(&i) => i,
+                    None => {
+                        tree.push(Folder::default());
+                        let i = tree.len() - 1;
+                        tree[at].folders.insert(part.to_owned(), i);
+                        i
+                    }
+                };
             }
+            tree[at].files.insert(file.to_owned());
             map.insert(path.to_owned(), entry);
         }
         Directory {
@@ -358,35 +389,56 @@ impl ZipBackend {
         ObjectMeta {
             size: entry.size,
             last_modified: dir.archive.last_modified,
-            // Changes whenever the archive or the entry changes.
+            // Changes whenever the archive or the entry changes. An upstream ETag comes quoted,
+            // perhaps weak: only its opaque part goes inside this tag.
             version: Some(format!(
                 "{}-{:08x}",
-                dir.archive
-                    .version
-                    .clone()
-                    .unwrap_or_else(|| dir.archive.size.to_string()),
+                dir.archive.version.as_deref().map_or_else(
+                    || dir.archive.size.to_string(),
+                    |v| v.trim_start_matches("W/").trim_matches('"').to_owned()
+                ),
                 entry.crc
             )),
         }
     }
 }
 
+fn unsupported_method(method: u16) -> StoreError {
+    StoreError::NotSupported(format!("zip compression method {method}"))
+}
+
 /// Bytes of one piece of an inflated entry's body.
 const INFLATE_PIECE: u64 = 256 << 10;
 
 /// Streams `range` of a deflated entry as it inflates, on the blocking pool, a few pieces
-/// ahead of the client: memory stays at the compressed bytes and two pieces, however far the
-/// entry inflates (a 1 GiB entry of zeros is about 1 MB deflated). An entry that does not
-/// inflate that far ends the body with an error.
-fn inflate_range(compressed: Bytes, range: Range<u64>) -> BoxStream<'static, Result<Bytes, StoreError>> {
+/// ahead of the client: memory stays at a few pieces, however large the entry and however far
+/// it inflates (the compressed bytes stream in as they are needed). The bytes before the range
+/// are inflated and dropped, a piece at a time, and not at all once the client has gone. A
+/// whole entry is checked against its CRC-32 and its size; an entry that does not inflate as
+/// the directory says ends the body with an error.
+fn inflate_range(
+    compressed: impl Read + Send + 'static,
+    range: Range<u64>,
+    whole: Option<u32>,
+) -> BoxStream<'static, Result<Bytes, StoreError>> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, StoreError>>(2);
     tokio::task::spawn_blocking(move || {
-        let mut decoder = flate2::read::DeflateDecoder::new(&compressed[..]);
-        let skipped = std::io::copy(&mut (&mut decoder).take(range.start), &mut std::io::sink());
-        if !matches!(skipped, Ok(n) if n == range.start) {
-            let _ = tx.blocking_send(Err(corrupt("inflate: the entry ends before the range")));
-            return;
+        let mut decoder = flate2::read::DeflateDecoder::new(compressed);
+        let mut skip = range.start;
+        while skip > 0 {
+            if tx.is_closed() {
+                return; // the client went away
+            }
+            let step = skip.min(INFLATE_PIECE);
+            match std::io::copy(&mut (&mut decoder).take(step), &mut std::io::sink()) {
+                Ok(n) if n == step => skip -= step,
+                _ => {
+                    let _ = tx.blocking_send(Err(corrupt("inflate: the entry ends before the range")));
+                    return;
+                }
+            }
         }
+        let mut crc = crc32fast::Hasher::new();
         let mut left = range.end - range.start;
         while left > 0 {
             let mut piece = vec![0u8; left.min(INFLATE_PIECE) as usize];
@@ -395,8 +447,21 @@ fn inflate_range(compressed: Bytes, range: Range<u64>) -> BoxStream<'static, Res
                 return;
             }
             left -= piece.len() as u64;
+            if whole.is_some() {
+                crc.update(&piece);
+            }
             if tx.blocking_send(Ok(Bytes::from(piece))).is_err() {
                 return; // the client went away
+            }
+        }
+        if let Some(expected) = whole {
+            let longer = decoder.read(&mut [0u8; 1]).map_or(true, |n| n > 0);
+            let computed = crc.finalize();
+            if longer || computed != expected {
+                let _ = tx.blocking_send(Err(corrupt(format!(
+                    "inflate: the entry does not match its directory record (crc {computed:08x}, expected {expected:08x}{})",
+                    if longer { ", or it is longer" } else { "" }
+                ))));
             }
         }
     });
@@ -409,7 +474,11 @@ fn inflate_range(compressed: Bytes, range: Range<u64>) -> BoxStream<'static, Res
 impl Backend for ZipBackend {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
         let dir = self.directory().await?;
-        Ok(dir.entries.get(key.as_str()).map(|e| Self::meta(&dir, e)))
+        match dir.entries.get(key.as_str()) {
+            // As a GET of it would answer.
+            Some(e) if !matches!(e.method, 0 | 8) => Err(unsupported_method(e.method)),
+            found => Ok(found.map(|e| Self::meta(&dir, e))),
+        }
     }
 
     fn resolves_ranges(&self) -> bool {
@@ -432,12 +501,14 @@ impl Backend for ZipBackend {
 
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
         let dir = self.directory().await?;
-        Ok(dir
-            .tree
-            .get(prefix.as_str())
-            .map(|(dirs, files)| Listing {
-                prefixes: dirs.iter().cloned().collect(),
-                objects: files.iter().cloned().collect(),
+        let mut at = Some(0);
+        for part in prefix.segments() {
+            at = at.and_then(|i| dir.tree[i].folders.get(part).copied());
+        }
+        Ok(at
+            .map(|i| Listing {
+                prefixes: dir.tree[i].folders.keys().cloned().collect(),
+                objects: dir.tree[i].files.iter().cloned().collect(),
             })
             .unwrap_or_default())
     }
@@ -486,18 +557,20 @@ impl ZipBackend {
                 obj.body
             }
             8 => {
-                let (compressed, read) = self
+                let obj = self
                     .container
-                    .get_range_bytes(&self.key, ByteRange::Bounded(data, data + entry.compressed))
+                    .get(&self.key, Some(ByteRange::Bounded(data, data + entry.compressed)))
                     .await
                     .map_err(in_archive)?
                     .ok_or_else(|| corrupt("archive vanished"))?;
-                if !read.same_object(&dir.archive) {
+                if !obj.meta.same_object(&dir.archive) {
                     return Ok(EntryRead::ArchiveChanged);
                 }
-                inflate_range(compressed, range.clone())
+                let whole = (range == (0..entry.size)).then_some(entry.crc);
+                let compressed = tokio_util::io::StreamReader::new(obj.body.map_err(std::io::Error::other));
+                inflate_range(tokio_util::io::SyncIoBridge::new(compressed), range.clone(), whole)
             }
-            m => return Err(StoreError::NotSupported(format!("zip compression method {m}"))),
+            m => return Err(unsupported_method(m)),
         };
         Ok(EntryRead::Read(Some(GetObject { meta, range, body })))
     }
@@ -513,6 +586,105 @@ mod tests {
         assert_eq!(single_top_folder(&["d/a", "e/b"]), None);
         assert_eq!(single_top_folder(&["zarr.json", "d/a"]), None);
         assert_eq!(single_top_folder(&[]), None);
+    }
+
+    #[test]
+    fn top_folder_detection_ignores_resource_forks() {
+        assert_eq!(single_top_folder(&["d/a", "__MACOSX/d/._a", "d/b"]), Some("d/".into()));
+    }
+
+    fn entry() -> Entry {
+        Entry {
+            header_offset: 0,
+            compressed: 0,
+            size: 0,
+            method: 0,
+            crc: 0xabcd,
+            data_offset: OnceLock::new(),
+        }
+    }
+
+    fn archive(version: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            size: 100,
+            last_modified: None,
+            version: version.map(str::to_owned),
+        }
+    }
+
+    /// A name of many levels costs its length: one folder per level, not a copy of every
+    /// prefix (a 64 KiB name of 32k levels was a GiB of keys). Empty names are not served.
+    #[test]
+    fn deep_names_cost_their_length() {
+        let deep = format!("{}x", "a/".repeat(30_000));
+        let dir = Directory::build(
+            vec![
+                (deep.clone(), entry()),
+                ("b/c".into(), entry()),
+                (String::new(), entry()),
+            ],
+            archive(None),
+        );
+        assert_eq!(dir.tree.len(), 1 + 30_000 + 1);
+        assert_eq!(dir.entries.len(), 2);
+        assert!(dir.entries.contains_key(deep.as_str()) && !dir.entries.contains_key(""));
+        assert_eq!(dir.tree[0].folders.keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert!(dir.tree[0].files.is_empty());
+        let last = dir.tree.iter().filter(|f| f.files.contains("x")).count();
+        assert_eq!(last, 1);
+    }
+
+    /// An upstream ETag comes quoted and maybe weak; an entry's version holds its opaque part
+    /// only, so that the entry's ETag is one well-formed quoted string.
+    #[test]
+    fn entry_versions_hold_the_opaque_part_of_the_archive_tag() {
+        for (archive_version, want) in [
+            (Some("\"abc\""), "abc-0000abcd"),
+            (Some("W/\"abc\""), "abc-0000abcd"),
+            (Some("1f-2"), "1f-2-0000abcd"),
+            (None, "100-0000abcd"),
+        ] {
+            let dir = Directory::build(vec![], archive(archive_version));
+            let meta = ZipBackend::meta(&dir, &entry());
+            assert_eq!(meta.version.as_deref(), Some(want), "{archive_version:?}");
+            assert_eq!(crate::http::raw::etag_of(&meta), format!("\"{want}\""));
+        }
+    }
+
+    #[test]
+    fn reads_past_the_end_of_a_buffer_are_none() {
+        assert_eq!(u16_at(&[1, 2], usize::MAX), None);
+        assert_eq!(u32_at(&[1, 2, 3, 4], usize::MAX - 1), None);
+        assert_eq!(u64_at(&[0; 8], usize::MAX - 3), None);
+        assert_eq!(u32_at(&[1, 0, 0, 0], 0), Some(1));
+    }
+
+    /// An end record: `count` entries, a directory of `cd_size` bytes at `cd_offset`, `comment`.
+    fn eocd(count: u16, cd_size: u32, cd_offset: u32, comment: &[u8]) -> Vec<u8> {
+        let mut e = EOCD_SIG.to_le_bytes().to_vec();
+        e.extend([0, 0, 0, 0]);
+        e.extend(count.to_le_bytes());
+        e.extend(count.to_le_bytes());
+        e.extend(cd_size.to_le_bytes());
+        e.extend(cd_offset.to_le_bytes());
+        e.extend((comment.len() as u16).to_le_bytes());
+        e.extend(comment);
+        e
+    }
+
+    #[test]
+    fn the_end_record_is_the_one_whose_comment_ends_the_archive() {
+        // A comment that holds an end record of its own (pointing elsewhere).
+        let fake = eocd(1, 46, 0, b"");
+        let mut tail = vec![0u8; 1000];
+        tail.extend(eocd(2, 100, 500, &fake));
+        let size = tail.len() as u64;
+        assert_eq!(parse_end(&tail, size).unwrap(), (500, 100));
+        // A directory larger than its entries can be is refused before it is read.
+        let mut tail = vec![0u8; 1_000_000];
+        tail.extend(eocd(1, 900_000, 0, b""));
+        let size = tail.len() as u64;
+        assert!(parse_end(&tail, size).is_err());
     }
 
     #[test]
