@@ -442,3 +442,81 @@ async fn consolidated_documents_are_rendered_once_and_caches_weigh_documents() {
     let meta = metric(&app, "zarrgate_cache_weighted_bytes{cache=\"metadata\"}").await;
     assert!(meta > 800_000.0, "{meta}");
 }
+
+/// Python's json module writes non-finite attributes bare (`"missing_value": NaN`), and
+/// zarr-python reads them back. Such a hierarchy is no corrupt data: the Zarr Object Model
+/// shows them as the strings slices use, and consolidated metadata writes them back bare, as
+/// they were stored (a string "NaN" would change the attribute's type for clients).
+#[tokio::test]
+async fn bare_non_finite_attributes_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("v2/a")).unwrap();
+    std::fs::create_dir_all(root.join("v3/a")).unwrap();
+    std::fs::write(root.join("v2/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(
+        root.join("v2/.zattrs"),
+        br#"{"missing_value": NaN, "range": [-Infinity, Infinity], "text": "NaN, not a number"}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("v2/a/.zarray"),
+        br#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<f4", "compressor": null,
+            "fill_value": NaN, "order": "C", "filters": null}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("v3/zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "group", "attributes": {"scale": -Infinity}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("v3/a/zarr.json"),
+        br#"{"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "float32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": "NaN",
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "attributes": {"valid_max": Infinity}}"#,
+    )
+    .unwrap();
+    let app = app_for(&[("m", &root)]);
+
+    let r = get(&app, "/api/v1/zom/m/v2", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let zom = r.json();
+    assert_eq!(zom["attributes"]["missing_value"], "NaN");
+    assert_eq!(zom["attributes"]["range"], json!(["-Infinity", "Infinity"]));
+    assert_eq!(zom["attributes"]["text"], "NaN, not a number");
+    let r = get(&app, "/api/v1/zom/m/v3", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let zom = r.json();
+    assert_eq!(zom["attributes"]["scale"], "-Infinity");
+    assert_eq!(zom["members"]["a"]["attributes"]["valid_max"], "Infinity");
+
+    // Consolidated: the literals bare again, the strings untouched.
+    let r = get(&app, "/zarr/m/v2/.zmetadata", &[]).await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    assert!(text.contains(r#""missing_value":NaN"#), "{text}");
+    assert!(text.contains(r#""range":[-Infinity,Infinity]"#), "{text}");
+    assert!(text.contains(r#""text":"NaN, not a number""#), "{text}");
+    assert!(text.contains(r#""fill_value":NaN"#), "{text}");
+    assert!(!text.contains("\\u0001"), "{text}");
+    let r = get(&app, "/zarr/m/v3/zarr.json", &[]).await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    assert!(
+        text.contains(r#""scale":-Infinity"#) && text.contains(r#""valid_max":Infinity"#),
+        "{text}"
+    );
+    assert!(text.contains("consolidated_metadata"), "{text}");
+    // The arrays slice (their fill values are NaN).
+    for path in ["v2/a", "v3/a"] {
+        let r = get(&app, &format!("/api/v1/slice/m/{path}?format=json"), &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.json()["data"].clone()),
+            (200, json!(["NaN", "NaN"])),
+            "{path}"
+        );
+    }
+}

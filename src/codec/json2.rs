@@ -10,44 +10,6 @@ use serde_json::Value;
 use super::CodecError;
 use crate::zarr::elements::{Content, Elements, VALUE_BYTES};
 
-/// Quotes the bare non-finite literals Python's json module writes, leaving strings alone.
-fn quote_non_finite(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 16);
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        if in_string {
-            out.push(c);
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_string = false;
-            }
-            rest = &rest[c.len_utf8()..];
-            continue;
-        }
-        let literal = ["-Infinity", "Infinity", "NaN"]
-            .into_iter()
-            .find(|l| rest.starts_with(l));
-        if let Some(l) = literal {
-            out.push('"');
-            out.push_str(l);
-            out.push('"');
-            rest = &rest[l.len()..];
-            continue;
-        }
-        if c == '"' {
-            in_string = true;
-        }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    out
-}
-
 /// Text a json2 chunk may hold, for a decoded `limit`: parsed, a value takes up to
 /// `size_of::<Value>()` bytes for every two bytes of text (`[]`, `0,`), ~40x, and about 10x
 /// for ordinary numbers and strings. An eighth of the limit bounds the worst case at ~5x the
@@ -64,7 +26,7 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
         )));
     }
     let text = std::str::from_utf8(input).map_err(|_| CodecError::Corrupt("json2: not UTF-8".into()))?;
-    let value: Value = serde_json::from_str(&quote_non_finite(text))
+    let value: Value = serde_json::from_str(&crate::zarr::quote_non_finite(text, ""))
         .map_err(|e| CodecError::Corrupt(format!("json2: not JSON ({e})")))?;
     let Value::Array(mut items) = value else {
         return Err(CodecError::Corrupt("json2: not a list".into()));

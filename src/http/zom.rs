@@ -73,7 +73,7 @@ async fn rendered(
         } else {
             from.zmetadata()
         };
-        Bytes::from(doc.to_string())
+        Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string()))
     };
     let bytes = if tree.node_count() > 100 {
         tokio::task::spawn_blocking(render)
@@ -154,7 +154,9 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
             }
         }
     };
-    Ok(tree.zom())
+    let mut zom = tree.zom();
+    crate::zarr::hierarchy::unmark_non_finite(&mut zom);
+    Ok(zom)
 }
 
 /// `GET /api/v1/zom/{mount}[/{path}]?depth=N`
@@ -215,12 +217,14 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
         .buffered(32)
         .try_collect()
         .await?;
-    Ok(Json(json!({
+    let mut listing = json!({
         "mount": mount.name,
         "path": path.as_str(),
         "node": node.as_ref().map(describe),
         "children": children,
-    })))
+    });
+    crate::zarr::hierarchy::unmark_non_finite(&mut listing);
+    Ok(Json(listing))
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -59,6 +59,38 @@ pub struct Tree {
     pub members: BTreeMap<String, Tree>,
 }
 
+/// How a bare `NaN`, `Infinity` or `-Infinity` of a stored document is held in a hierarchy:
+/// a string of this mark and the literal. Consolidated metadata writes the literal back as it
+/// was stored ([`bare_non_finite`]); the Zarr Object Model shows it as the plain string
+/// ([`unmark_non_finite`]), as slices show non-finite values.
+pub const NON_FINITE: &str = "\u{1}";
+/// [`NON_FINITE`] as JSON text.
+const NON_FINITE_JSON: &str = "\\u0001";
+
+/// A consolidated document's text with the marked non-finite numbers written bare again.
+pub fn bare_non_finite(text: String) -> String {
+    if !text.contains("\"\\u0001") {
+        return text;
+    }
+    ["-Infinity", "Infinity", "NaN"]
+        .iter()
+        .fold(text, |t, l| t.replace(&format!("\"\\u0001{l}\""), l))
+}
+
+/// Replaces the marked non-finite numbers of `value` with their plain strings.
+pub fn unmark_non_finite(value: &mut Value) {
+    match value {
+        Value::String(s) => {
+            if let Some(l) = s.strip_prefix(NON_FINITE) {
+                *s = l.to_owned();
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(unmark_non_finite),
+        Value::Object(map) => map.values_mut().for_each(unmark_non_finite),
+        _ => {}
+    }
+}
+
 async fn json_object(store: &Store, key: &StoreKey) -> Result<Option<Map<String, Value>>, HierarchyError> {
     let Some(bytes) = store.get_bytes(key).await? else {
         return Ok(None);
@@ -67,10 +99,10 @@ async fn json_object(store: &Store, key: &StoreKey) -> Result<Option<Map<String,
         key: key.to_string(),
         message,
     };
-    match serde_json::from_slice::<Value>(&bytes) {
+    match super::parse_document(&bytes, NON_FINITE_JSON) {
         Ok(Value::Object(o)) => Ok(Some(o)),
         // v1 stored `attrs` as a JSON string holding the JSON object.
-        Ok(Value::String(s)) => match serde_json::from_str::<Value>(&s) {
+        Ok(Value::String(s)) => match super::parse_document(s.as_bytes(), NON_FINITE_JSON) {
             Ok(Value::Object(o)) => Ok(Some(o)),
             _ => Err(invalid("not a JSON object".into())),
         },

@@ -347,10 +347,64 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
+/// Quotes the bare non-finite literals Python's json module writes (`NaN`, `Infinity`,
+/// `-Infinity`), leaving strings alone: each becomes the JSON string of `mark` (JSON text, so
+/// escaped where it must be) and the literal.
+pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let literal = ["-Infinity", "Infinity", "NaN"]
+            .into_iter()
+            .find(|l| rest.starts_with(l));
+        if let Some(l) = literal {
+            out.push('"');
+            out.push_str(mark);
+            out.push_str(l);
+            out.push('"');
+            rest = &rest[l.len()..];
+            continue;
+        }
+        if c == '"' {
+            in_string = true;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+/// Parses a metadata document as zarr-python writes it: JSON, where Python's json module may
+/// have written bare `NaN`, `Infinity` or `-Infinity` (attributes such as `missing_value`).
+/// Those are read as the strings of `mark` and the literal.
+pub(crate) fn parse_document(bytes: &[u8], mark: &str) -> serde_json::Result<Value> {
+    serde_json::from_slice(bytes).or_else(|e| match std::str::from_utf8(bytes) {
+        Ok(text) if ["NaN", "Infinity"].iter().any(|l| text.contains(l)) => {
+            serde_json::from_str(&quote_non_finite(text, mark))
+        }
+        _ => Err(e),
+    })
+}
+
 async fn json_doc(store: &Store, key: &StoreKey) -> Result<Option<Value>, OpenError> {
     match store.get_bytes(key).await? {
         None => Ok(None),
-        Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| OpenError::Meta {
+        // The standard spelling of a non-finite fill value is the plain string.
+        Some(bytes) => parse_document(&bytes, "").map(Some).map_err(|e| OpenError::Meta {
             key: key.to_string(),
             error: MetaError::Invalid(format!("not JSON: {e}")),
         }),
