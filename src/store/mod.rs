@@ -199,14 +199,14 @@ pub trait BlockingRead: Send + Sync + fmt::Debug {
     ) -> Result<Option<ObjectMeta>, StoreError>;
 
     /// [`Self::read_into`] on the async worker, when it can be done without waiting (the
-    /// object is in memory and small); otherwise [`Nowait::WouldBlock`] and `buf` is left to
-    /// be replaced. The default never reads.
+    /// object is in memory and small), with the range read; otherwise [`Nowait::WouldBlock`]
+    /// and `buf` is left to be replaced. The default never reads.
     fn read_nowait(
         &self,
         _key: &StoreKey,
         _range: Option<ByteRange>,
         _buf: &mut Vec<u8>,
-    ) -> Nowait<Result<Option<ObjectMeta>, StoreError>> {
+    ) -> Nowait<Result<nowait::Read, StoreError>> {
         Nowait::WouldBlock
     }
 }
@@ -241,16 +241,21 @@ impl Drop for SpareBuffer {
     }
 }
 
+/// Bytes read, the object's metadata and the range the bytes are; `None` when it does not exist.
+type Fetched = Option<(Bytes, ObjectMeta, Range<u64>)>;
+
 /// [`BlockingRead::read_nowait`] into a spare read buffer that returns to the spares when the
-/// bytes are dropped.
+/// bytes are dropped: the bytes, the object's metadata and the range they are.
 pub(crate) fn fetch_nowait(
     reader: &dyn BlockingRead,
     key: &StoreKey,
     range: Option<ByteRange>,
-) -> Nowait<Result<Option<(Bytes, ObjectMeta)>, StoreError>> {
+) -> Nowait<Result<Fetched, StoreError>> {
     let mut buf = SpareBuffer(crate::buffers::READS.take_any());
     match reader.read_nowait(key, range, &mut buf.0) {
-        Nowait::Done(read) => Nowait::Done(read.map(|found| found.map(|meta| (Bytes::from_owner(buf), meta)))),
+        Nowait::Done(read) => {
+            Nowait::Done(read.map(|found| found.map(|(meta, range)| (Bytes::from_owner(buf), meta, range))))
+        }
         Nowait::WouldBlock => Nowait::WouldBlock,
     }
 }
@@ -327,7 +332,7 @@ impl Store {
     ) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
         if let Some(reader) = self.0.blocking_reader() {
             if let Nowait::Done(read) = fetch_nowait(&*reader, key, range) {
-                return read;
+                return read.map(|found| found.map(|(bytes, meta, _)| (bytes, meta)));
             }
             return read_blocking(reader, key, range).await;
         }

@@ -45,7 +45,7 @@ pub(crate) struct Root {
 }
 
 /// A read that gave an object's metadata and the range of it that is in the buffer.
-pub(crate) type Read = Option<(ObjectMeta, Range<u64>)>;
+pub type Read = Option<(ObjectMeta, Range<u64>)>;
 
 impl Root {
     /// For a canonical root directory: `None` where reads that do not wait are not available

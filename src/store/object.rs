@@ -216,8 +216,8 @@ impl LocalFiles {
     /// in the blocking call that opens the file. Larger ones stream from the file.
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         if let Nowait::Done(read) = super::fetch_nowait(self, key, range) {
-            return Ok(read?.map(|(bytes, meta)| GetObject {
-                range: resolve_range(range, meta.size).unwrap_or(0..0),
+            return Ok(read?.map(|(bytes, meta, range)| GetObject {
+                range,
                 meta,
                 body: body_stream(futures::stream::iter([Ok::<Bytes, StoreError>(bytes)])),
             }));
@@ -335,10 +335,10 @@ impl BlockingRead for LocalFiles {
         key: &StoreKey,
         range: Option<ByteRange>,
         buf: &mut Vec<u8>,
-    ) -> Nowait<Result<Option<ObjectMeta>, StoreError>> {
-        match self.nowait.as_ref().map(|n| n.read(key, range, SMALL_READ, buf)) {
-            Some(Nowait::Done(read)) => Nowait::Done(read.map(|r| r.map(|(meta, _)| meta))),
-            _ => Nowait::WouldBlock,
+    ) -> Nowait<Result<nowait::Read, StoreError>> {
+        match self.nowait.as_ref() {
+            Some(root) => root.read(key, range, SMALL_READ, buf),
+            None => Nowait::WouldBlock,
         }
     }
 }
