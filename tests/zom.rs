@@ -207,6 +207,41 @@ async fn v3_groups_get_consolidated_metadata_and_stored_fields_stay() {
     assert_eq!(get(&app, "/zarr/demo/v2.zarr/zarr.json", &[]).await.status, 404);
 }
 
+/// zarr-python 3 writes `"consolidated_metadata": null` into every group it has not
+/// consolidated: such groups get consolidated metadata like groups without the field, and
+/// member groups are described with an (empty) inline one, as zarr-python writes them.
+#[tokio::test]
+async fn groups_whose_consolidated_metadata_is_null_get_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("h.zarr");
+    let group = |d: &std::path::Path| {
+        std::fs::create_dir_all(d).unwrap();
+        let doc = json!({"zarr_format": 3, "node_type": "group", "attributes": {"n": 1}, "consolidated_metadata": null});
+        std::fs::write(d.join("zarr.json"), doc.to_string()).unwrap();
+    };
+    group(&root);
+    group(&root.join("sub"));
+    write_v3_array(&root.join("sub/a"), &[2], &[2], "uint8", json!(0), json!([{"name": "bytes"}]));
+    let app = app_for(&[("t", dir.path())]);
+    let r = get(&app, "/zarr/t/h.zarr/zarr.json", &[]).await;
+    assert_eq!(r.status, 200);
+    let v = r.json();
+    assert_eq!(v["attributes"], json!({"n": 1}));
+    let cm = &v["consolidated_metadata"];
+    assert_eq!(cm["kind"], "inline", "{v}");
+    let members = cm["metadata"].as_object().unwrap();
+    assert_eq!(members.keys().collect::<Vec<_>>(), ["sub", "sub/a"]);
+    assert_eq!(
+        members["sub"]["consolidated_metadata"],
+        json!({"kind": "inline", "must_understand": false, "metadata": {}})
+    );
+    assert_eq!(members["sub/a"]["shape"], json!([2]));
+    // The ZOM leaves the field out either way.
+    let zom = get(&app, "/api/v1/zom/t/h.zarr", &[]).await.json();
+    assert!(zom.get("consolidated_metadata").is_none(), "{zom}");
+    assert_eq!(zom["members"]["sub"]["members"]["a"]["node_type"], "array");
+}
+
 #[tokio::test]
 async fn consolidation_can_be_turned_off() {
     let mut config = config_with(&[("fx", &fixtures())]);

@@ -113,7 +113,7 @@ pub async fn synthesized_zarr_json(
     // Look at the stored document first: arrays and already consolidated groups are served as
     // stored without walking anything.
     match find_node(&mount.store, group).await {
-        Ok(Some(n)) if n.zarr_format == 3 && n.is_group && !n.doc.contains_key("consolidated_metadata") => {}
+        Ok(Some(n)) if n.zarr_format == 3 && n.is_group && !n.has_consolidated_metadata() => {}
         _ => return Ok(None),
     }
     match tree(state, mount, group).await? {

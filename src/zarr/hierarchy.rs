@@ -250,14 +250,15 @@ async fn consolidated_members(
     let mut at_key = path.clone();
     loop {
         let tree = match node.zarr_format {
-            3 if at_key == *path => tree_from_consolidated(node),
+            3 if at_key == *path => tree_from_consolidated(node)?,
             3 => match find_node(store, &at_key).await? {
-                Some(n) if n.zarr_format == 3 && n.is_group => tree_from_consolidated(&n),
+                Some(n) if n.zarr_format == 3 && n.is_group => tree_from_consolidated(&n)?,
                 _ => None,
             },
-            _ => json_object(store, &child(&at_key, ".zmetadata")?)
-                .await?
-                .and_then(|z| tree_from_zmetadata(&Value::Object(z))),
+            _ => match json_object(store, &child(&at_key, ".zmetadata")?).await? {
+                Some(z) => tree_from_zmetadata(&Value::Object(z))?,
+                None => None,
+            },
         };
         if let Some(tree) = tree {
             let relative = path.as_str()[at_key.as_str().len()..].trim_start_matches('/');
@@ -281,13 +282,17 @@ async fn consolidated_members(
 }
 
 /// The tree a v3 group's own `consolidated_metadata` describes (v2 groups use their
-/// `.zmetadata`, through [`tree_from_zmetadata`]).
-fn tree_from_consolidated(node: &Node) -> Option<Tree> {
-    let metadata = node.doc.get("consolidated_metadata")?.get("metadata")?.as_object()?;
-    let mut root = Tree {
-        node: node.clone(),
-        members: BTreeMap::new(),
+/// `.zmetadata`, through [`tree_from_zmetadata`]). `None` when it has none (`null` included).
+fn tree_from_consolidated(node: &Node) -> Result<Option<Tree>, HierarchyError> {
+    let Some(metadata) = node
+        .doc
+        .get("consolidated_metadata")
+        .and_then(|c| c.get("metadata"))
+        .and_then(Value::as_object)
+    else {
+        return Ok(None);
     };
+    let mut tree = Consolidated::new(node.clone());
     let mut keys: Vec<&String> = metadata.keys().collect();
     parents_first(&mut keys);
     for key in keys {
@@ -295,8 +300,7 @@ fn tree_from_consolidated(node: &Node) -> Option<Tree> {
             continue;
         };
         let is_group = doc.get("node_type").and_then(Value::as_str) == Some("group");
-        insert(
-            &mut root,
+        tree.insert(
             key,
             Node {
                 zarr_format: 3,
@@ -304,25 +308,27 @@ fn tree_from_consolidated(node: &Node) -> Option<Tree> {
                 doc: doc.clone(),
                 attrs: None,
             },
-        );
+        )?;
     }
-    Some(root)
+    Ok(Some(tree.root))
 }
 
-/// A tree built from a v2 `.zmetadata` document (for stores that cannot list).
-pub fn tree_from_zmetadata(zmetadata: &Value) -> Option<Tree> {
-    let metadata = zmetadata.get("metadata")?.as_object()?;
-    let doc = |k: &str| metadata.get(k).and_then(Value::as_object).cloned();
-    let root_doc = doc(".zgroup")?;
-    let mut root = Tree {
-        node: Node {
-            zarr_format: 2,
-            is_group: true,
-            doc: root_doc,
-            attrs: doc(".zattrs"),
-        },
-        members: BTreeMap::new(),
+/// A tree built from a v2 `.zmetadata` document (for stores that cannot list); `None` when
+/// the document describes no root group.
+pub fn tree_from_zmetadata(zmetadata: &Value) -> Result<Option<Tree>, HierarchyError> {
+    let Some(metadata) = zmetadata.get("metadata").and_then(Value::as_object) else {
+        return Ok(None);
     };
+    let doc = |k: &str| metadata.get(k).and_then(Value::as_object).cloned();
+    let Some(root_doc) = doc(".zgroup") else {
+        return Ok(None);
+    };
+    let mut tree = Consolidated::new(Node {
+        zarr_format: 2,
+        is_group: true,
+        doc: root_doc,
+        attrs: doc(".zattrs"),
+    });
     let mut keys: Vec<&String> = metadata.keys().collect();
     parents_first(&mut keys);
     for key in keys {
@@ -330,8 +336,7 @@ pub fn tree_from_zmetadata(zmetadata: &Value) -> Option<Tree> {
             if let Some(path) = key.strip_suffix(suffix) {
                 let Some(node_doc) = doc(key) else { continue };
                 let attrs = doc(&format!("{path}/.zattrs"));
-                insert(
-                    &mut root,
+                tree.insert(
                     path,
                     Node {
                         zarr_format: 2,
@@ -339,11 +344,11 @@ pub fn tree_from_zmetadata(zmetadata: &Value) -> Option<Tree> {
                         doc: node_doc,
                         attrs,
                     },
-                );
+                )?;
             }
         }
     }
-    Some(root)
+    Ok(Some(tree.root))
 }
 
 /// Orders metadata keys so that every node comes after its parent: by depth, then by name.
@@ -352,25 +357,63 @@ fn parents_first(keys: &mut [&String]) {
     keys.sort_by_key(|k| (k.matches('/').count(), *k));
 }
 
-/// Inserts a node at a relative `/`-separated path (parents must come first: [`parents_first`]).
-fn insert(root: &mut Tree, path: &str, node: Node) {
-    let mut at = root;
-    let mut parts = path.split('/').peekable();
-    while let Some(name) = parts.next() {
-        if parts.peek().is_none() {
-            at.members.insert(
-                name.to_owned(),
-                Tree {
-                    node,
-                    members: BTreeMap::new(),
-                },
-            );
-            return;
+/// A tree being built from consolidated metadata. The document is stored data like any other:
+/// it gets the limits of a walk ([`MAX_WALK_NODES`], [`MAX_WALK_DEPTH`]), so that a crafted one
+/// cannot make a tree too deep to render or drop without overflowing the stack.
+struct Consolidated {
+    root: Tree,
+    nodes: usize,
+}
+
+impl Consolidated {
+    fn new(node: Node) -> Self {
+        Consolidated {
+            root: Tree {
+                node,
+                members: BTreeMap::new(),
+            },
+            nodes: 1,
         }
-        match at.members.get_mut(name) {
-            Some(next) => at = next,
-            None => return, // a parent that is not a node: not part of the hierarchy
+    }
+
+    /// Inserts a node at a relative `/`-separated path (parents must come first:
+    /// [`parents_first`]). A path that cannot be a key, or whose parent is not a node, is not
+    /// part of the hierarchy and is left out.
+    fn insert(&mut self, path: &str, node: Node) -> Result<(), HierarchyError> {
+        if path.is_empty() || StoreKey::new(path).is_err() {
+            return Ok(());
         }
+        if path.split('/').count() > MAX_WALK_DEPTH as usize {
+            return Err(HierarchyError::TooLarge(format!(
+                "consolidated metadata describes '{}/...', more than {MAX_WALK_DEPTH} levels deep",
+                path.split('/').take(4).collect::<Vec<_>>().join("/")
+            )));
+        }
+        if self.nodes >= MAX_WALK_NODES {
+            return Err(HierarchyError::TooLarge(format!(
+                "consolidated metadata describes more than {MAX_WALK_NODES} nodes; ask for a \
+                 part of the hierarchy (a deeper path, or depth=N)"
+            )));
+        }
+        let (parent, name) = match path.rsplit_once('/') {
+            Some((parent, name)) => (Some(parent), name),
+            None => (None, path),
+        };
+        let mut at = &mut self.root;
+        for step in parent.into_iter().flat_map(|p| p.split('/')) {
+            match at.members.get_mut(step) {
+                Some(next) => at = next,
+                None => return Ok(()),
+            }
+        }
+        let fresh = Tree {
+            node,
+            members: BTreeMap::new(),
+        };
+        if at.members.insert(name.to_owned(), fresh).is_none() {
+            self.nodes += 1;
+        }
+        Ok(())
     }
 }
 
@@ -391,6 +434,12 @@ pub fn pruned(tree: &Tree, depth: u32) -> Tree {
 }
 
 impl Node {
+    /// Whether this v3 group's document holds consolidated metadata. zarr-python writes
+    /// `"consolidated_metadata": null` into groups it has not consolidated: that is none.
+    pub fn has_consolidated_metadata(&self) -> bool {
+        self.doc.get("consolidated_metadata").is_some_and(|c| !c.is_null())
+    }
+
     /// The ZOM fields of this node (without `members`): the stored document with `attributes`.
     /// A v3 group's `consolidated_metadata` is left out: `members` says the same, and the ZOM
     /// of a hierarchy does not depend on whether its store happens to be consolidated.
@@ -475,9 +524,11 @@ impl Tree {
         let mut metadata = Map::new();
         for (path, t) in self.descendants() {
             let mut doc = t.node.doc.clone();
-            if t.node.is_group {
-                doc.entry("consolidated_metadata")
-                    .or_insert_with(|| json!({"kind": "inline", "must_understand": false, "metadata": {}}));
+            if t.node.is_group && !t.node.has_consolidated_metadata() {
+                doc.insert(
+                    "consolidated_metadata".into(),
+                    json!({"kind": "inline", "must_understand": false, "metadata": {}}),
+                );
             }
             metadata.insert(path, Value::Object(doc));
         }
@@ -505,18 +556,23 @@ mod tests {
 
     #[test]
     fn zmetadata_round_trips() {
-        let mut tree = Tree {
-            node: node(true, 2, json!({"zarr_format": 2})),
-            members: BTreeMap::new(),
-        };
+        let mut built = Consolidated::new(node(true, 2, json!({"zarr_format": 2})));
         let mut arr = node(false, 2, json!({"zarr_format": 2, "shape": [1]}));
         arr.attrs = Some(json!({"a": 1}).as_object().cloned().unwrap());
-        insert(&mut tree, "sub", node(true, 2, json!({"zarr_format": 2})));
-        insert(&mut tree, "sub/x", arr);
+        built.insert("sub", node(true, 2, json!({"zarr_format": 2}))).unwrap();
+        built.insert("sub/x", arr).unwrap();
+        // Not part of the hierarchy: no parent node, or not a key.
+        built.insert("none/y", node(true, 2, json!({"zarr_format": 2}))).unwrap();
+        built.insert("sub/../x", node(true, 2, json!({"zarr_format": 2}))).unwrap();
+        built.insert("sub//x", node(true, 2, json!({"zarr_format": 2}))).unwrap();
+        assert_eq!(built.nodes, 3);
+        let tree = built.root;
+        assert_eq!(tree.node_count(), 3);
         let z = tree.zmetadata();
         assert_eq!(z["metadata"]["sub/x/.zarray"]["shape"], json!([1]));
         assert_eq!(z["metadata"]["sub/x/.zattrs"], json!({"a": 1}));
-        assert_eq!(tree_from_zmetadata(&z).unwrap(), tree);
+        assert_eq!(z["metadata"].as_object().unwrap().len(), 4);
+        assert_eq!(tree_from_zmetadata(&z).unwrap().unwrap(), tree);
         let zom = tree.zom();
         assert_eq!(zom["members"]["sub"]["members"]["x"]["attributes"], json!({"a": 1}));
         assert_eq!(zom["attributes"], json!({}));
@@ -537,7 +593,7 @@ mod tests {
             "g/+y/.zgroup": {"zarr_format": 2},
             "g/+y/z/.zarray": {"zarr_format": 2, "shape": [2]}
         }});
-        let t = tree_from_zmetadata(&z).unwrap();
+        let t = tree_from_zmetadata(&z).unwrap().unwrap();
         let g = &t.members["g"];
         assert_eq!(g.members.keys().collect::<Vec<_>>(), ["+y", "-x"]);
         assert_eq!(g.members["-x"].node.attrs, json!({"a": 1}).as_object().cloned());
@@ -553,7 +609,46 @@ mod tests {
                 }
             }}),
         );
-        let tree = tree_from_consolidated(&root).unwrap();
+        let tree = tree_from_consolidated(&root).unwrap().unwrap();
         assert!(tree.members["g"].members.contains_key("-x"));
+    }
+
+    #[test]
+    fn null_or_missing_consolidated_metadata_is_none() {
+        let group = |doc: Value| node(true, 3, doc);
+        let null = group(json!({"zarr_format": 3, "node_type": "group", "consolidated_metadata": null}));
+        assert_eq!(tree_from_consolidated(&null).unwrap(), None);
+        let absent = group(json!({"zarr_format": 3, "node_type": "group"}));
+        assert_eq!(tree_from_consolidated(&absent).unwrap(), None);
+        assert_eq!(tree_from_zmetadata(&json!({"metadata": {}})).unwrap(), None);
+    }
+
+    /// A chain of groups `g`, `g/g`, ... `levels` deep, as `.zmetadata`.
+    fn chain(levels: usize) -> Value {
+        let mut metadata = Map::new();
+        metadata.insert(".zgroup".into(), json!({"zarr_format": 2}));
+        for level in 1..=levels {
+            metadata.insert(format!("{}.zgroup", "g/".repeat(level)), json!({"zarr_format": 2}));
+        }
+        json!({"metadata": metadata, "zarr_consolidated_format": 1})
+    }
+
+    #[test]
+    fn consolidated_metadata_gets_the_limits_of_a_walk() {
+        let deepest = tree_from_zmetadata(&chain(MAX_WALK_DEPTH as usize)).unwrap().unwrap();
+        assert_eq!(deepest.node_count(), MAX_WALK_DEPTH as usize + 1);
+        // One level more, as a crafted document could have thousands: refused, not recursed.
+        let e = tree_from_zmetadata(&chain(MAX_WALK_DEPTH as usize + 1)).unwrap_err();
+        assert!(matches!(&e, HierarchyError::TooLarge(m) if m.contains("levels deep")), "{e}");
+        let mut wide = Map::new();
+        wide.insert(".zgroup".into(), json!({"zarr_format": 2}));
+        for i in 0..MAX_WALK_NODES {
+            wide.insert(format!("a{i}/.zarray"), json!({}));
+        }
+        let e = tree_from_zmetadata(&json!({"metadata": wide})).unwrap_err();
+        assert!(matches!(&e, HierarchyError::TooLarge(m) if m.contains("100000 nodes")), "{e}");
+        wide.remove("a0/.zarray");
+        let fits = tree_from_zmetadata(&json!({"metadata": wide})).unwrap().unwrap();
+        assert_eq!(fits.node_count(), MAX_WALK_NODES);
     }
 }
