@@ -264,6 +264,31 @@ fn s3_mounts_behave_like_local_ones() {
         let expected = get(&app, "/api/v1/slice/fx/v3/sharding_start_i4?select=0,0", &[]).await;
         assert_eq!(r.json(), expected.json());
 
+        // Bucket keys that cannot be keys here are not members (a backslash, which S3 allows).
+        let s3_client = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name("zarr")
+            .with_region("us-east-1")
+            .with_endpoint(format!("http://127.0.0.1:{port}"))
+            .with_allow_http(true)
+            .with_access_key_id("testing")
+            .with_secret_access_key("testing")
+            .build()
+            .unwrap();
+        for key in ["odd/.zgroup", "odd/g/.zgroup", "odd/back\\slash/.zgroup"] {
+            let doc = br#"{"zarr_format": 2}"#.to_vec();
+            s3_client.put(&object_store::path::Path::parse(key).unwrap(), doc.into()).await.unwrap();
+        }
+        let mut odd_config = MountConfig::new("s3://zarr/odd", "/");
+        odd_config.endpoint = Some(format!("http://127.0.0.1:{port}"));
+        odd_config.allow_http = true;
+        let odd = zarrgate::store::open::open(&odd_config.source("s3").unwrap(), &odd_config).unwrap();
+        let listing = odd.list(&zarrgate::store::StoreKey::root()).await.unwrap();
+        assert_eq!(listing.prefixes, ["g"]);
+        let (app, _) = app_with(vec![s3_mount(odd), local_mount()]);
+        let zom = get(&app, "/api/v1/zom/s3", &[]).await;
+        assert_eq!(zom.status, 200);
+        assert_eq!(zom.json()["members"].as_object().unwrap().keys().collect::<Vec<_>>(), ["g"]);
+
         // Credentials never show.
         let mounts = get(&app, "/api/v1/mounts", &[]).await;
         assert!(!String::from_utf8_lossy(&mounts.body).contains("testing"));

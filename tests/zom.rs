@@ -129,6 +129,38 @@ async fn unknown_paths_and_listing() {
     assert_eq!(v["children"], json!([{"name": "a", "node_type": "directory"}]));
 }
 
+/// One node whose metadata does not parse is listed as `invalid`, with the error, beside the
+/// others, rather than making the whole listing a 500; listed itself, it is the same.
+#[tokio::test]
+async fn a_corrupt_node_does_not_hide_its_neighbours() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("bad/inner")).unwrap();
+    std::fs::write(root.join("bad/.zarray"), b"{not json").unwrap();
+    std::fs::create_dir_all(root.join("good")).unwrap();
+    std::fs::write(root.join("good/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let app = app_for(&[("m", root)]);
+    let r = get(&app, "/api/v1/list/m", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let invalid = json!({
+        "node_type": "invalid",
+        "error": {"code": "corrupt_data", "message": "stored data at 'bad/.zarray' could not be decoded"}
+    });
+    let mut bad = invalid.clone();
+    bad["name"] = json!("bad");
+    assert_eq!(
+        r.json()["children"],
+        json!([bad, {"name": "good", "zarr_format": 2, "node_type": "group"}])
+    );
+    let r = get(&app, "/api/v1/list/m/bad", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.json()["node"], invalid);
+    assert_eq!(r.json()["children"], json!([{"name": "inner", "node_type": "directory"}]));
+    // The node itself is still an error where its metadata is needed.
+    let r = get(&app, "/api/v1/zom/m/bad", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+}
+
 #[tokio::test]
 async fn v2_groups_get_a_synthesized_zmetadata() {
     let app = fixture_app();

@@ -18,7 +18,7 @@ use crate::cache::cached;
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
 use crate::store::StoreKey;
-use crate::zarr::hierarchy::{HierarchyError, Tree, find_node, pruned, walk};
+use crate::zarr::hierarchy::{HierarchyError, Node, Tree, find_node, pruned, walk};
 
 /// Group documents larger than this are served as stored, never parsed for consolidation.
 pub const MAX_GROUP_DOC: u64 = 1 << 20;
@@ -178,12 +178,30 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>,
 /// a directory of chunk rows would otherwise cost millions of reads for one request.
 pub const MAX_LIST_CHILDREN: usize = 10_000;
 
+/// How `/api/v1/list` describes what is at a path: a node, or `None`. A node whose metadata
+/// does not parse is described as `invalid` with the error, rather than failing the listing
+/// of everything beside it; store failures fail the request.
+fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value>, ApiError> {
+    match found {
+        Ok(node) => Ok(node.map(|n| {
+            json!({"zarr_format": n.zarr_format, "node_type": if n.is_group { "group" } else { "array" }})
+        })),
+        Err(e @ HierarchyError::Invalid { .. }) => {
+            let error = ApiError::from(e);
+            Ok(Some(json!({
+                "node_type": "invalid",
+                "error": {"code": error.code(), "message": error.to_string()},
+            })))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// `GET /api/v1/list/{mount}[/{path}]`: the node at a path (if any) and the nodes and plain
 /// directories below it.
 pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/")?;
-    let describe = |n: &crate::zarr::hierarchy::Node| json!({"zarr_format": n.zarr_format, "node_type": if n.is_group { "group" } else { "array" }});
-    let node = find_node(&mount.store, &path).await?;
+    let node = described(find_node(&mount.store, &path).await)?;
     let listing = mount.store.list(&path).await?;
     if node.is_none() && !path.is_root() && listing.prefixes.is_empty() && listing.objects.is_empty() {
         return Err(ApiError::NotFound(format!(
@@ -201,18 +219,15 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
     }
     let store = &mount.store;
     let children: Vec<Value> = stream::iter(listing.prefixes)
-        .map(|name| {
-            let path = &path;
-            async move {
-                let key = path.join(&name).map_err(ApiError::from)?;
-                let node = find_node(store, &key).await?;
-                let mut entry = match &node {
-                    Some(n) => describe(n),
-                    None => json!({"node_type": "directory"}),
-                };
-                entry["name"] = Value::from(name);
-                Ok::<Value, ApiError>(entry)
-            }
+        .filter_map(|name| {
+            // A name that cannot be a key (stores list what they hold) is not listed.
+            let key = path.join(&name).ok();
+            std::future::ready(key.map(|key| (name, key)))
+        })
+        .map(|(name, key)| async move {
+            let mut entry = described(find_node(store, &key).await)?.unwrap_or_else(|| json!({"node_type": "directory"}));
+            entry["name"] = Value::from(name);
+            Ok::<Value, ApiError>(entry)
         })
         .buffered(32)
         .try_collect()
@@ -220,7 +235,7 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
     let mut listing = json!({
         "mount": mount.name,
         "path": path.as_str(),
-        "node": node.as_ref().map(describe),
+        "node": node,
         "children": children,
     });
     crate::zarr::hierarchy::unmark_non_finite(&mut listing);

@@ -433,7 +433,9 @@ impl Backend for ObjectStoreBackend {
             Err(object_store::Error::NotFound { .. }) => return Ok(Listing::default()),
             Err(e) => return Err(e.into()),
         };
-        let name = |p: &Path| p.filename().map(str::to_owned);
+        // Bucket keys may hold what a key here cannot (a backslash, a control character):
+        // those names are left out, as for local directories.
+        let name = |p: &Path| p.filename().filter(|n| StoreKey::new(n).is_ok()).map(str::to_owned);
         let mut prefixes: Vec<String> = listed.common_prefixes.iter().filter_map(name).collect();
         let mut objects: Vec<String> = listed.objects.iter().filter_map(|m| name(&m.location)).collect();
         prefixes.sort();

@@ -210,7 +210,10 @@ fn members<'a>(
                          (a deeper path, or depth=N)"
                     )));
                 }
-                let key = child(path, &name)?;
+                // A listed name that cannot be a key is not a member.
+                let Ok(key) = child(path, &name) else {
+                    return Ok(None);
+                };
                 let Some(child_node) = find_node(store, &key).await? else {
                     return Ok(None);
                 };
