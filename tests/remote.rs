@@ -276,7 +276,10 @@ fn s3_mounts_behave_like_local_ones() {
             .unwrap();
         for key in ["odd/.zgroup", "odd/g/.zgroup", "odd/back\\slash/.zgroup"] {
             let doc = br#"{"zarr_format": 2}"#.to_vec();
-            s3_client.put(&object_store::path::Path::parse(key).unwrap(), doc.into()).await.unwrap();
+            s3_client
+                .put(&object_store::path::Path::parse(key).unwrap(), doc.into())
+                .await
+                .unwrap();
         }
         let mut odd_config = MountConfig::new("s3://zarr/odd", "/");
         odd_config.endpoint = Some(format!("http://127.0.0.1:{port}"));
@@ -287,7 +290,10 @@ fn s3_mounts_behave_like_local_ones() {
         let (app, _) = app_with(vec![s3_mount(odd), local_mount()]);
         let zom = get(&app, "/api/v1/zom/s3", &[]).await;
         assert_eq!(zom.status, 200);
-        assert_eq!(zom.json()["members"].as_object().unwrap().keys().collect::<Vec<_>>(), ["g"]);
+        assert_eq!(
+            zom.json()["members"].as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["g"]
+        );
 
         // Credentials never show.
         let mounts = get(&app, "/api/v1/mounts", &[]).await;

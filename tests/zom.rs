@@ -155,7 +155,10 @@ async fn a_corrupt_node_does_not_hide_its_neighbours() {
     let r = get(&app, "/api/v1/list/m/bad", &[]).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.json()["node"], invalid);
-    assert_eq!(r.json()["children"], json!([{"name": "inner", "node_type": "directory"}]));
+    assert_eq!(
+        r.json()["children"],
+        json!([{"name": "inner", "node_type": "directory"}])
+    );
     // The node itself is still an error where its metadata is needed.
     let r = get(&app, "/api/v1/zom/m/bad", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
@@ -248,12 +251,20 @@ async fn groups_whose_consolidated_metadata_is_null_get_it() {
     let root = dir.path().join("h.zarr");
     let group = |d: &std::path::Path| {
         std::fs::create_dir_all(d).unwrap();
-        let doc = json!({"zarr_format": 3, "node_type": "group", "attributes": {"n": 1}, "consolidated_metadata": null});
+        let doc =
+            json!({"zarr_format": 3, "node_type": "group", "attributes": {"n": 1}, "consolidated_metadata": null});
         std::fs::write(d.join("zarr.json"), doc.to_string()).unwrap();
     };
     group(&root);
     group(&root.join("sub"));
-    write_v3_array(&root.join("sub/a"), &[2], &[2], "uint8", json!(0), json!([{"name": "bytes"}]));
+    write_v3_array(
+        &root.join("sub/a"),
+        &[2],
+        &[2],
+        "uint8",
+        json!(0),
+        json!([{"name": "bytes"}]),
+    );
     let app = app_for(&[("t", dir.path())]);
     let r = get(&app, "/zarr/t/h.zarr/zarr.json", &[]).await;
     assert_eq!(r.status, 200);

@@ -183,9 +183,8 @@ pub const MAX_LIST_CHILDREN: usize = 10_000;
 /// of everything beside it; store failures fail the request.
 fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value>, ApiError> {
     match found {
-        Ok(node) => Ok(node.map(|n| {
-            json!({"zarr_format": n.zarr_format, "node_type": if n.is_group { "group" } else { "array" }})
-        })),
+        Ok(node) => Ok(node
+            .map(|n| json!({"zarr_format": n.zarr_format, "node_type": if n.is_group { "group" } else { "array" }}))),
         Err(e @ HierarchyError::Invalid { .. }) => {
             let error = ApiError::from(e);
             Ok(Some(json!({
@@ -225,7 +224,8 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
             std::future::ready(key.map(|key| (name, key)))
         })
         .map(|(name, key)| async move {
-            let mut entry = described(find_node(store, &key).await)?.unwrap_or_else(|| json!({"node_type": "directory"}));
+            let mut entry =
+                described(find_node(store, &key).await)?.unwrap_or_else(|| json!({"node_type": "directory"}));
             entry["name"] = Value::from(name);
             Ok::<Value, ApiError>(entry)
         })

@@ -261,7 +261,12 @@ impl From<object_store::Error> for StoreError {
         use object_store::Error as E;
         match e {
             E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreError::Denied(e.to_string()),
-            E::NotSupported { .. } | E::NotImplemented { .. } => StoreError::NotSupported(e.to_string()),
+            // object_store's text names its internals (the client, the operation); it goes to
+            // the log, and the client hears what it can act on.
+            E::NotSupported { .. } | E::NotImplemented { .. } => {
+                tracing::warn!(error = %e, "upstream store does not support a request");
+                StoreError::NotSupported("the upstream store does not support this request".into())
+            }
             other if timed_out(&other) => StoreError::Timeout(other.to_string()),
             other => StoreError::Io(other.to_string()),
         }
@@ -505,5 +510,23 @@ mod tests {
             StoreError::from(generic(Box::new(slow_down))),
             StoreError::Io(_)
         ));
+    }
+
+    #[test]
+    fn unsupported_requests_do_not_show_object_store_text() {
+        let source: Box<dyn std::error::Error + Send + Sync> =
+            Box::new(std::io::Error::other("S3Client::copy_if_not_exists"));
+        for e in [
+            object_store::Error::NotSupported { source },
+            object_store::Error::NotImplemented {
+                operation: "list_with_delimiter".into(),
+                implementer: "HttpStore".into(),
+            },
+        ] {
+            let StoreError::NotSupported(message) = StoreError::from(e) else {
+                panic!("not NotSupported");
+            };
+            assert_eq!(message, "the upstream store does not support this request");
+        }
     }
 }

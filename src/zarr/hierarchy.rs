@@ -565,9 +565,15 @@ mod tests {
         built.insert("sub", node(true, 2, json!({"zarr_format": 2}))).unwrap();
         built.insert("sub/x", arr).unwrap();
         // Not part of the hierarchy: no parent node, or not a key.
-        built.insert("none/y", node(true, 2, json!({"zarr_format": 2}))).unwrap();
-        built.insert("sub/../x", node(true, 2, json!({"zarr_format": 2}))).unwrap();
-        built.insert("sub//x", node(true, 2, json!({"zarr_format": 2}))).unwrap();
+        built
+            .insert("none/y", node(true, 2, json!({"zarr_format": 2})))
+            .unwrap();
+        built
+            .insert("sub/../x", node(true, 2, json!({"zarr_format": 2})))
+            .unwrap();
+        built
+            .insert("sub//x", node(true, 2, json!({"zarr_format": 2})))
+            .unwrap();
         assert_eq!(built.nodes, 3);
         let tree = built.root;
         assert_eq!(tree.node_count(), 3);
@@ -642,14 +648,20 @@ mod tests {
         assert_eq!(deepest.node_count(), MAX_WALK_DEPTH as usize + 1);
         // One level more, as a crafted document could have thousands: refused, not recursed.
         let e = tree_from_zmetadata(&chain(MAX_WALK_DEPTH as usize + 1)).unwrap_err();
-        assert!(matches!(&e, HierarchyError::TooLarge(m) if m.contains("levels deep")), "{e}");
+        assert!(
+            matches!(&e, HierarchyError::TooLarge(m) if m.contains("levels deep")),
+            "{e}"
+        );
         let mut wide = Map::new();
         wide.insert(".zgroup".into(), json!({"zarr_format": 2}));
         for i in 0..MAX_WALK_NODES {
             wide.insert(format!("a{i}/.zarray"), json!({}));
         }
         let e = tree_from_zmetadata(&json!({"metadata": wide})).unwrap_err();
-        assert!(matches!(&e, HierarchyError::TooLarge(m) if m.contains("100000 nodes")), "{e}");
+        assert!(
+            matches!(&e, HierarchyError::TooLarge(m) if m.contains("100000 nodes")),
+            "{e}"
+        );
         wide.remove("a0/.zarray");
         let fits = tree_from_zmetadata(&json!({"metadata": wide})).unwrap().unwrap();
         assert_eq!(fits.node_count(), MAX_WALK_NODES);
