@@ -132,8 +132,14 @@ pub struct Caches {
     pub shard_indexes: Cache<ChunkId, CachedIndex>,
     /// Array metadata by (mount, array path).
     pub metadata: Cache<(Arc<str>, StoreKey), Arc<ArrayMeta>>,
-    /// Whole hierarchies below a node (`None`: no node there), for ZOM and consolidation.
-    pub hierarchies: Cache<(Arc<str>, StoreKey), Option<Arc<Tree>>>,
+    /// Whole hierarchies below a node, for ZOM and consolidation: what a walk found (`None`:
+    /// no node there), or why it stopped when it will stop there again (too large, a store
+    /// that cannot list).
+    pub hierarchies: Cache<(Arc<str>, StoreKey), Walked>,
+    /// Walks of whole hierarchies under way, at most [`WALKS`] at once. A walk runs in a task
+    /// of its own and ends even when its request has gone (it is cached for the next one), so
+    /// this, not the request limit, bounds their number and the trees being built.
+    pub walks: tokio::sync::Semaphore,
     /// Consolidated metadata synthesized for a group (`.zmetadata`, or `zarr.json` with
     /// `consolidated_metadata`: the flag says which), with the walked tree it was rendered from.
     pub consolidated: Cache<(Arc<str>, StoreKey, bool), Rendered>,
@@ -150,6 +156,13 @@ pub struct Caches {
     /// Chunks (and inner chunks) decoded, cached or not.
     pub decodes: AtomicU64,
 }
+
+/// What walking a whole hierarchy found: the tree (`None`: no node there), or why the walk
+/// stopped, when that is a fact about the hierarchy rather than a failure of the store.
+pub type Walked = Result<Option<Arc<Tree>>, crate::zarr::hierarchy::HierarchyError>;
+
+/// How many whole hierarchies are walked at once ([`Caches::walks`]).
+pub const WALKS: usize = 4;
 
 /// Capacity of the cache of synthesized consolidated metadata documents.
 const CONSOLIDATED_BYTES: u64 = 64 << 20;
@@ -211,8 +224,9 @@ impl Caches {
             .build();
         let hierarchies = Cache::builder()
             .max_capacity(config.hierarchy_bytes)
-            .weigher(|_: &(Arc<str>, StoreKey), v: &Option<Arc<Tree>>| {
-                weight(v.as_ref().map_or(0, |t| t.heap_weight()))
+            .weigher(|_: &(Arc<str>, StoreKey), v: &Walked| match v {
+                Ok(tree) => weight(tree.as_ref().map_or(0, |t| t.heap_weight())),
+                Err(e) => weight(e.to_string().len()),
             })
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(hierarchy_counters.evictions.clone()))
@@ -235,6 +249,7 @@ impl Caches {
             index_counters,
             metadata_counters,
             hierarchy_counters,
+            walks: tokio::sync::Semaphore::new(WALKS),
             decodes: AtomicU64::new(0),
         }
     }

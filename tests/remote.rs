@@ -128,6 +128,7 @@ fn counted(store: Store, gets: &Arc<AtomicUsize>) -> Store {
     Store::new(CountingStore {
         inner: store,
         gets: gets.clone(),
+        list_delay: Duration::ZERO,
     })
 }
 

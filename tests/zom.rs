@@ -285,6 +285,36 @@ async fn groups_whose_consolidated_metadata_is_null_get_it() {
     assert_eq!(zom["members"]["sub"]["members"]["a"]["node_type"], "array");
 }
 
+/// The group's own `zarr.json` is read for every request: once it changes, the consolidated
+/// one says what it says now, not what it said when the hierarchy was walked.
+#[tokio::test]
+async fn a_changed_group_document_shows_at_once_in_its_consolidated_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("h.zarr");
+    let write_group = |title: &str| {
+        let doc = json!({"zarr_format": 3, "node_type": "group", "attributes": {"title": title}});
+        std::fs::write(root.join("zarr.json"), doc.to_string()).unwrap();
+    };
+    std::fs::create_dir_all(&root).unwrap();
+    write_group("old");
+    write_v3_array(
+        &root.join("a"),
+        &[2],
+        &[2],
+        "uint8",
+        json!(0),
+        json!([{"name": "bytes"}]),
+    );
+    let app = app_for(&[("t", dir.path())]);
+    let v = get(&app, "/zarr/t/h.zarr/zarr.json", &[]).await.json();
+    assert_eq!(v["attributes"]["title"], "old");
+    assert!(v["consolidated_metadata"]["metadata"]["a"].is_object(), "{v}");
+    write_group("new");
+    let v = get(&app, "/zarr/t/h.zarr/zarr.json", &[]).await.json();
+    assert_eq!(v["attributes"]["title"], "new");
+    assert!(v["consolidated_metadata"]["metadata"]["a"].is_object(), "{v}");
+}
+
 #[tokio::test]
 async fn consolidation_can_be_turned_off() {
     let mut config = config_with(&[("fx", &fixtures())]);
@@ -398,6 +428,68 @@ async fn a_symlink_loop_ends_the_walk_with_413() {
     let r = get(&app, "/api/v1/zom/m?depth=2", &[]).await;
     assert_eq!(r.status, 200);
     assert!(r.json()["members"]["g"]["members"]["up"].is_object());
+}
+
+/// A walk that stopped at the limits stops there again until the hierarchy changes: it is
+/// remembered (within the cache's bound), not walked again by every request, while a
+/// bounded depth is still walked and answered.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_walk_too_large_is_remembered() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(root.join("g")).unwrap();
+    std::fs::write(root.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(root.join("g/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::os::unix::fs::symlink("..", root.join("g/up")).unwrap();
+    let (app, _, gets) = counting_app(&root, config_with(&[]));
+    assert_eq!(get(&app, "/api/v1/zom/m", &[]).await.status, 413);
+    let walked = gets.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(walked > 64, "{walked} reads");
+    let r = get(&app, "/api/v1/zom/m", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("levels"));
+    assert_eq!(get(&app, "/zarr/m/.zmetadata", &[]).await.status, 404);
+    // The second ZOM: nothing read; the .zmetadata: one look for a stored one.
+    assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), walked + 1);
+    let r = get(&app, "/api/v1/zom/m?depth=1", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["members"]["g"]["members"], json!({}));
+}
+
+/// A walk slower than a raw-key request waits for it goes on by itself: the `.zmetadata`
+/// request gets what is stored (404) at once rather than a 504 a minute later, and the next
+/// request after the walk the consolidated document, without walking again.
+#[tokio::test]
+async fn a_slow_walk_finishes_for_the_next_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("a/b")).unwrap();
+    for g in [".zgroup", "a/.zgroup", "a/b/.zgroup"] {
+        std::fs::write(root.join(g), br#"{"zarr_format": 2}"#).unwrap();
+    }
+    std::fs::create_dir_all(root.join("a/b/c")).unwrap();
+    std::fs::write(root.join("a/b/c/.zarray"), br#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<u1", "fill_value": 0, "order": "C", "filters": null, "compressor": null}"#).unwrap();
+    let mut config = config_with(&[]);
+    config.limits.request_timeout_s = 2.0; // a raw-key request waits 0.5 s for a walk
+    // Three groups to list, 0.4 s each: the walk takes 1.2 s.
+    let (app, state, gets) = slow_listing_app(root, config, std::time::Duration::from_millis(400));
+    let start = std::time::Instant::now();
+    let r = get(&app, "/zarr/m/.zmetadata", &[]).await;
+    assert_eq!(r.status, 404);
+    let waited = start.elapsed();
+    assert!(waited < std::time::Duration::from_millis(1100), "{waited:?}");
+    let key = (std::sync::Arc::<str>::from("m"), zarrgate::store::StoreKey::root());
+    while !state.caches.hierarchies.contains_key(&key) {
+        assert!(start.elapsed().as_secs() < 20, "the walk did not finish");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let before = gets.load(std::sync::atomic::Ordering::SeqCst);
+    let r = get(&app, "/zarr/m/.zmetadata", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["metadata"]["a/b/c/.zarray"]["shape"], json!([2]));
+    // One look for a stored .zmetadata; no walk.
+    assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), before + 1);
 }
 
 /// Entries of a local directory that cannot be keys (a non-UTF-8 name, a dangling link, a

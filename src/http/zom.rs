@@ -5,6 +5,7 @@
 //! synthesizes.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -38,12 +39,57 @@ impl From<HierarchyError> for ApiError {
 }
 
 /// The whole hierarchy below `path` (cached; `None` when no node is there).
+///
+/// The walk runs in a task of its own: a request that gives up waiting (its client went away,
+/// it timed out, or it only waits a while: [`synthesis_tree`]) leaves it to finish and be
+/// cached for the next request, rather than starting a large walk over on every request.
+/// Walks that stop because the hierarchy is too large or the store cannot list are cached too:
+/// they would stop there again until the hierarchy changes.
 pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
     let key = (Arc::from(mount.name.as_str()), path.clone());
-    let load = async { walk(&mount.store, path, None).await.map(|t| t.map(Arc::new)) };
-    cached(&state.caches.hierarchies, &state.caches.hierarchy_counters, key, load)
+    let caches = &state.caches;
+    if let Some(walked) = caches.hierarchies.get(&key).await {
+        caches.hierarchy_counters.record(false);
+        return walked.map_err(ApiError::from);
+    }
+    let (caches, store, path) = (caches.clone(), mount.store.clone(), path.clone());
+    let walking = tokio::spawn(async move {
+        let load = async {
+            let _turn = caches.walks.acquire().await.ok();
+            match walk(&store, &path, None).await {
+                Ok(tree) => Ok(Ok(tree.map(Arc::new))),
+                Err(e @ (HierarchyError::TooLarge(_) | HierarchyError::CannotList(_))) => Ok(Err(e)),
+                Err(e) => Err(e),
+            }
+        };
+        cached(&caches.hierarchies, &caches.hierarchy_counters, key, load).await
+    });
+    match walking.await {
+        Ok(Ok(walked)) => walked.map_err(ApiError::from),
+        Ok(Err(failed)) => Err(ApiError::from((*failed).clone())),
+        Err(_) => Err(ApiError::Internal),
+    }
+}
+
+/// The longest a raw-key request waits for a walk to synthesize consolidated metadata: a
+/// quarter of the request timeout, at most 10 s. Clients open a hierarchy by asking for it,
+/// and a missing `.zmetadata` (or a `zarr.json` as stored) answered at once serves them better
+/// than a 504 after a minute; the walk goes on, and later requests get the consolidated one.
+fn synthesis_wait(state: &AppState) -> Duration {
+    let most = Duration::from_secs(10);
+    Duration::try_from_secs_f64(state.config.limits.request_timeout_s / 4.0).map_or(most, |d| d.min(most))
+}
+
+/// [`tree`] for synthesizing consolidated metadata: `Unsupported` when the walk takes longer
+/// than [`synthesis_wait`].
+async fn synthesis_tree(state: &AppState, mount: &Mount, group: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
+    tokio::time::timeout(synthesis_wait(state), tree(state, mount, group))
         .await
-        .map_err(|e| ApiError::from((*e).clone()))
+        .unwrap_or_else(|_| {
+            Err(ApiError::Unsupported(format!(
+                "the hierarchy at '{group}' is still being walked"
+            )))
+        })
 }
 
 /// The consolidated document of `tree` (the group at `group`): rendered once per walked tree
@@ -95,7 +141,7 @@ pub async fn synthesized_zmetadata(
     mount: &Mount,
     group: &StoreKey,
 ) -> Result<Option<Bytes>, ApiError> {
-    match tree(state, mount, group).await? {
+    match synthesis_tree(state, mount, group).await? {
         Some(t) if t.node.zarr_format == 2 && t.node.is_group => {
             Ok(Some(rendered(state, mount, group, t, false).await?))
         }
@@ -112,11 +158,20 @@ pub async fn synthesized_zarr_json(
 ) -> Result<Option<Bytes>, ApiError> {
     // Look at the stored document first: arrays and already consolidated groups are served as
     // stored without walking anything.
-    match find_node(&mount.store, group).await {
-        Ok(Some(n)) if n.zarr_format == 3 && n.is_group && !n.has_consolidated_metadata() => {}
+    let stored = match find_node(&mount.store, group).await {
+        Ok(Some(n)) if n.zarr_format == 3 && n.is_group && !n.has_consolidated_metadata() => n,
         _ => return Ok(None),
+    };
+    let mut walked = synthesis_tree(state, mount, group).await?;
+    // The document was just read: one that changed since the hierarchy was walked (new
+    // attributes, say) means the walk is stale, and it is walked again rather than served
+    // with the old document until the cache's bound.
+    if walked.as_ref().is_some_and(|t| t.node.doc != stored.doc) {
+        let key = (Arc::from(mount.name.as_str()), group.clone());
+        state.caches.hierarchies.invalidate(&key).await;
+        walked = synthesis_tree(state, mount, group).await?;
     }
-    match tree(state, mount, group).await? {
+    match walked {
         Some(t) => Ok(Some(rendered(state, mount, group, t, true).await?)),
         None => Ok(None),
     }
@@ -148,9 +203,10 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
                 .get(&(Arc::from(mount.name.as_str()), path.clone()))
                 .await;
             match cached {
-                Some(Some(t)) => Arc::new(pruned(&t, d)),
-                Some(None) => return Err(not_found()),
-                None => Arc::new(walk(&mount.store, path, Some(d)).await?.ok_or_else(not_found)?),
+                Some(Ok(Some(t))) => Arc::new(pruned(&t, d)),
+                Some(Ok(None)) => return Err(not_found()),
+                // Not walked yet, or too large as a whole: walk down to the depth asked.
+                Some(Err(_)) | None => Arc::new(walk(&mount.store, path, Some(d)).await?.ok_or_else(not_found)?),
             }
         }
     };

@@ -93,11 +93,13 @@ pub async fn request(app: &Router, method: &str, uri: &str, headers: &[(&str, &s
 pub mod cases;
 pub mod expected;
 
-/// A store wrapper that counts reads, to prove what the caches save.
+/// A store wrapper that counts reads, to prove what the caches save, and can make listings
+/// slow (a remote store's), to show what waits for them.
 #[derive(Debug)]
 pub struct CountingStore {
     pub inner: zarrgate::store::Store,
     pub gets: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    pub list_delay: std::time::Duration,
 }
 
 #[async_trait::async_trait]
@@ -124,6 +126,7 @@ impl zarrgate::store::Backend for CountingStore {
         prefix: &zarrgate::store::StoreKey,
     ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
         self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(self.list_delay).await;
         self.inner.list(prefix).await
     }
 
@@ -141,6 +144,19 @@ pub fn counting_app(
     zarrgate::AppState,
     std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) {
+    slow_listing_app(dir, config, std::time::Duration::ZERO)
+}
+
+/// [`counting_app`] whose store takes `list_delay` to list a directory.
+pub fn slow_listing_app(
+    dir: &Path,
+    config: Config,
+    list_delay: std::time::Duration,
+) -> (
+    Router,
+    zarrgate::AppState,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
     let gets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let inner = zarrgate::store::Store::new(zarrgate::store::open_local(dir).unwrap());
     let mount = zarrgate::state::Mount {
@@ -151,6 +167,7 @@ pub fn counting_app(
         store: zarrgate::store::Store::new(CountingStore {
             inner,
             gets: gets.clone(),
+            list_delay,
         }),
         tokens: Vec::new(),
     };
