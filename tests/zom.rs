@@ -430,6 +430,43 @@ async fn a_symlink_loop_ends_the_walk_with_413() {
     assert!(r.json()["members"]["g"]["members"]["up"].is_object());
 }
 
+/// A metadata document over the limit is refused (413) before it is read, through local
+/// reads and whole-object requests alike; a listing shows it beside the others.
+#[tokio::test]
+async fn metadata_documents_over_the_limit_are_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("g")).unwrap();
+    std::fs::write(root.join("g/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    // Sparse: no disk, and reading it would take a while and 64 MiB.
+    let attrs = std::fs::File::create(root.join("g/.zattrs")).unwrap();
+    attrs.set_len(zarrgate::store::MAX_DOCUMENT_BYTES + 1).unwrap();
+    std::fs::create_dir_all(root.join("ok")).unwrap();
+    std::fs::write(root.join("ok/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let local = app_for(&[("m", root)]);
+    let (counted, _, _) = counting_app(root, config_with(&[]));
+    for app in [local, counted] {
+        let r = get(&app, "/api/v1/zom/m/g", &[]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+        let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains("'g/.zattrs' is 67108865 bytes"), "{message}");
+        let listed = get(&app, "/api/v1/list/m", &[]).await.json();
+        assert_eq!(listed["children"][0]["node_type"], "invalid");
+        assert_eq!(listed["children"][0]["error"]["code"], "too_large");
+        assert_eq!(listed["children"][1]["node_type"], "group");
+        let r = get(&app, "/api/v1/zom/m/ok", &[]).await;
+        assert_eq!(r.status, 200);
+    }
+    // One byte shorter, it is read (zeros: not JSON).
+    let attrs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(root.join("g/.zattrs"))
+        .unwrap();
+    attrs.set_len(zarrgate::store::MAX_DOCUMENT_BYTES).unwrap();
+    let r = get(&app_for(&[("m", root)]), "/api/v1/zom/m/g", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+}
+
 /// A walk that stopped at the limits stops there again until the hierarchy changes: it is
 /// remembered (within the cache's bound), not walked again by every request, while a
 /// bounded depth is still walked and answered.

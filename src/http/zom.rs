@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::cache::cached;
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
-use crate::store::StoreKey;
+use crate::store::{StoreError, StoreKey};
 use crate::zarr::hierarchy::{HierarchyError, Node, Tree, find_node, pruned, walk};
 
 /// Group documents larger than this are served as stored, never parsed for consolidation.
@@ -235,13 +235,13 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>,
 pub const MAX_LIST_CHILDREN: usize = 10_000;
 
 /// How `/api/v1/list` describes what is at a path: a node, or `None`. A node whose metadata
-/// does not parse is described as `invalid` with the error, rather than failing the listing
-/// of everything beside it; store failures fail the request.
+/// does not parse (or is too large to read) is described as `invalid` with the error, rather
+/// than failing the listing of everything beside it; store failures fail the request.
 fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value>, ApiError> {
     match found {
         Ok(node) => Ok(node
             .map(|n| json!({"zarr_format": n.zarr_format, "node_type": if n.is_group { "group" } else { "array" }}))),
-        Err(e @ HierarchyError::Invalid { .. }) => {
+        Err(e @ (HierarchyError::Invalid { .. } | HierarchyError::Store(StoreError::TooLarge { .. }))) => {
             let error = ApiError::from(e);
             Ok(Some(json!({
                 "node_type": "invalid",

@@ -45,7 +45,14 @@ pub enum StoreError {
     /// The backend cannot do this (e.g. listing an HTTP origin).
     #[error("not supported by this store: {0}")]
     NotSupported(String),
+    /// A metadata document is larger than zarrgate reads into memory.
+    #[error("the document at '{key}' is {size} bytes; metadata documents are read up to {max} bytes")]
+    TooLarge { key: String, size: u64, max: u64 },
 }
+
+/// The largest metadata document read ([`Store::get_document`]). Consolidated metadata of
+/// hierarchies of thousands of arrays is a few MiB; a walk reads up to 32 documents at once.
+pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
 
 /// What is known about a stored object without reading it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -318,9 +325,34 @@ impl Store {
         self.0.list(prefix).await
     }
 
-    /// Reads a whole object into memory (metadata documents, chunks).
-    pub async fn get_bytes(&self, key: &StoreKey) -> Result<Option<Bytes>, StoreError> {
-        Ok(self.fetch(key, None).await?.map(|(bytes, _)| bytes))
+    /// Reads a metadata document (`zarr.json`, `.zarray`, `.zattrs`, `.zmetadata`, ...) into
+    /// memory: at most [`MAX_DOCUMENT_BYTES`], [`StoreError::TooLarge`] beyond, found out
+    /// before reading the rest (a stray large file under a metadata name costs nothing).
+    pub async fn get_document(&self, key: &StoreKey) -> Result<Option<Bytes>, StoreError> {
+        let too_large = |size| StoreError::TooLarge {
+            key: key.to_string(),
+            size,
+            max: MAX_DOCUMENT_BYTES,
+        };
+        if self.reads_locally() {
+            // One byte past the limit tells the object is larger, without reading it.
+            return match self
+                .fetch(key, Some(ByteRange::Bounded(0, MAX_DOCUMENT_BYTES + 1)))
+                .await
+            {
+                Ok(Some((_, meta))) if meta.size > MAX_DOCUMENT_BYTES => Err(too_large(meta.size)),
+                Ok(found) => Ok(found.map(|(bytes, _)| bytes)),
+                Err(StoreError::Range { size: 0, .. }) => Ok(Some(Bytes::new())),
+                Err(e) => Err(e),
+            };
+        }
+        // Whole-object requests: an HTTP origin need not support ranges. The size comes with
+        // the response, before its body is read.
+        match self.get(key, None).await? {
+            Some(object) if object.meta.size > MAX_DOCUMENT_BYTES => Err(too_large(object.meta.size)),
+            Some(object) => Ok(Some(object.bytes().await?)),
+            None => Ok(None),
+        }
     }
 
     /// Reads `range` of an object (all of it when `None`) into memory, with the whole object's
@@ -469,7 +501,7 @@ mod tests {
         let mut held = Vec::new();
         for round in 0..3 {
             for (i, (name, data)) in files.iter().enumerate() {
-                let whole = store.get_bytes(&key(name)).await.unwrap().unwrap();
+                let whole = store.get_document(&key(name)).await.unwrap().unwrap();
                 assert_eq!(&whole[..], &data[..], "{name}");
                 let (a, b) = (1000 * i as u64, 150_000 + 7 * i as u64);
                 let (part, meta) = store
@@ -495,7 +527,7 @@ mod tests {
                 "{name} changed while held"
             );
         }
-        assert_eq!(store.get_bytes(&key("missing")).await.unwrap(), None);
+        assert_eq!(store.get_document(&key("missing")).await.unwrap(), None);
         assert_eq!(
             store
                 .get_range_bytes(&key("missing"), ByteRange::Suffix(4))

@@ -92,7 +92,7 @@ pub fn unmark_non_finite(value: &mut Value) {
 }
 
 async fn json_object(store: &Store, key: &StoreKey) -> Result<Option<Map<String, Value>>, HierarchyError> {
-    let Some(bytes) = store.get_bytes(key).await? else {
+    let Some(bytes) = store.get_document(key).await? else {
         return Ok(None);
     };
     let invalid = |message: String| HierarchyError::Invalid {

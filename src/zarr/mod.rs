@@ -401,7 +401,7 @@ pub(crate) fn parse_document(bytes: &[u8], mark: &str) -> serde_json::Result<Val
 }
 
 async fn json_doc(store: &Store, key: &StoreKey) -> Result<Option<Value>, OpenError> {
-    match store.get_bytes(key).await? {
+    match store.get_document(key).await? {
         None => Ok(None),
         // The standard spelling of a non-finite fill value is the plain string.
         Some(bytes) => parse_document(&bytes, "").map(Some).map_err(|e| OpenError::Meta {
