@@ -385,7 +385,8 @@ async function main() {
 
     await check("string array demo/v3.zarr/names renders as a table", async () => {
       await openInTree("demo/v3.zarr/names");
-      await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.state === "ready", null, "the table", "[data-testid=table]");
+      // The table of this array: the one of the array shown before stays until it is replaced.
+      await waitUntil(() => document.querySelector('[data-testid=table][data-path="demo/v3.zarr/names"]')?.dataset.state === "ready", null, "the table", "[data-testid=table]");
       const expected = (await api(sliceRel("v3.zarr/names", "select=[0:12]&format=json"))).body;
       const cells = await page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
       assertEq(cells, expected.data, "table cells");
@@ -395,7 +396,8 @@ async function main() {
 
     await check("v2 string array demo/v2.zarr/labels renders as a table", async () => {
       await openInTree("demo/v2.zarr/labels");
-      await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.state === "ready", null, "the table", "[data-testid=table]");
+      // The table of this array: the one of the array shown before stays until it is replaced.
+      await waitUntil(() => document.querySelector('[data-testid=table][data-path="demo/v2.zarr/labels"]')?.dataset.state === "ready", null, "the table", "[data-testid=table]");
       const expected = (await api(sliceRel("v2.zarr/labels", "format=json"))).body;
       const cells = await page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
       assertEq(cells, expected.data, "table cells");
