@@ -220,9 +220,14 @@ pub trait BlockingRead: Send + Sync + fmt::Debug {
 
 /// A read buffer taken from the spares that goes back to them when dropped (for `Bytes` made
 /// from it: when the last one sharing it is dropped).
-struct SpareBuffer(Vec<u8>);
+pub(crate) struct SpareBuffer(pub(crate) Vec<u8>);
 
 impl SpareBuffer {
+    /// An empty buffer taken from the spares.
+    pub(crate) fn take() -> Self {
+        Self(crate::buffers::READS.take_any())
+    }
+
     /// Reads `range` of `key` (all of it when `None`) with `reader` into a spare buffer, with the
     /// object's metadata; `None` when the object does not exist. On `None` or an error the
     /// buffer goes straight back.
@@ -231,7 +236,7 @@ impl SpareBuffer {
         key: &StoreKey,
         range: Option<ByteRange>,
     ) -> Result<Option<(Self, ObjectMeta)>, StoreError> {
-        let mut buf = Self(crate::buffers::READS.take_any());
+        let mut buf = Self::take();
         Ok(reader.read_into(key, range, &mut buf.0)?.map(|meta| (buf, meta)))
     }
 }
@@ -258,7 +263,7 @@ pub(crate) fn fetch_nowait(
     key: &StoreKey,
     range: Option<ByteRange>,
 ) -> Nowait<Result<Fetched, StoreError>> {
-    let mut buf = SpareBuffer(crate::buffers::READS.take_any());
+    let mut buf = SpareBuffer::take();
     match reader.read_nowait(key, range, &mut buf.0) {
         Nowait::Done(read) => {
             Nowait::Done(read.map(|found| found.map(|(meta, range)| (Bytes::from_owner(buf), meta, range))))

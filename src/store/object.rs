@@ -197,6 +197,32 @@ fn open_local_range(
     Ok(Some((meta, range, file)))
 }
 
+/// Reads `range` of the open `file` (of `key`) into `buf`, replacing what it held.
+fn read_range(
+    file: &mut std::fs::File,
+    key: &StoreKey,
+    range: &Range<u64>,
+    buf: &mut Vec<u8>,
+) -> Result<(), StoreError> {
+    use std::io::{Read, Seek};
+    buf.clear();
+    file.seek(std::io::SeekFrom::Start(range.start))?;
+    let want = range.end - range.start;
+    let too_large = || StoreError::Io(format!("{key}: too large to read ({want} bytes)"));
+    // A file may claim any size (a sparse file): an allocation that cannot be had is an error
+    // of this read, not an abort of the server.
+    buf.try_reserve(usize::try_from(want).map_err(|_| too_large())?)
+        .map_err(|_| too_large())?;
+    file.take(want).read_to_end(buf)?;
+    if buf.len() as u64 != want {
+        return Err(StoreError::Io(format!(
+            "{key}: short read ({} of {want} bytes)",
+            buf.len()
+        )));
+    }
+    Ok(())
+}
+
 impl LocalFiles {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
         if let Some(Nowait::Done(found)) = self.nowait.as_ref().map(|n| n.open_file(key)) {
@@ -228,11 +254,9 @@ impl LocalFiles {
                 return Ok(None);
             };
             if range.end - range.start <= SMALL_READ {
-                use std::io::{Read, Seek};
-                file.seek(std::io::SeekFrom::Start(range.start))?;
-                let mut buf = vec![0u8; (range.end - range.start) as usize];
-                file.read_exact(&mut buf)?;
-                return Ok(Some((meta, range, Ok(Bytes::from(buf)))));
+                let mut buf = super::SpareBuffer::take();
+                read_range(&mut file, &key, &range, &mut buf.0)?;
+                return Ok(Some((meta, range, Ok(Bytes::from_owner(buf)))));
             }
             Ok(Some((meta, range, Err(file))))
         })
@@ -313,25 +337,10 @@ impl BlockingRead for LocalFiles {
         range: Option<ByteRange>,
         buf: &mut Vec<u8>,
     ) -> Result<Option<ObjectMeta>, StoreError> {
-        use std::io::{Read, Seek};
         let Some((meta, range, mut file)) = open_local_range(&self.root, key, range)? else {
             return Ok(None);
         };
-        buf.clear();
-        file.seek(std::io::SeekFrom::Start(range.start))?;
-        let want = range.end - range.start;
-        let too_large = || StoreError::Io(format!("{key}: too large to read ({want} bytes)"));
-        // A file may claim any size (a sparse file): an allocation that cannot be had is an
-        // error of this read, not an abort of the server.
-        buf.try_reserve(usize::try_from(want).map_err(|_| too_large())?)
-            .map_err(|_| too_large())?;
-        file.take(want).read_to_end(buf)?;
-        if buf.len() as u64 != want {
-            return Err(StoreError::Io(format!(
-                "{key}: short read ({} of {want} bytes)",
-                buf.len()
-            )));
-        }
+        read_range(&mut file, key, &range, buf)?;
         Ok(Some(meta))
     }
 
@@ -510,6 +519,52 @@ mod tests {
             StoreError::from(generic(Box::new(slow_down))),
             StoreError::Io(_)
         ));
+    }
+
+    /// Without reads that do not wait (another platform or filesystem), every read takes the
+    /// blocking path: small ranges whole into a spare buffer, larger ones streamed.
+    #[tokio::test]
+    async fn local_reads_on_the_blocking_path() {
+        use futures::TryStreamExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..SMALL_READ as usize + 5000).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("f"), &data).unwrap();
+        let files = LocalFiles {
+            root: std::fs::canonicalize(dir.path()).unwrap(),
+            nowait: None,
+        };
+        let key = StoreKey::new("f").unwrap();
+        let read = |range: Option<ByteRange>| {
+            let (files, key) = (&files, &key);
+            async move {
+                let object = files.get(key, range).await.unwrap().unwrap();
+                let chunks: Vec<Bytes> = object.body.try_collect().await.unwrap();
+                (object.range, chunks)
+            }
+        };
+        let (range, chunks) = read(Some(ByteRange::Bounded(10, 4106))).await;
+        assert_eq!((range, chunks.len()), (10..4106, 1));
+        assert_eq!(&chunks[0][..], &data[10..4106]);
+        let (range, chunks) = read(Some(ByteRange::Suffix(7))).await;
+        assert_eq!(range, data.len() as u64 - 7..data.len() as u64);
+        assert_eq!(&chunks[0][..], &data[data.len() - 7..]);
+        let (range, chunks) = read(None).await;
+        assert_eq!(range, 0..data.len() as u64);
+        assert!(chunks.len() > 1, "streamed");
+        assert_eq!(chunks.concat(), data);
+        assert!(
+            files
+                .get(&StoreKey::new("missing").unwrap(), None)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let mut buf = vec![1, 2, 3];
+        let meta = files
+            .read_into(&key, Some(ByteRange::From(5)), &mut buf)
+            .unwrap()
+            .unwrap();
+        assert_eq!((meta.size, &buf[..]), (data.len() as u64, &data[5..]));
     }
 
     #[test]
