@@ -93,11 +93,9 @@ impl Drop for Moto {
 }
 
 /// Creates the bucket and uploads every file below `dir` under `prefix`.
-async fn upload(port: u16, bucket: &str, dir: &Path, prefix: &str) {
-    let url = format!("http://127.0.0.1:{port}/{bucket}");
-    let created = reqwest::Client::new().put(&url).send().await.unwrap();
-    assert!(created.status().is_success(), "bucket created: {}", created.status());
-    let s3 = object_store::aws::AmazonS3Builder::new()
+/// A client of the moto server's `bucket`.
+fn s3_client(port: u16, bucket: &str) -> object_store::aws::AmazonS3 {
+    object_store::aws::AmazonS3Builder::new()
         .with_bucket_name(bucket)
         .with_region("us-east-1")
         .with_endpoint(format!("http://127.0.0.1:{port}"))
@@ -105,7 +103,14 @@ async fn upload(port: u16, bucket: &str, dir: &Path, prefix: &str) {
         .with_access_key_id("testing")
         .with_secret_access_key("testing")
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+async fn upload(port: u16, bucket: &str, dir: &Path, prefix: &str) {
+    let url = format!("http://127.0.0.1:{port}/{bucket}");
+    let created = reqwest::Client::new().put(&url).send().await.unwrap();
+    assert!(created.status().is_success(), "bucket created: {}", created.status());
+    let s3 = s3_client(port, bucket);
     let mut stack = vec![dir.to_owned()];
     let mut n = 0;
     while let Some(d) = stack.pop() {
@@ -266,18 +271,10 @@ fn s3_mounts_behave_like_local_ones() {
         assert_eq!(r.json(), expected.json());
 
         // Bucket keys that cannot be keys here are not members (a backslash, which S3 allows).
-        let s3_client = object_store::aws::AmazonS3Builder::new()
-            .with_bucket_name("zarr")
-            .with_region("us-east-1")
-            .with_endpoint(format!("http://127.0.0.1:{port}"))
-            .with_allow_http(true)
-            .with_access_key_id("testing")
-            .with_secret_access_key("testing")
-            .build()
-            .unwrap();
+        let client = s3_client(port, "zarr");
         for key in ["odd/.zgroup", "odd/g/.zgroup", "odd/back\\slash/.zgroup"] {
             let doc = br#"{"zarr_format": 2}"#.to_vec();
-            s3_client
+            client
                 .put(&object_store::path::Path::parse(key).unwrap(), doc.into())
                 .await
                 .unwrap();
