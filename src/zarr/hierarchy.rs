@@ -386,18 +386,6 @@ impl Consolidated {
         if path.is_empty() || StoreKey::new(path).is_err() {
             return Ok(());
         }
-        if path.split('/').count() > MAX_WALK_DEPTH as usize {
-            return Err(HierarchyError::TooLarge(format!(
-                "consolidated metadata describes '{}/...', more than {MAX_WALK_DEPTH} levels deep",
-                path.split('/').take(4).collect::<Vec<_>>().join("/")
-            )));
-        }
-        if self.nodes >= MAX_WALK_NODES {
-            return Err(HierarchyError::TooLarge(format!(
-                "consolidated metadata describes more than {MAX_WALK_NODES} nodes; ask for a \
-                 part of the hierarchy (a deeper path, or depth=N)"
-            )));
-        }
         let (parent, name) = match path.rsplit_once('/') {
             Some((parent, name)) => (Some(parent), name),
             None => (None, path),
@@ -413,9 +401,25 @@ impl Consolidated {
             node,
             members: BTreeMap::new(),
         };
-        if at.members.insert(name.to_owned(), fresh).is_none() {
-            self.nodes += 1;
+        if let Some(there) = at.members.get_mut(name) {
+            *there = fresh; // `x/.zarray` beside `x/.zgroup`: one node
+            return Ok(());
         }
+        // Its parent is a node: the path is one level below a node the limits let in.
+        if path.split('/').count() > MAX_WALK_DEPTH as usize {
+            return Err(HierarchyError::TooLarge(format!(
+                "consolidated metadata describes '{}/...', more than {MAX_WALK_DEPTH} levels deep",
+                path.split('/').take(4).collect::<Vec<_>>().join("/")
+            )));
+        }
+        if self.nodes >= MAX_WALK_NODES {
+            return Err(HierarchyError::TooLarge(format!(
+                "consolidated metadata describes more than {MAX_WALK_NODES} nodes; ask for a \
+                 part of the hierarchy (a deeper path, or depth=N)"
+            )));
+        }
+        at.members.insert(name.to_owned(), fresh);
+        self.nodes += 1;
         Ok(())
     }
 }
@@ -657,12 +661,16 @@ mod tests {
         for i in 0..MAX_WALK_NODES {
             wide.insert(format!("a{i}/.zarray"), json!({}));
         }
-        let e = tree_from_zmetadata(&json!({"metadata": wide})).unwrap_err();
+        let e = tree_from_zmetadata(&json!({"metadata": wide.clone()})).unwrap_err();
         assert!(
             matches!(&e, HierarchyError::TooLarge(m) if m.contains("100000 nodes")),
             "{e}"
         );
         wide.remove("a0/.zarray");
+        // At the limit, what adds no node is no reason to refuse: a second document of a node,
+        // an orphan however deep.
+        wide.insert("a1/.zgroup".into(), json!({"zarr_format": 2}));
+        wide.insert(format!("{}x/.zarray", "o/".repeat(100)), json!({}));
         let fits = tree_from_zmetadata(&json!({"metadata": wide})).unwrap().unwrap();
         assert_eq!(fits.node_count(), MAX_WALK_NODES);
     }
