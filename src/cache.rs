@@ -16,10 +16,10 @@ use moka::notification::RemovalCause;
 use crate::buffers;
 use crate::codec::sharding::ShardIndex;
 use crate::config::CacheConfig;
-use crate::store::{ObjectMeta, StoreKey};
+use crate::store::{ObjectMeta, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
 use crate::zarr::elements::Elements;
-use crate::zarr::hierarchy::Tree;
+use crate::zarr::hierarchy::{HierarchyError, Tree};
 
 /// Identifies a stored object (or an inner chunk of a shard) across mounts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -80,9 +80,18 @@ where
     got
 }
 
-/// A document rendered from a walked tree, with that tree (weakly: to tell whether it is still
-/// the one cached, without keeping an evicted tree alive).
-pub type Rendered = (std::sync::Weak<Tree>, bytes::Bytes);
+/// A consolidated document rendered from a walked tree.
+#[derive(Debug, Clone)]
+pub struct Rendered {
+    /// The tree (weakly: to tell whether it is still the one cached, without keeping an
+    /// evicted tree alive).
+    pub from: std::sync::Weak<Tree>,
+    /// The group's own stored document it was rendered with (v3 `zarr.json`; `None` for a
+    /// v2 `.zmetadata`, which is made of the walk alone).
+    pub own: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
+    /// The document.
+    pub bytes: bytes::Bytes,
+}
 
 /// A decoded chunk (`None`: the chunk does not exist and reads as fill).
 pub type CachedChunk = Option<Arc<Decoded>>;
@@ -136,10 +145,13 @@ pub struct Caches {
     /// no node there), or why it stopped when it will stop there again (too large, a store
     /// that cannot list).
     pub hierarchies: Cache<(Arc<str>, StoreKey), Walked>,
-    /// Walks of whole hierarchies under way, at most [`WALKS`] at once. A walk runs in a task
-    /// of its own and ends even when its request has gone (it is cached for the next one), so
-    /// this, not the request limit, bounds their number and the trees being built.
+    /// Turns to walk a whole hierarchy, [`WALKS`] of them. A walk runs in a task of its own
+    /// and ends even when its requests have gone (it is cached for the next one), so this, not
+    /// the request limit, bounds the walks running and the trees being built.
     pub walks: tokio::sync::Semaphore,
+    /// The walks under way or waiting for a turn, at most [`MAX_PENDING_WALKS`]; requests for
+    /// the same hierarchy share one.
+    pub walking: Walking,
     /// Consolidated metadata synthesized for a group (`.zmetadata`, or `zarr.json` with
     /// `consolidated_metadata`: the flag says which), with the walked tree it was rendered from.
     pub consolidated: Cache<(Arc<str>, StoreKey, bool), Rendered>,
@@ -158,11 +170,41 @@ pub struct Caches {
 }
 
 /// What walking a whole hierarchy found: the tree (`None`: no node there), or why the walk
-/// stopped, when that is a fact about the hierarchy rather than a failure of the store.
-pub type Walked = Result<Option<Arc<Tree>>, crate::zarr::hierarchy::HierarchyError>;
+/// stopped.
+pub type Walked = Result<Option<Arc<Tree>>, HierarchyError>;
+
+/// Whether a walk's outcome is kept in [`Caches::hierarchies`]: what it found, and why it
+/// stopped when that is a fact about the stored hierarchy (too large, a store that cannot
+/// list, a document that does not parse or is too large to read), which a walk would find
+/// again until the hierarchy changes. Failures of the store (I/O, timeouts) are not kept.
+pub fn remembered(walked: &Walked) -> bool {
+    match walked {
+        Ok(_) => true,
+        Err(HierarchyError::Store(e)) => matches!(e, StoreError::TooLarge { .. }),
+        Err(_) => true,
+    }
+}
 
 /// How many whole hierarchies are walked at once ([`Caches::walks`]).
 pub const WALKS: usize = 4;
+
+/// How many walks may be under way or waiting their turn at once ([`Caches::walking`]):
+/// beyond, a request that needs another is refused (503) rather than queued without end.
+pub const MAX_PENDING_WALKS: usize = 64;
+
+/// A walk under way, shared by the requests that wait for it.
+pub type PendingWalk = futures::future::Shared<futures::future::BoxFuture<'static, Walked>>;
+
+/// The walks under way by (mount, path).
+#[derive(Default)]
+pub struct Walking(pub std::sync::Mutex<std::collections::HashMap<(Arc<str>, StoreKey), PendingWalk>>);
+
+impl std::fmt::Debug for Walking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |w| w.len());
+        write!(f, "Walking({n})")
+    }
+}
 
 /// Capacity of the cache of synthesized consolidated metadata documents.
 const CONSOLIDATED_BYTES: u64 = 64 << 20;
@@ -234,7 +276,7 @@ impl Caches {
         let consolidated_counters = CacheCounters::default();
         let consolidated = Cache::builder()
             .max_capacity(CONSOLIDATED_BYTES)
-            .weigher(|_: &(Arc<str>, StoreKey, bool), v: &Rendered| weight(v.1.len()))
+            .weigher(|_: &(Arc<str>, StoreKey, bool), v: &Rendered| weight(v.bytes.len()))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(consolidated_counters.evictions.clone()))
             .build();
@@ -250,6 +292,7 @@ impl Caches {
             metadata_counters,
             hierarchy_counters,
             walks: tokio::sync::Semaphore::new(WALKS),
+            walking: Walking::default(),
             decodes: AtomicU64::new(0),
         }
     }

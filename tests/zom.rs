@@ -159,9 +159,17 @@ async fn a_corrupt_node_does_not_hide_its_neighbours() {
         r.json()["children"],
         json!([{"name": "inner", "node_type": "directory"}])
     );
-    // The node itself is still an error where its metadata is needed.
+    // The node itself is still an error where its metadata is needed. That is a fact about
+    // the stored data, remembered within the cache bound like what a walk finds: asked again,
+    // nothing is read.
+    let (app, _, reads) = counting_app(root, config_with(&[]));
+    let reads = move || reads.load(std::sync::atomic::Ordering::SeqCst);
     let r = get(&app, "/api/v1/zom/m/bad", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    let before = reads();
+    let r = get(&app, "/api/v1/zom/m/bad", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    assert_eq!(reads(), before);
 }
 
 #[tokio::test]
@@ -470,13 +478,13 @@ async fn a_slow_walk_finishes_for_the_next_request() {
     std::fs::write(root.join("a/b/c/.zarray"), br#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<u1", "fill_value": 0, "order": "C", "filters": null, "compressor": null}"#).unwrap();
     let mut config = config_with(&[]);
     config.limits.request_timeout_s = 2.0; // a raw-key request waits 0.5 s for a walk
-    // Three groups to list, 0.4 s each: the walk takes 1.2 s.
-    let (app, state, gets) = slow_listing_app(root, config, std::time::Duration::from_millis(400));
+    // Three groups to list, 0.6 s each: the walk takes 1.8 s.
+    let (app, state, gets) = slow_listing_app(root, config, std::time::Duration::from_millis(600));
     let start = std::time::Instant::now();
     let r = get(&app, "/zarr/m/.zmetadata", &[]).await;
     assert_eq!(r.status, 404);
     let waited = start.elapsed();
-    assert!(waited < std::time::Duration::from_millis(1100), "{waited:?}");
+    assert!(waited < std::time::Duration::from_millis(1500), "{waited:?}");
     let key = (std::sync::Arc::<str>::from("m"), zarrgate::store::StoreKey::root());
     while !state.caches.hierarchies.contains_key(&key) {
         assert!(start.elapsed().as_secs() < 20, "the walk did not finish");
@@ -488,6 +496,51 @@ async fn a_slow_walk_finishes_for_the_next_request() {
     assert_eq!(r.json()["metadata"]["a/b/c/.zarray"]["shape"], json!([2]));
     // One look for a stored .zmetadata; no walk.
     assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), before + 1);
+}
+
+/// Requests for one hierarchy share its walk; walks under way or waiting for their turn are
+/// bounded, and a request that needs one more is refused with 503 rather than queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walks_under_way_are_shared_and_bounded() {
+    use zarrgate::cache::MAX_PENDING_WALKS;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for g in 0..=MAX_PENDING_WALKS {
+        std::fs::create_dir_all(root.join(format!("g{g}"))).unwrap();
+        std::fs::write(root.join(format!("g{g}/.zgroup")), br#"{"zarr_format": 2}"#).unwrap();
+    }
+    let mut config = config_with(&[]);
+    config.limits.request_timeout_s = 2.0; // a raw-key request waits 0.5 s for a walk
+    let (app, state, _) = slow_listing_app(root, config, std::time::Duration::from_secs(5));
+    let walks = || {
+        state
+            .caches
+            .hierarchy_counters
+            .misses
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    // Ten requests for one group: one walk.
+    let same = (0..10).map(|_| get(&app, "/zarr/m/g0/.zmetadata", &[]));
+    for r in futures::future::join_all(same).await {
+        assert_eq!(r.status, 404);
+    }
+    assert_eq!(walks(), 1);
+    let others = (1..MAX_PENDING_WALKS).map(|g| {
+        let app = app.clone();
+        async move { get(&app, &format!("/zarr/m/g{g}/.zmetadata"), &[]).await.status }
+    });
+    for status in futures::future::join_all(others).await {
+        assert_eq!(status, 404);
+    }
+    assert_eq!(state.caches.walking.0.lock().unwrap().len(), MAX_PENDING_WALKS);
+    assert_eq!(walks(), MAX_PENDING_WALKS as u64);
+    let r = get(&app, &format!("/api/v1/zom/m/g{MAX_PENDING_WALKS}"), &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
+    assert!(r.header("retry-after").is_some());
+    // A hierarchy being walked is still waited for, not refused.
+    let r = get(&app, "/zarr/m/g1/.zmetadata", &[]).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(walks(), MAX_PENDING_WALKS as u64);
 }
 
 /// Entries of a local directory that cannot be keys (a non-UTF-8 name, a dangling link, a

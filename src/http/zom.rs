@@ -4,21 +4,21 @@
 //! `POST /api/v1/validate/{mount}[/{path}]`, and the consolidated metadata the raw-key route
 //! synthesizes.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::Uri;
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
-use crate::cache::cached;
+use crate::cache::{Caches, MAX_PENDING_WALKS, Rendered, Walked, remembered};
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
-use crate::store::{StoreError, StoreKey};
+use crate::store::{Store, StoreError, StoreKey};
 use crate::zarr::hierarchy::{HierarchyError, Node, Tree, find_node, pruned, walk};
 
 /// Group documents larger than this are served as stored, never parsed for consolidation.
@@ -40,11 +40,11 @@ impl From<HierarchyError> for ApiError {
 
 /// The whole hierarchy below `path` (cached; `None` when no node is there).
 ///
-/// The walk runs in a task of its own: a request that gives up waiting (its client went away,
-/// it timed out, or it only waits a while: [`synthesis_tree`]) leaves it to finish and be
-/// cached for the next request, rather than starting a large walk over on every request.
-/// Walks that stop because the hierarchy is too large or the store cannot list are cached too:
-/// they would stop there again until the hierarchy changes.
+/// The walk runs in a task of its own, shared by every request for the hierarchy that comes
+/// while it runs: a request that gives up waiting (its client went away, it timed out, or it
+/// only waits a while: [`synthesis_tree`]) leaves it to finish and be cached for the next
+/// request, rather than a large walk being started over by every request. What the walk found
+/// is cached, and so is why it stopped when it would stop there again ([`remembered`]).
 pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
     let key = (Arc::from(mount.name.as_str()), path.clone());
     let caches = &state.caches;
@@ -52,23 +52,52 @@ pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Op
         caches.hierarchy_counters.record(false);
         return walked.map_err(ApiError::from);
     }
-    let (caches, store, path) = (caches.clone(), mount.store.clone(), path.clone());
-    let walking = tokio::spawn(async move {
-        let load = async {
-            let _turn = caches.walks.acquire().await.ok();
-            match walk(&store, &path, None).await {
-                Ok(tree) => Ok(Ok(tree.map(Arc::new))),
-                Err(e @ (HierarchyError::TooLarge(_) | HierarchyError::CannotList(_))) => Ok(Err(e)),
-                Err(e) => Err(e),
+    let pending = {
+        let mut walking = caches.walking.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match walking.get(&key) {
+            Some(pending) => {
+                caches.hierarchy_counters.record(false);
+                pending.clone()
             }
-        };
-        cached(&caches.hierarchies, &caches.hierarchy_counters, key, load).await
-    });
-    match walking.await {
-        Ok(Ok(walked)) => walked.map_err(ApiError::from),
-        Ok(Err(failed)) => Err(ApiError::from((*failed).clone())),
-        Err(_) => Err(ApiError::Internal),
+            None if walking.len() >= MAX_PENDING_WALKS => return Err(ApiError::Overloaded),
+            None => {
+                caches.hierarchy_counters.record(true);
+                let task = tokio::spawn(walk_and_cache(caches.clone(), mount.store.clone(), key.clone()));
+                let failed = || Err(HierarchyError::Store(StoreError::Io("the walk's task failed".into())));
+                let pending = async move { task.await.unwrap_or_else(|_| failed()) }.boxed().shared();
+                // Inserted before the lock is let go: the task takes it to remove the walk.
+                walking.insert(key, pending.clone());
+                pending
+            }
+        }
+    };
+    pending.await.map_err(ApiError::from)
+}
+
+/// Walks the hierarchy at `key` in its turn ([`Caches::walks`]), caches what is
+/// [`remembered`], and then (or when the task ends otherwise) removes the walk from those
+/// under way.
+async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, StoreKey)) -> Walked {
+    struct Done(Arc<Caches>, (Arc<str>, StoreKey));
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0
+                .walking
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&self.1);
+        }
     }
+    let done = Done(caches, key);
+    let walked = {
+        let _turn = done.0.walks.acquire().await.ok();
+        walk(&store, &done.1.1, None).await.map(|t| t.map(Arc::new))
+    };
+    if remembered(&walked) {
+        done.0.hierarchies.insert(done.1.clone(), walked.clone()).await;
+    }
+    walked
 }
 
 /// The longest a raw-key request waits for a walk to synthesize consolidated metadata: a
@@ -93,31 +122,32 @@ async fn synthesis_tree(state: &AppState, mount: &Mount, group: &StoreKey) -> Re
 }
 
 /// The consolidated document of `tree` (the group at `group`): rendered once per walked tree
-/// and shared by every response until the tree is walked anew, rather than rendered per
-/// request (a 10,000-node hierarchy is megabytes of JSON; concurrent clients opening it held
-/// a copy each).
+/// (and, for v3, per stored document of the group, `own`) and shared by every response until
+/// either changes, rather than rendered per request (a 10,000-node hierarchy is megabytes of
+/// JSON; concurrent clients opening it held a copy each).
 async fn rendered(
     state: &AppState,
     mount: &Mount,
     group: &StoreKey,
     tree: Arc<Tree>,
-    v3: bool,
+    own: Option<Map<String, Value>>,
 ) -> Result<Bytes, ApiError> {
-    let key = (Arc::from(mount.name.as_str()), group.clone(), v3);
+    let key = (Arc::from(mount.name.as_str()), group.clone(), own.is_some());
     let caches = &state.caches;
-    if let Some((from, bytes)) = caches.consolidated.get(&key).await
-        && std::sync::Weak::ptr_eq(&from, &Arc::downgrade(&tree))
+    if let Some(done) = caches.consolidated.get(&key).await
+        && std::sync::Weak::ptr_eq(&done.from, &Arc::downgrade(&tree))
+        && done.own.as_deref() == own.as_ref()
     {
         caches.consolidated_counters.record(false);
-        return Ok(bytes);
+        return Ok(done.bytes);
     }
     caches.consolidated_counters.record(true);
-    let from = tree.clone();
+    let own = own.map(Arc::new);
+    let (from, with) = (tree.clone(), own.clone());
     let render = move || {
-        let doc = if v3 {
-            from.consolidated_zarr_json()
-        } else {
-            from.zmetadata()
+        let doc = match &with {
+            Some(own) => from.consolidated_zarr_json(own),
+            None => from.zmetadata(),
         };
         Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string()))
     };
@@ -128,10 +158,12 @@ async fn rendered(
     } else {
         render()
     };
-    caches
-        .consolidated
-        .insert(key, (Arc::downgrade(&tree), bytes.clone()))
-        .await;
+    let done = Rendered {
+        from: Arc::downgrade(&tree),
+        own,
+        bytes: bytes.clone(),
+    };
+    caches.consolidated.insert(key, done).await;
     Ok(bytes)
 }
 
@@ -143,7 +175,7 @@ pub async fn synthesized_zmetadata(
 ) -> Result<Option<Bytes>, ApiError> {
     match synthesis_tree(state, mount, group).await? {
         Some(t) if t.node.zarr_format == 2 && t.node.is_group => {
-            Ok(Some(rendered(state, mount, group, t, false).await?))
+            Ok(Some(rendered(state, mount, group, t, None).await?))
         }
         _ => Ok(None),
     }
@@ -162,17 +194,10 @@ pub async fn synthesized_zarr_json(
         Ok(Some(n)) if n.zarr_format == 3 && n.is_group && !n.has_consolidated_metadata() => n,
         _ => return Ok(None),
     };
-    let mut walked = synthesis_tree(state, mount, group).await?;
-    // The document was just read: one that changed since the hierarchy was walked (new
-    // attributes, say) means the walk is stale, and it is walked again rather than served
-    // with the old document until the cache's bound.
-    if walked.as_ref().is_some_and(|t| t.node.doc != stored.doc) {
-        let key = (Arc::from(mount.name.as_str()), group.clone());
-        state.caches.hierarchies.invalidate(&key).await;
-        walked = synthesis_tree(state, mount, group).await?;
-    }
-    match walked {
-        Some(t) => Ok(Some(rendered(state, mount, group, t, true).await?)),
+    // The group's document as stored now goes into the consolidated one, so that a change to
+    // it (new attributes, say) shows at once rather than when the hierarchy is walked again.
+    match synthesis_tree(state, mount, group).await? {
+        Some(t) => Ok(Some(rendered(state, mount, group, t, Some(stored.doc)).await?)),
         None => Ok(None),
     }
 }
@@ -234,6 +259,11 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>,
 /// a directory of chunk rows would otherwise cost millions of reads for one request.
 pub const MAX_LIST_CHILDREN: usize = 10_000;
 
+/// A node `/api/v1/list` cannot describe, with why.
+fn invalid(error: ApiError) -> Value {
+    json!({"node_type": "invalid", "error": {"code": error.code(), "message": error.to_string()}})
+}
+
 /// How `/api/v1/list` describes what is at a path: a node, or `None`. A node whose metadata
 /// does not parse (or is too large to read) is described as `invalid` with the error, rather
 /// than failing the listing of everything beside it; store failures fail the request.
@@ -241,12 +271,14 @@ fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value
     match found {
         Ok(node) => Ok(node
             .map(|n| json!({"zarr_format": n.zarr_format, "node_type": if n.is_group { "group" } else { "array" }}))),
-        Err(e @ (HierarchyError::Invalid { .. } | HierarchyError::Store(StoreError::TooLarge { .. }))) => {
-            let error = ApiError::from(e);
-            Ok(Some(json!({
-                "node_type": "invalid",
-                "error": {"code": error.code(), "message": error.to_string()},
-            })))
+        // Built here rather than through `ApiError::from`, which logs: a listing of thousands
+        // of such nodes would log thousands of lines per request.
+        Err(HierarchyError::Invalid { key, message }) => {
+            tracing::debug!(%key, %message, "invalid metadata in a listing");
+            Ok(Some(invalid(ApiError::CorruptData { key })))
+        }
+        Err(HierarchyError::Store(e @ StoreError::TooLarge { .. })) => {
+            Ok(Some(invalid(ApiError::TooLarge(e.to_string()))))
         }
         Err(e) => Err(e.into()),
     }

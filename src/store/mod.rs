@@ -50,6 +50,9 @@ pub enum StoreError {
     TooLarge { key: String, size: u64, max: u64 },
 }
 
+/// How much of a local metadata document the first read takes ([`Store::get_document`]).
+const DOCUMENT_PROBE_BYTES: u64 = 64 << 10;
+
 /// The largest metadata document read ([`Store::get_document`]). Consolidated metadata of
 /// hierarchies of thousands of arrays is a few MiB; a walk reads up to 32 documents at once.
 pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
@@ -340,16 +343,20 @@ impl Store {
             max: MAX_DOCUMENT_BYTES,
         };
         if self.reads_locally() {
-            // One byte past the limit tells the object is larger, without reading it.
-            return match self
-                .fetch(key, Some(ByteRange::Bounded(0, MAX_DOCUMENT_BYTES + 1)))
-                .await
-            {
-                Ok(Some((_, meta))) if meta.size > MAX_DOCUMENT_BYTES => Err(too_large(meta.size)),
-                Ok(found) => Ok(found.map(|(bytes, _)| bytes)),
-                Err(StoreError::Range { size: 0, .. }) => Ok(Some(Bytes::new())),
-                Err(e) => Err(e),
-            };
+            // The first 64 KiB, and the object's size with them: most documents are whole in
+            // one read, and one over the limit is known without reading more of it.
+            for read in [DOCUMENT_PROBE_BYTES, MAX_DOCUMENT_BYTES] {
+                match self.fetch(key, Some(ByteRange::Bounded(0, read))).await {
+                    Ok(Some((_, meta))) if meta.size > MAX_DOCUMENT_BYTES => return Err(too_large(meta.size)),
+                    Ok(Some((bytes, meta))) if bytes.len() as u64 == meta.size => return Ok(Some(bytes)),
+                    Ok(Some(_)) => continue,
+                    Ok(None) => return Ok(None),
+                    Err(StoreError::Range { size: 0, .. }) => return Ok(Some(Bytes::new())),
+                    Err(e) => return Err(e),
+                }
+            }
+            // Not whole even within the limit: it changed between the two reads.
+            return Err(StoreError::Io(format!("{key} changed while it was read")));
         }
         // Whole-object requests: an HTTP origin need not support ranges. The size comes with
         // the response, before its body is read.

@@ -525,9 +525,10 @@ impl Tree {
         json!({"metadata": metadata, "zarr_consolidated_format": 1})
     }
 
-    /// This (v3 group) node's `zarr.json` with `consolidated_metadata` describing every
-    /// descendant, as zarr-python writes it. Stored fields are untouched.
-    pub fn consolidated_zarr_json(&self) -> Value {
+    /// This (v3 group) node's `zarr.json`, `own` (the document as stored now, which may be
+    /// newer than the walk), with `consolidated_metadata` describing every descendant, as
+    /// zarr-python writes it. Stored fields are untouched.
+    pub fn consolidated_zarr_json(&self, own: &Map<String, Value>) -> Value {
         let mut metadata = Map::new();
         for (path, t) in self.descendants() {
             let mut doc = t.node.doc.clone();
@@ -539,7 +540,7 @@ impl Tree {
             }
             metadata.insert(path, Value::Object(doc));
         }
-        let mut out = self.node.doc.clone();
+        let mut out = own.clone();
         out.insert(
             "consolidated_metadata".into(),
             json!({"kind": "inline", "must_understand": false, "metadata": metadata}),
