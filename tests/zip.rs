@@ -154,6 +154,58 @@ fn zip_with_crc(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32) -> Vec<u8> 
     zip
 }
 
+/// `zip` (one end record, no comment) as ZIP64, with a comment of `comment` bytes: the
+/// 32-bit sizes of its end record all ones, the real ones in a ZIP64 end record and locator.
+fn as_zip64_with_comment(mut zip: Vec<u8>, comment: usize) -> Vec<u8> {
+    let end = zip.split_off(zip.len() - 22);
+    let u16_at = |at: usize| u16::from_le_bytes([end[at], end[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes(end[at..at + 4].try_into().unwrap());
+    let (count, cd_size, cd_offset) = (u64::from(u16_at(10)), u64::from(u32_at(12)), u64::from(u32_at(16)));
+    let record = zip.len() as u64;
+    zip.extend(0x0606_4b50u32.to_le_bytes());
+    zip.extend(44u64.to_le_bytes());
+    zip.extend([45, 0, 45, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // made by, needed, disk, disk of the directory
+    for v in [count, count, cd_size, cd_offset] {
+        zip.extend(v.to_le_bytes());
+    }
+    zip.extend(0x0706_4b50u32.to_le_bytes());
+    zip.extend(0u32.to_le_bytes());
+    zip.extend(record.to_le_bytes());
+    zip.extend(1u32.to_le_bytes());
+    zip.extend(0x0605_4b50u32.to_le_bytes());
+    zip.extend([0, 0, 0, 0]);
+    zip.extend(0xFFFFu16.to_le_bytes());
+    zip.extend(0xFFFFu16.to_le_bytes());
+    zip.extend(u32::MAX.to_le_bytes());
+    zip.extend(u32::MAX.to_le_bytes());
+    zip.extend((comment as u16).to_le_bytes());
+    zip.extend(std::iter::repeat_n(b'c', comment));
+    zip
+}
+
+/// A ZIP64 archive is read whatever its comment: its locator and end record lie before an end
+/// record with a comment of up to 65535 bytes.
+#[tokio::test]
+async fn zip64_archives_with_the_longest_comment() {
+    let dir = tempfile::tempdir().unwrap();
+    for comment in [0, 1000, 65_535] {
+        let path = dir.path().join(format!("c{comment}.zip"));
+        std::fs::write(
+            &path,
+            as_zip64_with_comment(zip_of(&[("a", b"aaa"), ("b/c", b"the c")]), comment),
+        )
+        .unwrap();
+        let app = app_for(&[("z", &path)]);
+        let r = get(&app, "/zarr/z/b/c", &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), &r.body[..]),
+            (200, &b"the c"[..]),
+            "comment of {comment}"
+        );
+        assert_eq!(&get(&app, "/zarr/z/a", &[]).await.body[..], b"aaa");
+    }
+}
+
 /// An archive replaced in place is read through its new directory: the first read of an entry
 /// sees that the archive is another object and reads the directory again.
 #[tokio::test]

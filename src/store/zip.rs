@@ -31,8 +31,10 @@ const EOCD64_LOCATOR_SIG: u32 = 0x0706_4b50;
 const EOCD64_SIG: u32 = 0x0606_4b50;
 const CENTRAL_SIG: u32 = 0x0201_4b50;
 const LOCAL_SIG: u32 = 0x0403_4b50;
-/// The end record is 22 bytes plus a comment of up to 65535 bytes.
-const EOCD_SEARCH: u64 = 22 + 65_535;
+/// The end record is 22 bytes plus a comment of up to 65535 bytes. Before it, a ZIP64 archive
+/// has its 20-byte locator and its 56-byte end record: all three are in the tail read,
+/// whatever the comment.
+const EOCD_SEARCH: u64 = 22 + 65_535 + 20 + 56;
 
 fn u16_at(b: &[u8], at: usize) -> Option<u16> {
     b.get(at..at.checked_add(2)?).map(|s| u16::from_le_bytes([s[0], s[1]]))
