@@ -76,8 +76,9 @@ impl Metrics {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
         let latency = Family::<RouteLabels, Histogram>::new_with_constructor(|| {
-            // 50 µs .. ~26 s
-            Histogram::new(exponential_buckets(0.00005, 2.0, 20))
+            // 50 µs .. ~105 s: above the longest default timeout (60 s), so that timed-out
+            // requests land in a bucket of their own rather than only in +Inf.
+            Histogram::new(exponential_buckets(0.00005, 2.0, 22))
         });
         registry.register(
             "zarrgate_requests",
@@ -145,19 +146,19 @@ impl Metrics {
         ];
         let series: [Series; 5] = [
             (
-                "zarrgate_cache_hits_total",
+                "zarrgate_cache_hits",
                 "counter",
                 "Cache lookups answered from memory",
                 |c, _, _| c.hits.load(Ordering::Relaxed),
             ),
             (
-                "zarrgate_cache_misses_total",
+                "zarrgate_cache_misses",
                 "counter",
                 "Cache lookups that loaded",
                 |c, _, _| c.misses.load(Ordering::Relaxed),
             ),
             (
-                "zarrgate_cache_evictions_total",
+                "zarrgate_cache_evictions",
                 "counter",
                 "Entries evicted for capacity",
                 |c, _, _| c.evictions.load(Ordering::Relaxed),
@@ -171,19 +172,21 @@ impl Metrics {
             ("zarrgate_cache_entries", "gauge", "Entries in the cache", |_, _, n| n),
         ];
         let mut text = String::new();
-        for (name, kind, help, get) in series {
-            let _ = writeln!(text, "# HELP {name} {help}.\n# TYPE {name} {kind}");
+        // OpenMetrics, as the registry writes it: a counter family `x` has the samples `x_total`.
+        for (family, kind, help, get) in series {
+            let _ = writeln!(text, "# HELP {family} {help}.\n# TYPE {family} {kind}");
+            let sample = if kind == "counter" { "_total" } else { "" };
             for (cache, counters, weighted, entries) in &cache_rows {
                 let _ = writeln!(
                     text,
-                    "{name}{{cache=\"{cache}\"}} {}",
+                    "{family}{sample}{{cache=\"{cache}\"}} {}",
                     get(counters, *weighted, *entries)
                 );
             }
         }
         let _ = writeln!(
             text,
-            "# HELP zarrgate_chunks_decoded_total Chunks and inner chunks decoded.\n# TYPE zarrgate_chunks_decoded_total counter\nzarrgate_chunks_decoded_total {}",
+            "# HELP zarrgate_chunks_decoded Chunks and inner chunks decoded.\n# TYPE zarrgate_chunks_decoded counter\nzarrgate_chunks_decoded_total {}",
             caches.decodes.load(Ordering::Relaxed)
         );
         let _ = writeln!(
@@ -194,17 +197,11 @@ impl Metrics {
         );
         let _ = writeln!(
             text,
-            "# HELP zarrgate_spare_buffer_reuses_total Kept buffers handed out again.\n# TYPE zarrgate_spare_buffer_reuses_total counter\nzarrgate_spare_buffer_reuses_total{{pool=\"decoded\"}} {}\nzarrgate_spare_buffer_reuses_total{{pool=\"reads\"}} {}",
+            "# HELP zarrgate_spare_buffer_reuses Kept buffers handed out again.\n# TYPE zarrgate_spare_buffer_reuses counter\nzarrgate_spare_buffer_reuses_total{{pool=\"decoded\"}} {}\nzarrgate_spare_buffer_reuses_total{{pool=\"reads\"}} {}",
             crate::buffers::DECODED.reuses(),
             crate::buffers::READS.reuses()
         );
-        // The registry's exposition ends with "# EOF"; keep that last.
-        match out.rfind("# EOF") {
-            Some(i) => {
-                out.insert_str(i, &text);
-                out
-            }
-            None => out + &text,
-        }
+        // An OpenMetrics exposition ends with "# EOF" (the registry's part does not write it).
+        out + &text + "# EOF\n"
     }
 }

@@ -21,13 +21,16 @@ pub async fn mounts(State(state): State<AppState>, headers: axum::http::HeaderMa
     Json(json!({ "mounts": list }))
 }
 
-/// `GET /metrics`: Prometheus text.
+/// `GET /metrics`: OpenMetrics text (what the registry writes; Prometheus reads it).
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     // Sizes and counts of the caches as of now (moka applies insertions and evictions in
     // batches).
     state.caches.settle().await;
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
         state.metrics.render(&state.caches),
     )
 }
