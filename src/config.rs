@@ -302,8 +302,19 @@ impl MountConfig {
                 "http" | "https" => Remote::Http,
                 other => return Err(invalid(format!("unsupported URL scheme '{other}' in {shown}"))),
             };
-            if rest.split('/').next().unwrap_or("").is_empty() {
+            let authority = rest.split('/').next().unwrap_or("");
+            if authority.is_empty() {
                 return Err(invalid(format!("{shown} names no bucket, container or host")));
+            }
+            // Credentials come from each cloud's environment, never from the configuration: a
+            // URL holding some (`user:password@`, a signed URL's query) would go to object
+            // store's requests and errors, and so to the log. (`abfs://container@account` names
+            // a container, not a user.)
+            if url.contains(['?', '#']) || (scheme != "abfs" && authority.contains('@')) {
+                return Err(invalid(format!(
+                    "{shown}: a mount URL may not hold credentials (user@, ?query or #fragment); \
+                     give them through the environment (AWS_*, GOOGLE_*, AZURE_*)"
+                )));
             }
             if remote == Remote::Http && scheme == "http" && !self.allow_http {
                 return Err(invalid(format!(
@@ -648,6 +659,22 @@ mod tests {
                 .to_string()
                 .contains("not set")
         );
+    }
+
+    #[test]
+    fn urls_with_credentials_are_refused_without_showing_them() {
+        for url in [
+            "https://user:hunter2@example.org/data",
+            "https://example.org/data?sig=hunter2",
+            "https://example.org/data#hunter2",
+            "s3://key:hunter2@bucket/data",
+        ] {
+            let err = MountConfig::new(url, "/").source("x").unwrap_err().to_string();
+            assert!(err.contains("may not hold credentials"), "{err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+        let abfs = MountConfig::new("abfs://container@account.dfs.core.windows.net/p", "/");
+        assert!(abfs.source("x").is_ok());
     }
 
     #[test]
