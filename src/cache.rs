@@ -211,8 +211,20 @@ const CONSOLIDATED_BYTES: u64 = 64 << 20;
 /// Capacity of the metadata cache ([`ArrayMeta::heap_weight`]): ~25k arrays of 1 KB documents.
 const METADATA_BYTES: u64 = 128 << 20;
 
+/// What an entry costs besides the bytes its key and value hold: moka's entry (the key and
+/// value handles, timestamps, its places in the policy's lists) and the key's own fields.
+const ENTRY_BYTES: usize = 256;
+
+/// The weight of an entry holding `bytes` (key and value) on the heap.
 fn weight(bytes: usize) -> u32 {
-    u32::try_from(bytes.saturating_add(64)).unwrap_or(u32::MAX)
+    u32::try_from(bytes.saturating_add(ENTRY_BYTES)).unwrap_or(u32::MAX)
+}
+
+impl ChunkId {
+    /// Bytes the id holds on the heap (its key; the mount name is shared).
+    fn heap_size(&self) -> usize {
+        self.key.as_str().len()
+    }
 }
 
 fn evictions_listener<K, V>(counter: Arc<AtomicU64>) -> impl Fn(Arc<K>, V, RemovalCause) + Send + Sync + 'static {
@@ -248,27 +260,27 @@ impl Caches {
         let hierarchy_counters = CacheCounters::default();
         let chunks = Cache::builder()
             .max_capacity(config.chunk_bytes - spare)
-            .weigher(|_: &ChunkId, v: &CachedChunk| weight(v.as_ref().map_or(0, |e| e.heap_size())))
+            .weigher(|k: &ChunkId, v: &CachedChunk| weight(k.heap_size() + v.as_ref().map_or(0, |e| e.heap_size())))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(chunk_counters.evictions.clone()))
             .build();
         let shard_indexes = Cache::builder()
             .max_capacity(config.shard_index_bytes)
-            .weigher(|_: &ChunkId, v: &CachedIndex| weight(v.as_ref().map_or(0, |i| i.0.heap_size())))
+            .weigher(|k: &ChunkId, v: &CachedIndex| weight(k.heap_size() + v.as_ref().map_or(0, |i| i.0.heap_size())))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(index_counters.evictions.clone()))
             .build();
         let metadata = Cache::builder()
             .max_capacity(METADATA_BYTES)
-            .weigher(|_: &(Arc<str>, StoreKey), v: &Arc<ArrayMeta>| weight(v.heap_weight()))
+            .weigher(|k: &(Arc<str>, StoreKey), v: &Arc<ArrayMeta>| weight(k.1.as_str().len() + v.heap_weight()))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(metadata_counters.evictions.clone()))
             .build();
         let hierarchies = Cache::builder()
             .max_capacity(config.hierarchy_bytes)
-            .weigher(|_: &(Arc<str>, StoreKey), v: &Walked| match v {
-                Ok(tree) => weight(tree.as_ref().map_or(0, |t| t.heap_weight())),
-                Err(e) => weight(e.to_string().len()),
+            .weigher(|k: &(Arc<str>, StoreKey), v: &Walked| match v {
+                Ok(tree) => weight(k.1.as_str().len() + tree.as_ref().map_or(0, |t| t.heap_weight())),
+                Err(e) => weight(k.1.as_str().len() + e.to_string().len()),
             })
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(hierarchy_counters.evictions.clone()))
@@ -276,7 +288,7 @@ impl Caches {
         let consolidated_counters = CacheCounters::default();
         let consolidated = Cache::builder()
             .max_capacity(CONSOLIDATED_BYTES)
-            .weigher(|_: &(Arc<str>, StoreKey, bool), v: &Rendered| weight(v.bytes.len()))
+            .weigher(|k: &(Arc<str>, StoreKey, bool), v: &Rendered| weight(k.1.as_str().len() + v.bytes.len()))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(consolidated_counters.evictions.clone()))
             .build();
@@ -295,5 +307,47 @@ impl Caches {
             walking: Walking::default(),
             decodes: AtomicU64::new(0),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Entries for chunks that do not exist hold no bytes of data, but each costs moka an
+    /// entry and its key: a cache of them stays within its bytes by that count.
+    #[tokio::test]
+    async fn missing_chunks_weigh_what_their_entries_cost() {
+        let config = CacheConfig {
+            chunk_bytes: 1 << 20,
+            ..CacheConfig::default()
+        };
+        let caches = Caches::new(&config);
+        let mount: Arc<str> = Arc::from("m");
+        for i in 0..20_000u64 {
+            let id = ChunkId {
+                mount: mount.clone(),
+                key: StoreKey::new(&format!("array/c/{i}/0")).unwrap(),
+                inner: None,
+                meta: 1,
+                object: 0,
+            };
+            caches.chunks.insert(id, None).await;
+        }
+        caches.settle().await;
+        let capacity = config.chunk_bytes - config.chunk_bytes / 8;
+        assert!(caches.chunks.weighted_size() <= capacity);
+        // 256 bytes and a key of ~12 each: no more than ~3,400 of them in 896 KiB.
+        let most = capacity / (ENTRY_BYTES as u64 + 11);
+        assert!(
+            caches.chunks.entry_count() <= most,
+            "{} entries",
+            caches.chunks.entry_count()
+        );
+        assert!(
+            caches.chunks.entry_count() > most / 4,
+            "{} entries",
+            caches.chunks.entry_count()
+        );
     }
 }
