@@ -202,13 +202,47 @@ pub fn app(state: AppState) -> Router {
     Router::new().fallback_service(service)
 }
 
-/// Serves `app(state)` on `listener` until `shutdown` resolves.
+/// How long responses under way may finish after the shutdown signal ([`run`]).
+pub const DRAIN: Duration = Duration::from_secs(30);
+
+/// Serves `app(state)` on `listener` until `shutdown` resolves, then lets the responses under
+/// way finish for up to [`DRAIN`].
 pub async fn run(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await
+    run_draining(listener, state, shutdown, DRAIN).await
+}
+
+/// [`run`], letting responses under way finish for up to `drain` after `shutdown`: then the
+/// connections still open are closed. A client reading a large body slowly, or a request
+/// waiting on a store that does not answer, does not keep the process from stopping.
+pub async fn run_draining(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> std::io::Result<()> {
+    let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = signalled.send(());
+    };
+    let serving = axum::serve(listener, app(state)).with_graceful_shutdown(shutdown);
+    let deadline = async move {
+        match on_signal.await {
+            Ok(()) => tokio::time::sleep(drain).await,
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        served = serving.into_future() => served,
+        () = deadline => {
+            tracing::warn!(seconds = drain.as_secs_f64(), "closing the connections still open after the shutdown signal");
+            Ok(())
+        }
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

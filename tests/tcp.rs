@@ -58,3 +58,46 @@ async fn serves_over_tcp_and_shuts_down_gracefully() {
         .unwrap();
     assert!(client.get(&url).send().await.is_err(), "nothing listens after shutdown");
 }
+
+/// After the shutdown signal, responses under way may finish for a while; then the server
+/// stops anyway: a request stuck on a store that does not answer does not keep it up.
+#[tokio::test]
+async fn shutdown_stops_waiting_for_stuck_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let (_, state, _) = slow_listing_app(dir.path(), config_with(&[]), std::time::Duration::from_secs(3600));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let drain = std::time::Duration::from_millis(300);
+    let server = tokio::spawn(zarrgate::server::run_draining(
+        listener,
+        state,
+        async {
+            let _ = stopped.await;
+        },
+        drain,
+    ));
+    let client = reqwest::Client::new();
+    assert_eq!(
+        client.get(format!("{base}/healthz")).send().await.unwrap().status(),
+        200
+    );
+    // Listing the mount waits an hour on the store.
+    let stuck = tokio::spawn(client.get(format!("{base}/api/v1/list/m")).send());
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(!stuck.is_finished());
+    let start = std::time::Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("the server stops after the drain time")
+        .unwrap()
+        .unwrap();
+    let took = start.elapsed();
+    assert!(took >= drain, "{took:?}: responses under way get the drain time");
+    assert!(
+        client.get(format!("{base}/healthz")).send().await.is_err(),
+        "nothing listens"
+    );
+}
