@@ -143,6 +143,29 @@ pub fn redact(url: &str) -> String {
 
 /// The longest timeout (`limits.request_timeout_s`, a mount's `timeout_s`): a day.
 pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// The shortest timeout: a millisecond (less would time out nearly every request).
+pub const MIN_TIMEOUT_S: f64 = 0.001;
+/// The smallest `limits.max_url_bytes`: the server's own routes and a modest key fit.
+pub const MIN_URL_BYTES: usize = 256;
+
+/// Whether `origin` can match a browser's `Origin` header: `*`, or `scheme://host[:port]`
+/// (no path, not even `/`, no user, query or fragment).
+fn valid_origin(origin: &str) -> bool {
+    if origin == "*" {
+        return true;
+    }
+    let Some((scheme, host)) = origin.split_once("://") else {
+        return false;
+    };
+    !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        && !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':' | '[' | ']'))
+}
 
 /// The longest `cache.ttl_seconds`: ten years (moka refuses more than a thousand).
 pub const MAX_TTL_SECONDS: u64 = 10 * 365 * 24 * 3600;
@@ -283,9 +306,9 @@ impl MountConfig {
             u => u.trim_end_matches('/'),
         };
         let shown = redact(url);
-        if !(self.timeout_s > 0.0 && self.timeout_s <= MAX_TIMEOUT_S) {
+        if !(MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&self.timeout_s) {
             return Err(invalid(format!(
-                "timeout_s must be positive and at most {MAX_TIMEOUT_S} s (a day)"
+                "timeout_s must be between {MIN_TIMEOUT_S} s and {MAX_TIMEOUT_S} s (a day)"
             )));
         }
         if !(1..=MAX_MOUNT_CONCURRENCY).contains(&self.concurrency) || self.retries > MAX_RETRIES {
@@ -365,9 +388,15 @@ impl std::fmt::Debug for Secret {
 }
 
 impl Secret {
+    /// A secret no token matches.
+    pub fn refusing() -> Self {
+        Secret(Vec::new())
+    }
+
     /// Compares with `candidate` in time that depends only on the lengths.
     pub fn matches(&self, candidate: &[u8]) -> bool {
-        let mut diff = (self.0.len() != candidate.len()) as u8;
+        // Secrets read from the environment are never empty; an empty one matches nothing.
+        let mut diff = (self.0.len() != candidate.len() || self.0.is_empty()) as u8;
         for (i, b) in self.0.iter().enumerate() {
             diff |= b ^ candidate.get(i).copied().unwrap_or(0);
         }
@@ -443,9 +472,19 @@ impl Config {
             let (name, url) = spec
                 .split_once('=')
                 .ok_or_else(|| ConfigError::Invalid(format!("--mount expects NAME=URL, got '{spec}'")))?;
-            config
-                .mounts
-                .insert(name.to_owned(), MountConfig::new(url, cwd.clone()));
+            // A mount of the file given another URL keeps its other settings: its tokens
+            // above all (a protected mount must not turn public because its URL was changed).
+            match config.mounts.get_mut(name) {
+                Some(mount) => {
+                    mount.url = url.to_owned();
+                    mount.base_dir.clone_from(&cwd);
+                }
+                None => {
+                    config
+                        .mounts
+                        .insert(name.to_owned(), MountConfig::new(url, cwd.clone()));
+                }
+            }
         }
         config.validate()?;
         Ok(config)
@@ -456,12 +495,13 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.bind_addr()?;
         let l = &self.limits;
-        if l.max_slice_bytes == 0
-            || l.max_chunks_per_slice == 0
-            || l.max_concurrent_requests == 0
-            || l.max_url_bytes == 0
-        {
+        if l.max_slice_bytes == 0 || l.max_chunks_per_slice == 0 || l.max_concurrent_requests == 0 {
             return Err(ConfigError::Invalid("limits must be positive".into()));
+        }
+        if l.max_url_bytes < MIN_URL_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_url_bytes must be at least {MIN_URL_BYTES} (shorter refuses the server's own routes)"
+            )));
         }
         if l.max_concurrent_requests > MAX_CONCURRENT_REQUESTS {
             return Err(ConfigError::Invalid(format!(
@@ -477,10 +517,17 @@ impl Config {
         if self.server.blocking_threads == 0 {
             return Err(ConfigError::Invalid("server.blocking_threads must be positive".into()));
         }
-        if !(l.request_timeout_s > 0.0 && l.request_timeout_s <= MAX_TIMEOUT_S) {
+        if !(MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&l.request_timeout_s) {
             return Err(ConfigError::Invalid(format!(
-                "limits.request_timeout_s must be positive and at most {MAX_TIMEOUT_S} s (a day)"
+                "limits.request_timeout_s must be between {MIN_TIMEOUT_S} s and {MAX_TIMEOUT_S} s (a day)"
             )));
+        }
+        for origin in &self.server.cors_origins {
+            if !valid_origin(origin) {
+                return Err(ConfigError::Invalid(format!(
+                    "server.cors_origins: '{origin}' is not an origin (\"*\", or scheme://host[:port] with no path)"
+                )));
+            }
         }
         if let Some(t) = &self.server.metrics_token {
             secret_from_env(t, "server.metrics_token")?;
@@ -647,6 +694,7 @@ mod tests {
         assert!(s.matches(b"abc"));
         assert!(!s.matches(b"abd") && !s.matches(b"ab") && !s.matches(b"abcd") && !s.matches(b""));
         assert_eq!(format!("{s:?}"), "Secret(..)");
+        assert!(!Secret::refusing().matches(b"") && !Secret::refusing().matches(b"x"));
         assert!(
             secret_from_env("literal", "x")
                 .unwrap_err()
@@ -659,6 +707,28 @@ mod tests {
                 .to_string()
                 .contains("not set")
         );
+    }
+
+    #[test]
+    fn limits_too_small_to_serve_and_origins_that_cannot_match_are_refused() {
+        for (toml, named) in [
+            ("[limits]\nrequest_timeout_s = 1e-12\n", "request_timeout_s"),
+            ("[limits]\nmax_url_bytes = 5\n", "max_url_bytes"),
+            ("[mounts.a]\nurl = \"/\"\ntimeout_s = 0.0000001\n", "timeout_s"),
+            ("[server]\ncors_origins = [\"https://a.example/\"]\n", "cors_origins"),
+            ("[server]\ncors_origins = [\"a.example\"]\n", "cors_origins"),
+        ] {
+            let err = parse(toml).unwrap().validate().unwrap_err().to_string();
+            assert!(err.contains(named), "{toml}: {err}");
+        }
+        for origins in [
+            "[\"*\"]",
+            "[]",
+            "[\"https://a.example\", \"http://127.0.0.1:8080\", \"http://[::1]:3000\"]",
+        ] {
+            let c = parse(&format!("[server]\ncors_origins = {origins}\n")).unwrap();
+            assert!(c.validate().is_ok(), "{origins}");
+        }
     }
 
     #[test]
@@ -743,5 +813,32 @@ mod tests {
             ..args
         };
         assert_eq!(Config::load(&args, env).unwrap().server.bind, "127.0.0.1:3");
+    }
+
+    /// `--mount NAME=URL` for a mount of the file changes its URL only: a protected mount
+    /// keeps its tokens (it must not turn public), and its other settings.
+    #[test]
+    fn a_mount_given_another_url_keeps_its_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::create_dir(dir.path().join("old")).unwrap();
+        std::fs::write(
+            &file,
+            "[mounts.d]\nurl = \"old\"\ntokens = [\"env:PATH\"]\nconsolidated = false\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(file),
+            mounts: vec![format!("d={}", dir.path().display()), "e=/".into()],
+            ..Default::default()
+        };
+        let c = Config::load(&args, |_| None).unwrap();
+        let d = &c.mounts["d"];
+        assert_eq!(d.source("d").unwrap(), MountSource::Local(dir.path().to_owned()));
+        assert_eq!(
+            (d.tokens.as_slice(), d.consolidated),
+            (&["env:PATH".to_owned()][..], false)
+        );
+        assert!(c.mounts["e"].tokens.is_empty() && c.mounts["e"].consolidated);
     }
 }

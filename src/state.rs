@@ -101,7 +101,9 @@ impl AppState {
             .server
             .metrics_token
             .as_deref()
-            .and_then(|t| secret_from_env(t, "server.metrics_token").ok());
+            // A token that cannot be read (checked by `validate`, so only through this
+            // constructor's other callers) refuses every caller: it never opens /metrics.
+            .map(|t| secret_from_env(t, "server.metrics_token").unwrap_or_else(|_| Secret::refusing()));
         let read_options = ReadOptions {
             max_result_bytes: config.limits.max_slice_bytes,
             ..ReadOptions::default()
