@@ -153,6 +153,21 @@ async fn bin_and_npy_are_the_bytes_zarr_python_read() {
         )
         .await;
         assert_eq!(r.status, 200);
+        // The body depends on Accept: caches are told (beside CORS's own Vary).
+        let vary: Vec<&str> = r
+            .headers
+            .get_all("vary")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        assert!(
+            vary.iter().any(|v| v.split(',').any(|t| t.trim() == "accept")),
+            "{vary:?}"
+        );
+        assert!(
+            vary.iter().any(|v| v.split(',').any(|t| t.trim() == "origin")),
+            "{vary:?}"
+        );
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), &r.body).unwrap();
         let back = load_npy(file.path());
@@ -294,6 +309,11 @@ async fn errors_have_codes() {
         ),
         ("/api/v1/slice/fx/v2/compressor_none_i4?bogus=1", 400, "bad_request"),
         (
+            "/api/v1/slice/fx/v2/compressor_none_i4?vmin=2&vmax=1&format=png",
+            400,
+            "bad_request",
+        ),
+        (
             "/api/v1/slice/fx/v3/vlen_utf8_2d_missing?format=png",
             422,
             "unsupported",
@@ -366,6 +386,49 @@ async fn bad_stored_data_is_a_clear_error_and_the_server_keeps_serving() {
     let r = get(&app, "/api/v1/slice/t/short", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["data"], json!([1, 2, 3, 4]));
+}
+
+/// What a format cannot hold is refused before a chunk is read, and an empty selection of a
+/// vast array is an empty answer when its JSON holds few lists.
+#[tokio::test]
+async fn formats_are_checked_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    // 100 chunks, none stored: each would be one (missing) read.
+    write_v3_array(
+        &dir.path().join("cube"),
+        &[10, 10, 10],
+        &[1, 1, 10],
+        "float32",
+        json!(0.0),
+        json!([{"name": "bytes"}]),
+    );
+    write_v3_array(
+        &dir.path().join("wide"),
+        &[10, 100_000_000],
+        &[1, 1_000_000],
+        "uint8",
+        json!(0),
+        json!([{"name": "bytes"}]),
+    );
+    let (app, _, reads) = counting_app(dir.path(), config_with(&[]));
+    let reads = move || reads.load(std::sync::atomic::Ordering::SeqCst);
+    for (query, status) in [
+        ("format=png", 400),
+        ("format=csv", 400),
+        ("select=0&format=png&vmin=1&vmax=0", 400),
+    ] {
+        let before = reads();
+        let r = get(&app, &format!("/api/v1/slice/m/cube?{query}"), &[]).await;
+        assert_eq!(r.status, status, "{query}: {:?}", r.body);
+        assert!(reads() - before <= 2, "{query}: {} reads", reads() - before);
+    }
+    let r = get(&app, "/api/v1/slice/m/cube?select=0&format=png", &[]).await;
+    assert_eq!(r.status, 200);
+    // [0, 100000000] as JSON is one empty list.
+    let r = get(&app, "/api/v1/slice/m/wide?select=0:0", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.json()["data"], json!([]));
+    assert_eq!(r.json()["shape"], json!([0, 100_000_000]));
 }
 
 #[tokio::test]

@@ -128,4 +128,25 @@ mod tests {
         };
         assert_eq!(String::from_utf8(encode(&scalar).unwrap()).unwrap(), "7.0\n");
     }
+
+    /// Complex numbers as NumPy and Python's `complex()` read them: the imaginary part's own
+    /// sign, `-0.0` included (`1.0+-0.0j` is not a number to them).
+    #[test]
+    fn complex_signs() {
+        let r = Region {
+            shape: vec![3],
+            dtype: DType::new(Kind::Complex(16)),
+            elements: Elements::Fixed(
+                [(1.0f64, -0.0f64), (1.0, 0.0), (-2.5, -3.0)]
+                    .iter()
+                    .flat_map(|(re, im)| re.to_le_bytes().into_iter().chain(im.to_le_bytes()))
+                    .collect(),
+            ),
+            fill: None,
+        };
+        assert_eq!(
+            String::from_utf8(encode(&r).unwrap()).unwrap(),
+            "1.0-0.0j\n1.0+0.0j\n-2.5-3.0j\n"
+        );
+    }
 }

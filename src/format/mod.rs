@@ -47,11 +47,19 @@ pub fn variable_bytes(elements: &Elements, format: Format) -> Option<u64> {
     let (n, longest, total) = match elements {
         Elements::Strings(v) => v.iter().fold((0u64, 0u64, 0u64), |(n, m, t), s| {
             let s = s.as_deref().unwrap_or("");
-            // UTF-32 takes four bytes a character; the text formats about the UTF-8 length.
-            let w = if fixed {
-                s.chars().count() as u64 * 4
-            } else {
-                s.len() as u64
+            // UTF-32 takes four bytes a character; the text formats the UTF-8 length with what
+            // they escape (JSON writes a control character as six bytes, CSV doubles quotes).
+            let w = match format {
+                Format::Bin | Format::Npy => s.chars().count() as u64 * 4,
+                Format::Json => s
+                    .bytes()
+                    .map(|b| match b {
+                        b'"' | b'\\' => 2,
+                        0..=0x1f => 6,
+                        _ => 1,
+                    })
+                    .sum(),
+                Format::Csv | Format::Png => s.bytes().map(|b| if b == b'"' { 2 } else { 1 }).sum(),
             };
             (n + 1, m.max(w), t.saturating_add(w))
         }),
@@ -275,7 +283,8 @@ fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
                 }
                 Text::Csv => {
                     push_float(out, re, half == 4, false);
-                    if im >= 0.0 || im.is_nan() {
+                    // -0.0 writes its own sign (`1.0-0.0j`, as NumPy and Python read it).
+                    if im.is_sign_positive() || im.is_nan() {
                         out.push(b'+');
                     }
                     push_float(out, im, half == 4, false);
@@ -333,6 +342,32 @@ fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Variable-length text is counted as each format writes it, escapes included, and the
+    /// count is at least what the encoder writes for the elements themselves.
+    #[test]
+    fn variable_bytes_count_escapes() {
+        let strings = Elements::Strings(vec![
+            Some("\u{1}\u{2}".into()),
+            Some("a\"b".into()),
+            None,
+            Some("é".into()),
+        ]);
+        assert_eq!(variable_bytes(&strings, Format::Json), Some(12 + 4 + 0 + 2));
+        assert_eq!(variable_bytes(&strings, Format::Csv), Some(2 + 4 + 0 + 2));
+        assert_eq!(variable_bytes(&strings, Format::Bin), Some(4 * 3 * 4));
+        let region = Region {
+            shape: vec![4],
+            dtype: crate::zarr::dtype::DType::new(crate::zarr::dtype::Kind::String),
+            elements: strings,
+            fill: None,
+        };
+        // The document adds its frame, quotes and commas around what was counted.
+        let json_text = json::encode(&region);
+        assert!(json_text.len() as u64 >= 18, "{}", String::from_utf8_lossy(&json_text));
+        assert!(String::from_utf8_lossy(&json_text).contains(r#""\u0001\u0002""#));
+        assert_eq!(variable_bytes(&Elements::Fixed(vec![0; 8]), Format::Json), None);
+    }
 
     #[test]
     fn accept_weighs_q_values_and_wildcards() {

@@ -5,6 +5,7 @@
 use std::io::Write;
 
 use super::{FormatError, Region, as_f64};
+use crate::zarr::dtype::DType;
 use crate::zarr::elements::Elements;
 
 /// zlib level of rendered images (with adaptive row filters). On a 512 x 512 float32 tile of
@@ -87,32 +88,41 @@ pub struct Rendered {
     pub vmax: f64,
 }
 
-/// Encodes a 2-D region as an RGBA PNG.
-pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatError> {
-    if region.shape.len() != 2 {
+/// Whether a result of this shape and type has a PNG form: 2-D, not empty, at most 2^32 - 1
+/// pixels a side, of numbers or booleans. Returns the width and height.
+pub fn check(shape: &[u64], dtype: &DType) -> Result<(u32, u32), FormatError> {
+    let &[h, w] = shape else {
         return Err(FormatError::BadRequest(format!(
             "png needs a 2-D result; this one has {} dimensions",
-            region.shape.len()
+            shape.len()
         )));
-    }
-    let (h, w) = (region.shape[0], region.shape[1]);
-    let (width, height) = (u32::try_from(w), u32::try_from(h));
-    let (Ok(width), Ok(height)) = (width, height) else {
+    };
+    let (Ok(width), Ok(height)) = (u32::try_from(w), u32::try_from(h)) else {
         return Err(FormatError::BadRequest("image too large".into()));
     };
     if width == 0 || height == 0 {
         return Err(FormatError::BadRequest("png needs a non-empty result".into()));
     }
+    let numeric = dtype
+        .item_size()
+        .is_some_and(|item| as_f64(dtype, &vec![0u8; item.max(8)]).is_some());
+    if !numeric {
+        return Err(FormatError::Unsupported(format!(
+            "png needs numeric or bool data, not {}",
+            dtype.typestr()
+        )));
+    }
+    Ok((width, height))
+}
+
+/// Encodes a 2-D region as an RGBA PNG.
+pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatError> {
+    let (width, height) = check(&region.shape, &region.dtype)?;
+    let w = u64::from(width);
     let Elements::Fixed(bytes) = &region.elements else {
         return Err(FormatError::Unsupported("png needs numeric or bool data".into()));
     };
     let item = region.dtype.item_size().unwrap_or(0);
-    if as_f64(&region.dtype, &vec![0u8; item.max(8)]).is_none() {
-        return Err(FormatError::Unsupported(format!(
-            "png needs numeric or bool data, not {}",
-            region.dtype.typestr()
-        )));
-    }
     // A pixel's value: `None` (transparent) for NaN and the fill value.
     let value = |b: &[u8]| -> Option<f64> {
         let is_fill = region.fill.as_deref() == Some(b);
@@ -130,7 +140,9 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
     };
     let vmin = opts.vmin.unwrap_or(if lo.is_finite() { lo } else { 0.0 });
     let vmax = opts.vmax.unwrap_or(if hi.is_finite() { hi } else { 1.0 });
-    let span = if vmax > vmin { vmax - vmin } else { 1.0 };
+    // Halves: the span of finite values can overflow (-1e308 to 1e308) where its half cannot.
+    let half_span = if vmax > vmin { vmax / 2.0 - vmin / 2.0 } else { 1.0 };
+    let position = |v: f64| (v / 2.0 - vmin / 2.0) / half_span;
     let fail = |e: png::EncodingError| FormatError::Unsupported(format!("png: {e}"));
     // Rows are coloured and compressed one at a time: memory holds the region, one RGBA row
     // and the compressed image, never the whole RGBA image (four bytes a pixel).
@@ -149,7 +161,7 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
             for b in line.chunks_exact(item) {
                 match value(b) {
                     Some(v) => {
-                        let [r, g, b] = opts.cmap.rgb((v - vmin) / span);
+                        let [r, g, b] = opts.cmap.rgb(position(v));
                         rgba.extend_from_slice(&[r, g, b, 255]);
                     }
                     None => rgba.extend_from_slice(&[0, 0, 0, 0]),
@@ -207,6 +219,30 @@ mod tests {
             };
             assert_eq!(px[k * 4..k * 4 + 4], want, "pixel {k}");
         }
+    }
+
+    /// The range of finite float64 values can span more than the largest float: its colours
+    /// are still spread over it.
+    #[test]
+    fn ranges_wider_than_the_largest_float() {
+        let r = Region {
+            shape: vec![1, 3],
+            dtype: DType::new(Kind::Float(8)),
+            elements: Elements::Fixed(
+                [-1.7e308f64, 0.0, 1.7e308]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+            ),
+            fill: None,
+        };
+        let opts = PngOptions {
+            vmin: None,
+            vmax: None,
+            cmap: Colormap::Gray,
+        };
+        let (_, _, px) = decode(&encode(&r, &opts).unwrap().png);
+        assert_eq!(px, [0, 0, 0, 255, 128, 128, 128, 255, 255, 255, 255, 255]);
     }
 
     #[test]

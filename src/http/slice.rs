@@ -37,6 +37,8 @@ const BANDS_AHEAD: usize = 3;
 /// Results of at most this many elements are encoded (JSON, CSV, PNG, strings) on the request's
 /// own task: for them a hop to the blocking pool costs more than the encoding.
 const INLINE_ENCODE_ELEMENTS: u64 = 16 * 1024;
+/// ... and of at most this many bytes (decoded, or as text for variable-length elements).
+const INLINE_ENCODE_BYTES: u64 = 256 << 10;
 /// Elements of one piece of a streamed text (JSON, CSV) response, encoded on the blocking pool.
 const TEXT_PIECE_ELEMENTS: u64 = 8 * 1024;
 
@@ -88,12 +90,25 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
                 .ok_or_else(|| ApiError::BadRequest(format!("unknown cmap '{name}' (gray, viridis)")))?,
         },
     };
+    if let (Some(lo), Some(hi)) = (png_opts.vmin, png_opts.vmax)
+        && lo > hi
+    {
+        return Err(ApiError::BadRequest(format!("vmin ({lo}) is above vmax ({hi})")));
+    }
     let tail = uri.path().strip_prefix("/api/v1/slice/").unwrap_or("");
     let (mount_name, rest) = tail.split_once('/').unwrap_or((tail, ""));
     let mount = state.mount(mount_name)?;
     let (path, _) = StoreKey::from_url_path(rest)?;
     let meta = state.array(mount, &path).await?;
     let sel = Selection::parse(query.select.as_deref().unwrap_or(""), &meta.shape)?;
+    // Whether the format can hold the result at all, before anything is read.
+    match format {
+        Format::Csv => csv::check(&sel.shape(), &meta.dtype)?,
+        Format::Png => {
+            png::check(&sel.shape(), &meta.dtype)?;
+        }
+        _ => {}
+    }
 
     // Refuse before reading anything: the size is known from the metadata alone. Variable-length
     // elements count what the result holds before a chunk is read (the element and its copy of
@@ -133,7 +148,11 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     }
     // An empty selection is still one JSON list for every index of the dimensions before the
     // empty one: `select=:,0:0` of a 2^40-row array would be a document of 2^40 `[]`.
-    let lists = sel.shape().iter().fold(1u64, |n, &d| n.saturating_mul(d.max(1)));
+    let lists = sel
+        .shape()
+        .iter()
+        .take_while(|&&d| d != 0)
+        .fold(1u64, |n, &d| n.saturating_mul(d));
     if format == Format::Json && sel.is_empty() && lists.saturating_mul(3) > limit {
         return Err(ApiError::TooLarge(format!(
             "the selection is empty, but as JSON it is {lists} nested empty lists of 3 bytes each; the limit is {limit} bytes \
@@ -156,6 +175,8 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     let shape_header = sel.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     let mut response = Response::builder()
         .header(header::CONTENT_TYPE, format.content_type())
+        // Without `format`, the body depends on Accept: caches must not give one to the other.
+        .header(header::VARY, "accept")
         .header("x-zarr-shape", shape_header);
 
     let fixed = meta.dtype.item_size().is_some();
@@ -189,7 +210,8 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     }
 
     let elements = read_region(&ctx, &path, meta.clone(), &sel).await?;
-    if let Some(bytes) = crate::format::variable_bytes(&elements, format).filter(|&b| b > limit) {
+    let variable = crate::format::variable_bytes(&elements, format);
+    if let Some(bytes) = variable.filter(|&b| b > limit) {
         return Err(ApiError::TooLarge(format!(
             "the selection's variable-length elements take {} as {}; the limit is {limit}",
             bytes_text(bytes),
@@ -227,13 +249,15 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         })
     };
     // Small results are encoded here; larger ones on the blocking pool, off the async workers.
-    let (body, dtype, range) = if sel.len() <= INLINE_ENCODE_ELEMENTS {
-        encode()?
-    } else {
-        tokio::task::spawn_blocking(encode)
-            .await
-            .map_err(|_| ApiError::Internal)??
-    };
+    // Small by their bytes too: a few long strings are as much work as many numbers.
+    let (body, dtype, range) =
+        if sel.len() <= INLINE_ENCODE_ELEMENTS && variable.unwrap_or(asked) <= INLINE_ENCODE_BYTES {
+            encode()?
+        } else {
+            tokio::task::spawn_blocking(encode)
+                .await
+                .map_err(|_| ApiError::Internal)??
+        };
     if let Some((vmin, vmax)) = range {
         response = response
             .header("x-zarr-vmin", vmin.to_string())
