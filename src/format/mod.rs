@@ -353,8 +353,8 @@ mod tests {
             None,
             Some("é".into()),
         ]);
-        assert_eq!(variable_bytes(&strings, Format::Json), Some(12 + 4 + 0 + 2));
-        assert_eq!(variable_bytes(&strings, Format::Csv), Some(2 + 4 + 0 + 2));
+        assert_eq!(variable_bytes(&strings, Format::Json), Some(12 + 4 + 2)); // None writes nothing
+        assert_eq!(variable_bytes(&strings, Format::Csv), Some(2 + 4 + 2));
         assert_eq!(variable_bytes(&strings, Format::Bin), Some(4 * 3 * 4));
         let region = Region {
             shape: vec![4],
