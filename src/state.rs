@@ -58,7 +58,14 @@ pub struct StateInner {
     pub read_options: ReadOptions,
     /// The token protecting /metrics, if any.
     pub metrics_token: Option<Secret>,
+    /// Turns to send a streamed slice, [`MAX_STREAMS`] of them. A streamed body is sent after
+    /// its request has left the request limit and timeout, holding a few bands of decoded
+    /// chunks while its client reads: this bounds how many do at once.
+    pub streams: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many streamed slice responses are sent at once; more are refused with 503.
+pub const MAX_STREAMS: usize = 32;
 
 impl std::ops::Deref for AppState {
     type Target = StateInner;
@@ -115,6 +122,7 @@ impl AppState {
             caches,
             metrics: Metrics::new(),
             read_options,
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
         }))
     }
 

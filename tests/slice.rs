@@ -740,6 +740,58 @@ fn streamed_text_values(r: &Reply, format: &str, shape: [u64; 2], outer: usize) 
     rows.concat()
 }
 
+/// Streamed responses are sent after the request limit has let their requests go: they take
+/// turns of their own, held by the body until it is sent or dropped; with none left, 503.
+#[tokio::test]
+async fn streamed_responses_take_turns() {
+    use tower::ServiceExt;
+    use zarrgate::state::MAX_STREAMS;
+    let dir = tempfile::tempdir().unwrap();
+    // 12 MB of fill (no chunk stored): more than a band, so streamed.
+    write_v3_array(
+        &dir.path().join("big"),
+        &[3000, 1000],
+        &[500, 500],
+        "float32",
+        json!(0.0),
+        json!([{"name": "bytes"}]),
+    );
+    let state = zarrgate::AppState::from_config(config_with(&[("m", dir.path())])).unwrap();
+    let app = zarrgate::app(state.clone());
+    let uri = "/api/v1/slice/m/big?format=bin";
+    let request = || axum::http::Request::get(uri).body(axum::body::Body::empty()).unwrap();
+    let response = app.clone().oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        state.streams.available_permits(),
+        MAX_STREAMS - 1,
+        "the body holds a turn"
+    );
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    assert_eq!(body.len(), 12_000_000);
+    assert_eq!(state.streams.available_permits(), MAX_STREAMS, "sent: the turn is back");
+    let response = app.clone().oneshot(request()).await.unwrap();
+    drop(response);
+    assert_eq!(
+        state.streams.available_permits(),
+        MAX_STREAMS,
+        "dropped: the turn is back"
+    );
+    let every = state
+        .streams
+        .clone()
+        .acquire_many_owned(MAX_STREAMS as u32)
+        .await
+        .unwrap();
+    let r = get(&app, uri, &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
+    assert!(r.header("retry-after").is_some());
+    // Small slices do not stream and need no turn.
+    assert_eq!(get(&app, "/api/v1/slice/m/big?select=0:10,0:10", &[]).await.status, 200);
+    drop(every);
+    assert_eq!(get(&app, uri, &[]).await.body.len(), 12_000_000);
+}
+
 #[tokio::test]
 async fn large_responses_stream_and_match() {
     let dir = tempfile::tempdir().unwrap();

@@ -186,7 +186,13 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     if fixed && asked > BAND_BYTES {
         if let Some(rows) = RowsAs::of(format, &meta, &sel)? {
             let response = response.header("x-zarr-dtype", meta.dtype.typestr());
-            return stream_bands(ctx, path, meta, sel, rows, response).await;
+            // A turn to stream, held by the body until it is sent or dropped.
+            let turn = state
+                .streams
+                .clone()
+                .try_acquire_owned()
+                .map_err(|_| ApiError::Overloaded)?;
+            return stream_bands(ctx, path, meta, sel, rows, response, turn).await;
         }
     }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
@@ -530,6 +536,7 @@ async fn stream_bands(
     sel: Selection,
     rows_as: RowsAs,
     mut response: axum::http::response::Builder,
+    turn: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Response, ApiError> {
     let (head, tail) = rows_as.frame(&meta, &sel);
     if let RowsAs::Bytes { .. } = rows_as {
@@ -569,7 +576,11 @@ async fn stream_bands(
     let body = stream::iter([Ok::<Bytes, std::io::Error>(head)])
         .chain(rows_as.pieces(first, first_row))
         .chain(rest)
-        .chain(stream::iter([Ok(tail)]));
+        .chain(stream::iter([Ok(tail)]))
+        .map(move |piece| {
+            let _sending = &turn;
+            piece
+        });
     response.body(Body::from_stream(body)).map_err(|_| ApiError::Internal)
 }
 
