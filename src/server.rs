@@ -13,6 +13,7 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{any, get, post};
+use axum::serve::ListenerExt;
 use axum::{BoxError, Router};
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
@@ -202,6 +203,21 @@ pub fn app(state: AppState) -> Router {
     Router::new().fallback_service(service)
 }
 
+/// How long a connection may leave what it was sent unread (its window closed) or
+/// unacknowledged before the kernel closes it: a client that stopped reading a streamed
+/// response gives its turn back ([`crate::state::MAX_STREAMS`]).
+pub const STALLED: Duration = Duration::from_secs(120);
+
+/// Socket options of an accepted connection: a stalled peer is dropped after [`STALLED`].
+/// (TCP_NODELAY measured 1-2% fewer warm tiles a second at 64 connections, and no gain.)
+#[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(unused_variables))]
+fn tune_connection(tcp: &mut tokio::net::TcpStream) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if let Err(e) = socket2::SockRef::from(&*tcp).set_tcp_user_timeout(Some(STALLED)) {
+        tracing::debug!(error = %e, "TCP_USER_TIMEOUT not set");
+    }
+}
+
 /// How long responses under way may finish after the shutdown signal ([`run`]).
 pub const DRAIN: Duration = Duration::from_secs(30);
 
@@ -229,6 +245,7 @@ pub async fn run_draining(
         shutdown.await;
         let _ = signalled.send(());
     };
+    let listener = listener.tap_io(tune_connection);
     let serving = axum::serve(listener, app(state)).with_graceful_shutdown(shutdown);
     let deadline = async move {
         match on_signal.await {
@@ -268,4 +285,22 @@ pub async fn shutdown_signal() {
         () = term => {},
     }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Accepted connections are dropped by the kernel once stalled for [`STALLED`].
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[tokio::test]
+    async fn accepted_connections_time_out_when_stalled() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (accepted, _client) = tokio::join!(listener.accept(), client);
+        let (mut tcp, _) = accepted.unwrap();
+        tune_connection(&mut tcp);
+        let set = socket2::SockRef::from(&tcp).tcp_user_timeout().unwrap();
+        assert_eq!(set, Some(STALLED));
+    }
 }
