@@ -1117,6 +1117,52 @@ async fn streamed_text_of_bands_of_one_row() {
     }
 }
 
+/// Rows of more than one dimension too long to write at once are cut along their first
+/// dimension longer than one (past a dimension an integer dropped): the JSON is still the
+/// nested lists of the result.
+#[tokio::test]
+async fn streamed_json_of_rows_cut_in_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    // [2, 2, 3000, 400] float64 in [1, 1, 1000, 400] chunks, fill 1.5; the chunk at
+    // [1, 1, 2000.., 0..] holds 3 + its index. `:,1,:,:` is [2, 3000, 400]: 19.2 MB, rows of
+    // 1.2 million elements.
+    write_v3_array(
+        &dir.path().join("deep"),
+        &[2, 2, 3000, 400],
+        &[1, 1, 1000, 400],
+        "float64",
+        json!(1.5),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    std::fs::create_dir_all(dir.path().join("deep/c/1/1/2")).unwrap();
+    let chunk: Vec<u8> = (0..1000 * 400).flat_map(|k| (3.0 + k as f64).to_le_bytes()).collect();
+    std::fs::write(dir.path().join("deep/c/1/1/2/0"), chunk).unwrap();
+    let app = app_for(&[("t", dir.path())]);
+    let r = get(&app, "/api/v1/slice/t/deep?select=:,1,:,:&format=json", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-length").is_none(), "streamed");
+    let doc = r.json();
+    assert_eq!(doc["shape"], json!([2, 3000, 400]));
+    let rows = doc["data"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (i, row) in rows.iter().enumerate() {
+        let lines = row.as_array().unwrap();
+        assert_eq!(lines.len(), 3000);
+        for (j, line) in lines.iter().enumerate() {
+            let values = line.as_array().unwrap();
+            assert_eq!(values.len(), 400, "[{i}][{j}]");
+            for (k, v) in values.iter().enumerate() {
+                let want = if i == 1 && j >= 2000 {
+                    3.0 + ((j - 2000) * 400 + k) as f64
+                } else {
+                    1.5
+                };
+                assert_eq!(json_number(v), want, "[{i}][{j}][{k}]");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_warm_request_reads_nothing_from_the_store() {
     for path in [

@@ -407,26 +407,49 @@ impl LoadedRegion {
 
     /// The bytes of rows `rows` (a range within `0..self.rows()`).
     pub fn write_rows(&self, rows: Range<u64>) -> Result<Vec<u8>, ReadError> {
+        self.write_part(rows, None)
+    }
+
+    /// The first dimension after the row axis longer than 1: where a row too long to write at
+    /// once is cut ([`Self::write_part`]). `None` when a row holds one element.
+    pub fn split_dim(&self) -> Option<(usize, u64)> {
+        (self.axis + 1..self.shape.len())
+            .find(|&d| self.shape[d] > 1)
+            .map(|d| (d, self.shape[d]))
+    }
+
+    /// The bytes of rows `rows`, and of them only indices `cut.1` of dimension `cut.0` when
+    /// given ([`Self::split_dim`], for one row: its elements from `cut.1.start` to
+    /// `cut.1.end` times those of the dimensions after it, in order).
+    pub fn write_part(&self, rows: Range<u64>, cut: Option<(usize, Range<u64>)>) -> Result<Vec<u8>, ReadError> {
         let n = rows.end.saturating_sub(rows.start);
-        let mut out = vec![0u8; (n * self.row_bytes()) as usize];
-        if n == 0 {
-            return Ok(out);
-        }
         let axis = self.axis;
         let mut dst_shape = self.shape.clone();
         if let Some(len) = dst_shape.get_mut(axis) {
             *len = n;
         }
-        for piece in &self.pieces {
-            // The piece's rows that fall in `rows`, moved to the band's coordinates.
+        let mut ranges: Vec<(usize, Range<u64>)> = vec![(axis, rows)];
+        if let Some((d, within)) = cut.filter(|(d, _)| *d > axis && *d < dst_shape.len()) {
+            let within = within.start.min(dst_shape[d])..within.end.min(dst_shape[d]);
+            dst_shape[d] = within.end.saturating_sub(within.start);
+            ranges.push((d, within));
+        }
+        let total = dst_shape.iter().product::<u64>().saturating_mul(self.item as u64);
+        let mut out = vec![0u8; usize::try_from(total).unwrap_or(0)];
+        if out.is_empty() {
+            return Ok(out);
+        }
+        'pieces: for piece in &self.pieces {
+            // The piece's indices that fall in the ranges, moved to the output's coordinates.
             let mut parts = piece.parts.clone();
-            if let Some(p) = parts.get_mut(axis) {
-                let (lo, hi) = (p.dst_start.max(rows.start), (p.dst_start + p.count).min(rows.end));
+            for (d, range) in &ranges {
+                let Some(p) = parts.get_mut(*d) else { continue };
+                let (lo, hi) = (p.dst_start.max(range.start), (p.dst_start + p.count).min(range.end));
                 if lo >= hi {
-                    continue;
+                    continue 'pieces;
                 }
-                p.src_start += (lo - p.dst_start) * self.steps[axis];
-                p.dst_start = lo - rows.start;
+                p.src_start += (lo - p.dst_start) * self.steps[*d];
+                p.dst_start = lo - range.start;
                 p.count = hi - lo;
             }
             let dst_start: Vec<u64> = parts.iter().map(|p| p.dst_start).collect();

@@ -58,6 +58,43 @@ pub fn push_fixed_rows(out: &mut Vec<u8>, dtype: &DType, row_shape: &[u64], byte
     }
 }
 
+/// Appends elements `elements` (C-order indices within one row of `row_shape`; `bytes` holds
+/// just them) as [`push_fixed_rows`] writes them in that row, so that the parts of a row, in
+/// order, write the whole row: its opening brackets come with its first element, its closing
+/// ones with its last, and a comma before the row when `lead_comma` (it follows another).
+pub fn push_row_part(
+    out: &mut Vec<u8>,
+    dtype: &DType,
+    row_shape: &[u64],
+    bytes: &[u8],
+    elements: std::ops::Range<u64>,
+    lead_comma: bool,
+) {
+    let item = dtype.item_size().unwrap_or(0).max(1);
+    // strides[j]: elements in one index of dimension j - 1 (strides[0] is the row).
+    let strides: Vec<u64> = (0..row_shape.len()).map(|j| row_shape[j..].iter().product()).collect();
+    let n = strides.first().copied().unwrap_or(1);
+    let depth = row_shape.len();
+    for (i, b) in elements.zip(bytes.chunks_exact(item)) {
+        if i == 0 {
+            if lead_comma {
+                out.push(b',');
+            }
+            out.extend(std::iter::repeat_n(b'[', depth));
+        } else {
+            // Lists that end before this element and begin again with it.
+            let ends = strides[1..].iter().filter(|&&s| s > 0 && i % s == 0).count();
+            out.extend(std::iter::repeat_n(b']', ends));
+            out.push(b',');
+            out.extend(std::iter::repeat_n(b'[', ends));
+        }
+        push_scalar(out, dtype, b, Text::Json);
+        if i + 1 == n {
+            out.extend(std::iter::repeat_n(b']', depth));
+        }
+    }
+}
+
 /// Encodes a region as the JSON document.
 pub fn encode(region: &Region) -> Vec<u8> {
     let n: usize = region.shape.iter().product::<u64>() as usize;
@@ -94,6 +131,42 @@ mod tests {
     use super::*;
     use crate::zarr::dtype::{DType, Kind};
     use serde_json::{Value, json};
+
+    /// A row written in parts, wherever it is cut, is the row written at once.
+    #[test]
+    fn rows_written_in_parts_are_rows() {
+        let dtype = DType::new(Kind::Int(2));
+        for row_shape in [vec![], vec![7], vec![1, 7], vec![3, 4], vec![2, 1, 3], vec![2, 3, 2]] {
+            let per_row: u64 = row_shape.iter().product();
+            let bytes: Vec<u8> = (0..per_row as i16 * 2).flat_map(|v| v.to_le_bytes()).collect();
+            let mut whole = Vec::new();
+            push_fixed_rows(&mut whole, &dtype, &row_shape, &bytes, 2, true);
+            for cut in 1..=per_row {
+                let mut parts = Vec::new();
+                for row in 0..2u64 {
+                    let mut start = 0;
+                    while start < per_row {
+                        let end = (start + cut).min(per_row);
+                        let at = |e: u64| ((row * per_row + e) * 2) as usize;
+                        push_row_part(
+                            &mut parts,
+                            &dtype,
+                            &row_shape,
+                            &bytes[at(start)..at(end)],
+                            start..end,
+                            row > 0,
+                        );
+                        start = end;
+                    }
+                }
+                assert_eq!(
+                    String::from_utf8_lossy(&parts),
+                    String::from_utf8_lossy(&whole),
+                    "{row_shape:?} cut every {cut}"
+                );
+            }
+        }
+    }
 
     fn region(kind: Kind, shape: Vec<u64>, elements: Elements) -> Region {
         Region {

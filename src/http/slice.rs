@@ -1,6 +1,7 @@
 //! `GET /api/v1/slice/{mount}/{path}?select=...&format=...`: decoded data of a region as JSON,
 //! raw binary, .npy, CSV or PNG (see DESIGN.md "Slice queries").
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -457,6 +458,33 @@ impl RowsAs {
 }
 
 impl TextRows {
+    /// The text of elements `elements` of row `row` of the result (`bytes` holds just them):
+    /// a part of a row too long to write at once.
+    fn text_part(&self, bytes: &[u8], row: u64, elements: Range<u64>) -> Result<Vec<u8>, String> {
+        let item = self.dtype.item_size().unwrap_or(0) as u64;
+        let per_row = self.row_shape.iter().product::<u64>();
+        if bytes.len() as u64 != (elements.end - elements.start).saturating_mul(item) || elements.end > per_row {
+            return Err(format!(
+                "{} bytes for elements {elements:?} of a row of {per_row}",
+                bytes.len()
+            ));
+        }
+        let mut out = Vec::with_capacity(bytes.len() * 3);
+        match self.form {
+            TextForm::Json { .. } => {
+                json::push_row_part(&mut out, &self.dtype, &self.row_shape, bytes, elements, row > 0)
+            }
+            TextForm::Csv { cols } => csv::push_fixed(
+                &mut out,
+                &self.dtype,
+                bytes,
+                row.saturating_mul(per_row) + elements.start,
+                cols,
+            ),
+        }
+        Ok(out)
+    }
+
     /// The text of `rows` rows of bytes whose first is row `first` of the result.
     fn text(&self, bytes: &[u8], rows: u64, first: u64) -> Result<Vec<u8>, String> {
         let per_row = self.row_shape.iter().product::<u64>();
@@ -501,8 +529,10 @@ fn byte_pieces(band: LoadedRegion) -> impl futures::Stream<Item = Result<Bytes, 
 }
 
 /// The text of a loaded band whose first row is row `first` of the result, encoded on the
-/// blocking pool [`TEXT_PIECE_ELEMENTS`] at a time (whole rows of the result: along the
-/// selection's row axis, whatever the band's own shape), the next piece while one is sent.
+/// blocking pool about [`TEXT_PIECE_ELEMENTS`] at a time, the next piece while one is sent:
+/// whole rows of the result (along the selection's row axis, whatever the band's own shape),
+/// or, for rows longer than that, parts of a row (cut along its first dimension longer than
+/// one), so that no piece holds the copy and the text of a whole wide row.
 fn text_pieces(
     band: LoadedRegion,
     first: u64,
@@ -510,15 +540,50 @@ fn text_pieces(
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     let band = Arc::new(band.along(text.axis));
     let rows = band.rows();
-    let row_bytes = band.row_bytes().max(1);
-    let per_piece = (TEXT_PIECE_ELEMENTS / (row_bytes / band.item().max(1) as u64).max(1)).max(1);
-    stream::iter((0..rows).step_by(per_piece as usize))
-        .map(move |r| {
+    let per_row = (band.row_bytes() / band.item().max(1) as u64).max(1);
+    // Pieces: rows, and the indices of the cut dimension (all of them when rows are whole).
+    let (cut, pieces): (Option<usize>, Vec<(u64, Range<u64>)>) = match band.split_dim() {
+        Some((dim, len)) if per_row > TEXT_PIECE_ELEMENTS => {
+            let inner = per_row / len;
+            let step = (TEXT_PIECE_ELEMENTS / inner.max(1)).max(1);
+            let parts = (0..rows)
+                .flat_map(|r| {
+                    (0..len)
+                        .step_by(step as usize)
+                        .map(move |c| (r, c..(c + step).min(len)))
+                })
+                .collect();
+            (Some(dim), parts)
+        }
+        _ => {
+            let step = (TEXT_PIECE_ELEMENTS / per_row).max(1);
+            (
+                None,
+                (0..rows)
+                    .step_by(step as usize)
+                    .map(|r| (r, r..(r + step).min(rows)))
+                    .collect(),
+            )
+        }
+    };
+    stream::iter(pieces)
+        .map(move |(r, span)| {
             let (band, text) = (band.clone(), text.clone());
-            tokio::task::spawn_blocking(move || {
-                let end = (r + per_piece).min(rows);
-                let bytes = band.write_rows(r..end).map_err(broken)?;
-                text.text(&bytes, end - r, first + r).map(Bytes::from).map_err(broken)
+            tokio::task::spawn_blocking(move || match cut {
+                None => {
+                    let bytes = band.write_rows(span.clone()).map_err(broken)?;
+                    text.text(&bytes, span.end - span.start, first + span.start)
+                        .map(Bytes::from)
+                        .map_err(broken)
+                }
+                Some(dim) => {
+                    let bytes = band.write_part(r..r + 1, Some((dim, span.clone()))).map_err(broken)?;
+                    let inner = per_row / band.split_dim().map_or(1, |(_, len)| len);
+                    let elements = span.start * inner..span.end * inner;
+                    text.text_part(&bytes, first + r, elements)
+                        .map(Bytes::from)
+                        .map_err(broken)
+                }
             })
         })
         .buffered(2)
