@@ -1161,6 +1161,32 @@ async fn streamed_json_of_rows_cut_in_parts() {
             }
         }
     }
+    // Bands of two such rows (chunks of two rows): bin writes them in parts too.
+    write_v3_array(
+        &dir.path().join("pair"),
+        &[2, 3000, 400],
+        &[2, 1000, 400],
+        "float64",
+        json!(1.5),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    std::fs::create_dir_all(dir.path().join("pair/c/0/1")).unwrap();
+    let chunk: Vec<u8> = (0..2 * 1000 * 400)
+        .flat_map(|k| (3.0 + k as f64).to_le_bytes())
+        .collect();
+    std::fs::write(dir.path().join("pair/c/0/1/0"), chunk).unwrap();
+    let r = get(&app, "/api/v1/slice/t/pair?format=bin", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), 2 * 3000 * 400 * 8);
+    for (n, b) in r.body.chunks_exact(8).enumerate() {
+        let (i, j, k) = (n / 1_200_000, n / 400 % 3000, n % 400);
+        let want = if (1000..2000).contains(&j) {
+            3.0 + (i * 400_000 + (j - 1000) * 400 + k) as f64
+        } else {
+            1.5
+        };
+        assert_eq!(f64::from_le_bytes(b.try_into().unwrap()), want, "[{i}][{j}][{k}]");
+    }
 }
 
 #[tokio::test]

@@ -514,18 +514,52 @@ fn broken(e: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other("read failed")
 }
 
-/// The bytes of a loaded band in buffers of about [`PIECE_BYTES`] (whole rows each), copied
-/// out as they are sent. Bytes are contiguous whatever the rows: a band of one row of the
-/// result is written out along its own row axis, in small pieces.
+/// The bytes of a loaded band in buffers of about [`PIECE_BYTES`] ([`pieces_of`]), copied
+/// out as they are sent.
 fn byte_pieces(band: LoadedRegion) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     let band = Arc::new(band);
-    let rows = band.rows();
-    let per_piece = (PIECE_BYTES / band.row_bytes().max(1)).max(1);
-    stream::iter((0..rows).step_by(per_piece as usize)).map(move |r| {
-        band.write_rows(r..(r + per_piece).min(rows))
-            .map(Bytes::from)
-            .map_err(broken)
+    let (cut, pieces) = pieces_of(&band, PIECE_BYTES / band.item().max(1) as u64);
+    stream::iter(pieces).map(move |(r, span)| {
+        match cut {
+            None => band.write_rows(span),
+            Some(dim) => band.write_part(r..r + 1, Some((dim, span))),
+        }
+        .map(Bytes::from)
+        .map_err(broken)
     })
+}
+
+/// How a band is written out about `elements` at a time: runs of whole rows (`None`, and the
+/// rows of each piece), or, when a row holds more than that, parts of each row cut along its
+/// first dimension longer than one (that dimension, and for each piece its row and the
+/// indices of the dimension). No piece copies a whole wide row.
+fn pieces_of(band: &LoadedRegion, elements: u64) -> (Option<usize>, Vec<(u64, Range<u64>)>) {
+    let rows = band.rows();
+    let per_row = (band.row_bytes() / band.item().max(1) as u64).max(1);
+    let elements = elements.max(1);
+    match band.split_dim() {
+        Some((dim, len)) if per_row > elements => {
+            let step = (elements / (per_row / len).max(1)).max(1);
+            let parts = (0..rows)
+                .flat_map(|r| {
+                    (0..len)
+                        .step_by(step as usize)
+                        .map(move |c| (r, c..(c + step).min(len)))
+                })
+                .collect();
+            (Some(dim), parts)
+        }
+        _ => {
+            let step = (elements / per_row).max(1);
+            (
+                None,
+                (0..rows)
+                    .step_by(step as usize)
+                    .map(|r| (r, r..(r + step).min(rows)))
+                    .collect(),
+            )
+        }
+    }
 }
 
 /// The text of a loaded band whose first row is row `first` of the result, encoded on the
@@ -539,33 +573,8 @@ fn text_pieces(
     text: Arc<TextRows>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     let band = Arc::new(band.along(text.axis));
-    let rows = band.rows();
     let per_row = (band.row_bytes() / band.item().max(1) as u64).max(1);
-    // Pieces: rows, and the indices of the cut dimension (all of them when rows are whole).
-    let (cut, pieces): (Option<usize>, Vec<(u64, Range<u64>)>) = match band.split_dim() {
-        Some((dim, len)) if per_row > TEXT_PIECE_ELEMENTS => {
-            let inner = per_row / len;
-            let step = (TEXT_PIECE_ELEMENTS / inner.max(1)).max(1);
-            let parts = (0..rows)
-                .flat_map(|r| {
-                    (0..len)
-                        .step_by(step as usize)
-                        .map(move |c| (r, c..(c + step).min(len)))
-                })
-                .collect();
-            (Some(dim), parts)
-        }
-        _ => {
-            let step = (TEXT_PIECE_ELEMENTS / per_row).max(1);
-            (
-                None,
-                (0..rows)
-                    .step_by(step as usize)
-                    .map(|r| (r, r..(r + step).min(rows)))
-                    .collect(),
-            )
-        }
-    };
+    let (cut, pieces) = pieces_of(&band, TEXT_PIECE_ELEMENTS);
     stream::iter(pieces)
         .map(move |(r, span)| {
             let (band, text) = (band.clone(), text.clone());
