@@ -129,6 +129,10 @@ pub const MAX_CONCURRENT_REQUESTS: usize = 1 << 20;
 /// credentials or signatures).
 pub fn redact(url: &str) -> String {
     let without_query = url.split(['?', '#']).next().unwrap_or(url);
+    // `abfs://container@account...`: the part before `@` is a container, not a user.
+    if without_query.starts_with("abfs://") {
+        return without_query.to_owned();
+    }
     match without_query.split_once("://") {
         Some((scheme, rest)) => match rest.split_once('/') {
             Some((authority, path)) => {
@@ -745,6 +749,8 @@ mod tests {
         }
         let abfs = MountConfig::new("abfs://container@account.dfs.core.windows.net/p", "/");
         assert!(abfs.source("x").is_ok());
+        assert_eq!(redact(&abfs.url), "abfs://container@account.dfs.core.windows.net/p");
+        assert_eq!(redact("https://u:p@host/x?sig=1"), "https://host/x");
     }
 
     #[test]
