@@ -70,6 +70,8 @@ impl Selection {
         if body.is_empty() {
             return Ok(Self::all(shape));
         }
+        // One trailing comma is allowed, as in NumPy (`a[0,]`).
+        let body = body.strip_suffix(',').unwrap_or(body);
         let terms: Vec<&str> = body.split(',').collect();
         if terms.len() > shape.len() {
             return Err(SelectionError(format!(
@@ -241,7 +243,10 @@ mod tests {
         let sel = Selection::parse("2, 3:5", &shape).unwrap();
         assert_eq!(sel.shape(), [2, 30]);
         assert_eq!(sel.full_shape(), [1, 2, 30]);
-        for bad in ["10", "-11", "::0", "::-1", "a:b", "1:2:3:4", "[1", "1,2,3,4", "1.5"] {
+        // A trailing comma, as NumPy allows; only one.
+        assert_eq!(Selection::parse("[2,]", &shape).unwrap(), Selection::parse("2", &shape).unwrap());
+        assert_eq!(Selection::parse("1,2,3,", &shape).unwrap().shape(), Vec::<u64>::new());
+        for bad in ["10", "-11", "::0", "::-1", "a:b", "1:2:3:4", "[1", "1,2,3,4", "1.5", "1,,", ",", "1,2,3,4,"] {
             assert!(Selection::parse(bad, &shape).is_err(), "{bad}");
         }
         assert_eq!(
