@@ -281,6 +281,29 @@ async fn png_ranges_skip_infinities_and_a_null_fill_hides_nothing() {
     }
 }
 
+/// The `_=<time>` cache buster of JavaScript clients is ignored everywhere queries are read;
+/// other unknown parameters are 400 (errors_have_codes).
+#[tokio::test]
+async fn the_cache_buster_parameter_is_ignored() {
+    let app = fixture_app();
+    let plain = get(&app, "/api/v1/slice/fx/v2/compressor_none_i4?select=0:2", &[]).await;
+    let busted = get(
+        &app,
+        "/api/v1/slice/fx/v2/compressor_none_i4?select=0:2&_=1700000000000",
+        &[],
+    )
+    .await;
+    assert_eq!((busted.status.as_u16(), &busted.body), (200, &plain.body));
+    for uri in [
+        "/api/v1/zom/fx/v2/group_nested?_=1",
+        "/api/v1/zom/fx/v2/group_nested?depth=1&_=1",
+        "/api/v1/zom-schema?zarr_format=2&_=1",
+        "/api/v1/list/fx/v2?_=1",
+    ] {
+        assert_eq!(get(&app, uri, &[]).await.status, 200, "{uri}");
+    }
+}
+
 #[tokio::test]
 async fn errors_have_codes() {
     let app = fixture_app();
@@ -308,6 +331,7 @@ async fn errors_have_codes() {
             "bad_request",
         ),
         ("/api/v1/slice/fx/v2/compressor_none_i4?bogus=1", 400, "bad_request"),
+        ("/api/v1/slice/fx/v2/compressor_none_i4?_x=1", 400, "bad_request"),
         (
             "/api/v1/slice/fx/v2/compressor_none_i4?vmin=2&vmax=1&format=png",
             400,

@@ -244,9 +244,14 @@ mod tests {
         assert_eq!(sel.shape(), [2, 30]);
         assert_eq!(sel.full_shape(), [1, 2, 30]);
         // A trailing comma, as NumPy allows; only one.
-        assert_eq!(Selection::parse("[2,]", &shape).unwrap(), Selection::parse("2", &shape).unwrap());
+        assert_eq!(
+            Selection::parse("[2,]", &shape).unwrap(),
+            Selection::parse("2", &shape).unwrap()
+        );
         assert_eq!(Selection::parse("1,2,3,", &shape).unwrap().shape(), Vec::<u64>::new());
-        for bad in ["10", "-11", "::0", "::-1", "a:b", "1:2:3:4", "[1", "1,2,3,4", "1.5", "1,,", ",", "1,2,3,4,"] {
+        for bad in [
+            "10", "-11", "::0", "::-1", "a:b", "1:2:3:4", "[1", "1,2,3,4", "1.5", "1,,", ",", "1,2,3,4,",
+        ] {
             assert!(Selection::parse(bad, &shape).is_err(), "{bad}");
         }
         assert_eq!(

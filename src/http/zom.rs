@@ -206,6 +206,9 @@ pub async fn synthesized_zarr_json(
 #[serde(deny_unknown_fields)]
 struct ZomQuery {
     depth: Option<String>,
+    /// `_=<anything>`, ignored (see the slice query).
+    #[serde(rename = "_")]
+    _cache_buster: Option<String>,
 }
 
 /// Splits `/api/v1/{route}/{mount}[/{path}]` into the mount and the decoded key.
@@ -334,6 +337,9 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
 #[serde(deny_unknown_fields)]
 struct SchemaQuery {
     zarr_format: Option<String>,
+    /// `_=<anything>`, ignored (see the slice query).
+    #[serde(rename = "_")]
+    _cache_buster: Option<String>,
 }
 
 /// `GET /api/v1/zom-schema?zarr_format=2|3`: the JSON Schema of ZOM nodes of that version.
