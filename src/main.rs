@@ -71,7 +71,14 @@ fn main() -> ExitCode {
         .max_blocking_threads(config.server.blocking_threads)
         .build();
     match runtime {
-        Ok(rt) => rt.block_on(serve(config)),
+        Ok(rt) => {
+            let code = rt.block_on(serve(config));
+            // What the drain left (connections, blocking reads that do not return: a hung
+            // network filesystem) does not keep the process: async tasks end with the runtime,
+            // and blocking ones are given a moment, not forever.
+            rt.shutdown_timeout(std::time::Duration::from_secs(1));
+            code
+        }
         Err(e) => {
             eprintln!("zarrgate: cannot start the runtime: {e}");
             ExitCode::FAILURE

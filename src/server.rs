@@ -231,9 +231,11 @@ pub async fn run(
     run_draining(listener, state, shutdown, DRAIN).await
 }
 
-/// [`run`], letting responses under way finish for up to `drain` after `shutdown`: then the
-/// connections still open are closed. A client reading a large body slowly, or a request
-/// waiting on a store that does not answer, does not keep the process from stopping.
+/// [`run`], letting responses under way finish for up to `drain` after `shutdown`, then
+/// returning whether or not they have: a client reading a large body slowly, or a request
+/// waiting on a store that does not answer, does not keep the caller waiting. The connections
+/// still open are tasks of the caller's runtime, which ends them when it shuts down (`main`
+/// does so right after).
 pub async fn run_draining(
     listener: TcpListener,
     state: AppState,

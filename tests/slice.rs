@@ -1185,6 +1185,48 @@ async fn streamed_json_of_rows_cut_in_parts() {
             }
         }
     }
+    // Rows [3, 200000]: each index of their first dimension is itself too long, so they are
+    // cut along the second, an index of the first at a time.
+    write_v3_array(
+        &dir.path().join("stack"),
+        &[2, 3, 200_000],
+        &[1, 3, 100_000],
+        "float64",
+        json!(1.5),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    std::fs::create_dir_all(dir.path().join("stack/c/1/0")).unwrap();
+    let chunk: Vec<u8> = (0..3 * 100_000).flat_map(|k| (3.0 + k as f64).to_le_bytes()).collect();
+    std::fs::write(dir.path().join("stack/c/1/0/1"), chunk).unwrap();
+    let stack = |i: usize, j: usize, k: usize| {
+        if i == 1 && k >= 100_000 {
+            3.0 + (j * 100_000 + k - 100_000) as f64
+        } else {
+            1.5
+        }
+    };
+    let doc = get(&app, "/api/v1/slice/t/stack?format=json", &[]).await.json();
+    assert_eq!(doc["shape"], json!([2, 3, 200_000]));
+    for (i, row) in doc["data"].as_array().unwrap().iter().enumerate() {
+        assert_eq!(row.as_array().unwrap().len(), 3);
+        for (j, line) in row.as_array().unwrap().iter().enumerate() {
+            let values = line.as_array().unwrap();
+            assert_eq!(values.len(), 200_000);
+            for (k, v) in values.iter().enumerate() {
+                assert_eq!(json_number(v), stack(i, j, k), "[{i}][{j}][{k}]");
+            }
+        }
+    }
+    let r = get(&app, "/api/v1/slice/t/stack?format=bin", &[]).await;
+    assert_eq!(r.body.len(), 2 * 3 * 200_000 * 8);
+    for (n, b) in r.body.chunks_exact(8).enumerate() {
+        let (i, j, k) = (n / 600_000, n / 200_000 % 3, n % 200_000);
+        assert_eq!(
+            f64::from_le_bytes(b.try_into().unwrap()),
+            stack(i, j, k),
+            "[{i}][{j}][{k}]"
+        );
+    }
     // Bands of two such rows (chunks of two rows): bin writes them in parts too.
     write_v3_array(
         &dir.path().join("pair"),

@@ -407,33 +407,33 @@ impl LoadedRegion {
 
     /// The bytes of rows `rows` (a range within `0..self.rows()`).
     pub fn write_rows(&self, rows: Range<u64>) -> Result<Vec<u8>, ReadError> {
-        self.write_part(rows, None)
+        self.write_part(&[(self.axis, rows)])
     }
 
-    /// The first dimension after the row axis longer than 1: where a row too long to write at
-    /// once is cut ([`Self::write_part`]). `None` when a row holds one element.
-    pub fn split_dim(&self) -> Option<(usize, u64)> {
-        (self.axis + 1..self.shape.len())
-            .find(|&d| self.shape[d] > 1)
-            .map(|d| (d, self.shape[d]))
+    /// The band's shape.
+    pub fn shape(&self) -> &[u64] {
+        &self.shape
     }
 
-    /// The bytes of rows `rows`, and of them only indices `cut.1` of dimension `cut.0` when
-    /// given ([`Self::split_dim`], for one row: its elements from `cut.1.start` to
-    /// `cut.1.end` times those of the dimensions after it, in order).
-    pub fn write_part(&self, rows: Range<u64>, cut: Option<(usize, Range<u64>)>) -> Result<Vec<u8>, ReadError> {
-        let n = rows.end.saturating_sub(rows.start);
-        let axis = self.axis;
+    /// The row axis.
+    pub fn axis(&self) -> usize {
+        self.axis
+    }
+
+    /// The bytes of the block that `ranges` (dimension, indices) cut out of the band, the
+    /// other dimensions whole: rows, or part of one row when dimensions after the row axis
+    /// are cut too (the block is then a run of the row's elements, in order, when each
+    /// dimension before the last cut one is cut to one index).
+    pub fn write_part(&self, ranges: &[(usize, Range<u64>)]) -> Result<Vec<u8>, ReadError> {
         let mut dst_shape = self.shape.clone();
-        if let Some(len) = dst_shape.get_mut(axis) {
-            *len = n;
+        let mut cut: Vec<(usize, Range<u64>)> = Vec::with_capacity(ranges.len());
+        for (d, range) in ranges {
+            let Some(len) = dst_shape.get_mut(*d) else { continue };
+            let range = range.start.min(*len)..range.end.min(*len);
+            *len = range.end.saturating_sub(range.start);
+            cut.push((*d, range));
         }
-        let mut ranges: Vec<(usize, Range<u64>)> = vec![(axis, rows)];
-        if let Some((d, within)) = cut.filter(|(d, _)| *d > axis && *d < dst_shape.len()) {
-            let within = within.start.min(dst_shape[d])..within.end.min(dst_shape[d]);
-            dst_shape[d] = within.end.saturating_sub(within.start);
-            ranges.push((d, within));
-        }
+        let ranges = cut;
         let total = dst_shape.iter().product::<u64>().saturating_mul(self.item as u64);
         let mut out = vec![0u8; usize::try_from(total).unwrap_or(0)];
         if out.is_empty() {

@@ -522,81 +522,96 @@ fn broken(e: impl std::fmt::Display) -> std::io::Error {
 /// out as they are sent.
 fn byte_pieces(band: LoadedRegion) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     let band = Arc::new(band);
-    let (cut, pieces) = pieces_of(&band, PIECE_BYTES / band.item().max(1) as u64);
-    stream::iter(pieces).map(move |(r, span)| {
-        match cut {
-            None => band.write_rows(span),
-            Some(dim) => band.write_part(r..r + 1, Some((dim, span))),
-        }
-        .map(Bytes::from)
-        .map_err(broken)
-    })
+    let pieces = pieces_of(&band, PIECE_BYTES / band.item().max(1) as u64);
+    stream::iter(pieces).map(move |piece| band.write_part(&piece.ranges).map(Bytes::from).map_err(broken))
 }
 
-/// How a band is written out about `elements` at a time: runs of whole rows (`None`, and the
-/// rows of each piece), or, when a row holds more than that, parts of each row cut along its
-/// first dimension longer than one (that dimension, and for each piece its row and the
-/// indices of the dimension). No piece copies a whole wide row.
-fn pieces_of(band: &LoadedRegion, elements: u64) -> (Option<usize>, Vec<(u64, Range<u64>)>) {
+/// A piece of a band to write out: the block `ranges` cut out of it, which is a run of whole
+/// rows (`part` is `None`), or elements `part.1` of row `part.0` of the band.
+#[derive(Debug, Clone, PartialEq)]
+struct Piece {
+    ranges: Vec<(usize, Range<u64>)>,
+    part: Option<(u64, Range<u64>)>,
+}
+
+/// How a band is written out about `elements` at a time: runs of whole rows, or, when a row
+/// holds more than that, parts of each row: cut along the outermost dimension after the row
+/// axis whose every index holds at most `elements` (the dimensions between taken one index
+/// at a time). No piece copies more than about `elements`, however the row is shaped.
+fn pieces_of(band: &LoadedRegion, elements: u64) -> Vec<Piece> {
+    let (shape, axis) = (band.shape(), band.axis());
     let rows = band.rows();
-    let per_row = (band.row_bytes() / band.item().max(1) as u64).max(1);
     let elements = elements.max(1);
-    match band.split_dim() {
-        Some((dim, len)) if per_row > elements => {
-            let step = (elements / (per_row / len).max(1)).max(1);
-            let parts = (0..rows)
-                .flat_map(|r| {
-                    (0..len)
-                        .step_by(step as usize)
-                        .map(move |c| (r, c..(c + step).min(len)))
-                })
-                .collect();
-            (Some(dim), parts)
-        }
-        _ => {
-            let step = (elements / per_row).max(1);
-            (
-                None,
-                (0..rows)
-                    .step_by(step as usize)
-                    .map(|r| (r, r..(r + step).min(rows)))
-                    .collect(),
-            )
+    let row_dims = shape.get(axis + 1..).unwrap_or_default();
+    let per_row = row_dims.iter().product::<u64>().max(1);
+    if per_row <= elements || rows == 0 {
+        let step = (elements / per_row).max(1);
+        return (0..rows)
+            .step_by(step as usize)
+            .map(|r| Piece {
+                ranges: vec![(axis, r..(r + step).min(rows))],
+                part: None,
+            })
+            .collect();
+    }
+    // The cut dimension (an index of row_dims): the first whose indices each hold few enough.
+    let inner_of = |j: usize| row_dims[j + 1..].iter().product::<u64>();
+    let j = (0..row_dims.len())
+        .find(|&j| inner_of(j) <= elements)
+        .unwrap_or(row_dims.len() - 1);
+    let (len, inner) = (row_dims[j], inner_of(j));
+    let step = (elements / inner.max(1)).max(1);
+    let before = &row_dims[..j];
+    let outer: u64 = before.iter().product();
+    let mut pieces = Vec::new();
+    for r in 0..rows {
+        for o in 0..outer {
+            // The indices of the dimensions before the cut one, for the o-th of their tuples.
+            let mut ranges = vec![(axis, r..r + 1)];
+            let mut rest = o;
+            for (k, &n) in before.iter().enumerate().rev() {
+                ranges.push((axis + 1 + k, rest % n..rest % n + 1));
+                rest /= n;
+            }
+            for c in (0..len).step_by(step as usize) {
+                let end = (c + step).min(len);
+                let mut cut = ranges.clone();
+                cut.push((axis + 1 + j, c..end));
+                let first = (o * len + c) * inner;
+                pieces.push(Piece {
+                    ranges: cut,
+                    part: Some((r, first..first + (end - c) * inner)),
+                });
+            }
         }
     }
+    pieces
 }
 
 /// The text of a loaded band whose first row is row `first` of the result, encoded on the
-/// blocking pool about [`TEXT_PIECE_ELEMENTS`] at a time, the next piece while one is sent:
-/// whole rows of the result (along the selection's row axis, whatever the band's own shape),
-/// or, for rows longer than that, parts of a row (cut along its first dimension longer than
-/// one), so that no piece holds the copy and the text of a whole wide row.
+/// blocking pool about [`TEXT_PIECE_ELEMENTS`] at a time ([`pieces_of`]; rows of the result,
+/// along the selection's row axis whatever the band's own shape, or parts of a longer row),
+/// the next piece while one is sent.
 fn text_pieces(
     band: LoadedRegion,
     first: u64,
     text: Arc<TextRows>,
 ) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> {
     let band = Arc::new(band.along(text.axis));
-    let per_row = (band.row_bytes() / band.item().max(1) as u64).max(1);
-    let (cut, pieces) = pieces_of(&band, TEXT_PIECE_ELEMENTS);
+    let pieces = pieces_of(&band, TEXT_PIECE_ELEMENTS);
     stream::iter(pieces)
-        .map(move |(r, span)| {
+        .map(move |piece| {
             let (band, text) = (band.clone(), text.clone());
-            tokio::task::spawn_blocking(move || match cut {
-                None => {
-                    let bytes = band.write_rows(span.clone()).map_err(broken)?;
-                    text.text(&bytes, span.end - span.start, first + span.start)
-                        .map(Bytes::from)
-                        .map_err(broken)
-                }
-                Some(dim) => {
-                    let bytes = band.write_part(r..r + 1, Some((dim, span.clone()))).map_err(broken)?;
-                    let inner = per_row / band.split_dim().map_or(1, |(_, len)| len);
-                    let elements = span.start * inner..span.end * inner;
-                    text.text_part(&bytes, first + r, elements)
-                        .map(Bytes::from)
-                        .map_err(broken)
-                }
+            tokio::task::spawn_blocking(move || {
+                let bytes = band.write_part(&piece.ranges).map_err(broken)?;
+                let written = match piece.part {
+                    None => {
+                        let rows = &piece.ranges[0].1;
+                        text.text(&bytes, rows.end - rows.start, first + rows.start)
+                    }
+                    Some((r, elements)) => text.text_part(&bytes, first + r, elements),
+                };
+                written.map(Bytes::from).map_err(broken)
             })
         })
         .buffered(2)
