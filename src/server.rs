@@ -288,21 +288,3 @@ pub async fn shutdown_signal() {
     }
     tracing::info!("shutting down");
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Accepted connections are dropped by the kernel once stalled for [`STALLED`].
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    #[tokio::test]
-    async fn accepted_connections_time_out_when_stalled() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
-        let (accepted, _client) = tokio::join!(listener.accept(), client);
-        let (mut tcp, _) = accepted.unwrap();
-        tune_connection(&mut tcp);
-        let set = socket2::SockRef::from(&tcp).tcp_user_timeout().unwrap();
-        assert_eq!(set, Some(STALLED));
-    }
-}

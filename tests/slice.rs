@@ -448,6 +448,9 @@ async fn formats_are_checked_before_reading() {
     }
     let r = get(&app, "/api/v1/slice/m/cube?select=0&format=png", &[]).await;
     assert_eq!(r.status, 200);
+    // vmin and vmax are PNG's: other formats do not look at them.
+    let r = get(&app, "/api/v1/slice/m/cube?select=0,0&vmin=2&vmax=1", &[]).await;
+    assert_eq!(r.status, 200);
     // [0, 100000000] as JSON is one empty list.
     let r = get(&app, "/api/v1/slice/m/wide?select=0:0", &[]).await;
     assert_eq!(r.status, 200, "{:?}", r.body);

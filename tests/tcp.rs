@@ -101,3 +101,44 @@ async fn shutdown_stops_waiting_for_stuck_requests() {
         "nothing listens"
     );
 }
+
+/// Connections the server accepts are closed by the kernel once stalled (TCP_USER_TIMEOUT):
+/// read back from the server's own socket, found among this process's descriptors.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn accepted_connections_time_out_when_stalled() {
+    use std::os::fd::BorrowedFd;
+    let state = zarrgate::AppState::from_config(config_with(&[("fx", &fixtures())])).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(zarrgate::run(listener, state, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let r = client.get(format!("http://{addr}/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let mut accepted = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        // SAFETY: the descriptor is open (listed) and only borrowed for two getsockopt calls;
+        // one that is not a socket makes them fail, which is skipped.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let socket = socket2::SockRef::from(&fd);
+        let (Ok(local), Ok(_peer)) = (socket.local_addr(), socket.peer_addr()) else {
+            continue;
+        };
+        if local.as_socket() == Some(addr) {
+            accepted.push(socket.tcp_user_timeout().unwrap());
+        }
+    }
+    assert!(!accepted.is_empty(), "the server's side of the connection was found");
+    assert!(
+        accepted.iter().all(|t| *t == Some(zarrgate::server::STALLED)),
+        "{accepted:?}"
+    );
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}

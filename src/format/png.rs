@@ -140,9 +140,22 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
     };
     let vmin = opts.vmin.unwrap_or(if lo.is_finite() { lo } else { 0.0 });
     let vmax = opts.vmax.unwrap_or(if hi.is_finite() { hi } else { 1.0 });
-    // Halves: the span of finite values can overflow (-1e308 to 1e308) where its half cannot.
-    let half_span = if vmax > vmin { vmax / 2.0 - vmin / 2.0 } else { 1.0 };
-    let position = |v: f64| (v / 2.0 - vmin / 2.0) / half_span;
+    // The span of finite values can overflow (-1e308 to 1e308): then in halves, which cannot
+    // (and which the smallest spans, 5e-324, cannot be taken in).
+    let span = vmax - vmin;
+    let halves = !span.is_finite();
+    let span = match (vmax > vmin, halves) {
+        (false, _) => 1.0,
+        (true, false) => span,
+        (true, true) => vmax / 2.0 - vmin / 2.0,
+    };
+    let position = |v: f64| {
+        if halves {
+            (v / 2.0 - vmin / 2.0) / span
+        } else {
+            (v - vmin) / span
+        }
+    };
     let fail = |e: png::EncodingError| FormatError::Unsupported(format!("png: {e}"));
     // Rows are coloured and compressed one at a time: memory holds the region, one RGBA row
     // and the compressed image, never the whole RGBA image (four bytes a pixel).
@@ -221,8 +234,8 @@ mod tests {
         }
     }
 
-    /// The range of finite float64 values can span more than the largest float: its colours
-    /// are still spread over it.
+    /// The range of finite float64 values can span more than the largest float, or less than
+    /// its half can hold: its colours are still spread over it.
     #[test]
     fn ranges_wider_than_the_largest_float() {
         let r = Region {
@@ -243,6 +256,12 @@ mod tests {
         };
         let (_, _, px) = decode(&encode(&r, &opts).unwrap().png);
         assert_eq!(px, [0, 0, 0, 255, 128, 128, 128, 255, 255, 255, 255, 255]);
+        let tiny = Region {
+            elements: Elements::Fixed([0.0f64, 5e-324, 5e-324].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            ..r
+        };
+        let (_, _, px) = decode(&encode(&tiny, &opts).unwrap().png);
+        assert_eq!(px, [0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255]);
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
                 .ok_or_else(|| ApiError::BadRequest(format!("unknown cmap '{name}' (gray, viridis)")))?,
         },
     };
-    if let (Some(lo), Some(hi)) = (png_opts.vmin, png_opts.vmax)
+    if let (Format::Png, Some(lo), Some(hi)) = (format, png_opts.vmin, png_opts.vmax)
         && lo > hi
     {
         return Err(ApiError::BadRequest(format!("vmin ({lo}) is above vmax ({hi})")));
@@ -261,14 +261,20 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     };
     // Small results are encoded here; larger ones on the blocking pool, off the async workers.
     // Small by their bytes too: a few long strings are as much work as many numbers.
-    let (body, dtype, range) =
-        if sel.len() <= INLINE_ENCODE_ELEMENTS && variable.unwrap_or(asked) <= INLINE_ENCODE_BYTES {
-            encode()?
-        } else {
-            tokio::task::spawn_blocking(encode)
-                .await
-                .map_err(|_| ApiError::Internal)??
-        };
+    // An empty selection is lists in JSON, 3 bytes each.
+    let json_lists = if format == Format::Json {
+        lists.saturating_mul(3)
+    } else {
+        0
+    };
+    let text_bytes = variable.unwrap_or(asked).max(json_lists);
+    let (body, dtype, range) = if sel.len() <= INLINE_ENCODE_ELEMENTS && text_bytes <= INLINE_ENCODE_BYTES {
+        encode()?
+    } else {
+        tokio::task::spawn_blocking(encode)
+            .await
+            .map_err(|_| ApiError::Internal)??
+    };
     if let Some((vmin, vmax)) = range {
         response = response
             .header("x-zarr-vmin", vmin.to_string())
@@ -646,7 +652,10 @@ async fn stream_bands(
     let mut loads = stream::iter(bands)
         .map(move |(first, band)| {
             let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
-            tokio::spawn(async move { (first, load_region(&ctx, &path, meta, &band).await) })
+            // Aborted when dropped: a client that leaves stops the bands still loading.
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+                (first, load_region(&ctx, &path, meta, &band).await)
+            }))
         })
         .buffered(ahead)
         .map(|loaded| match loaded {
