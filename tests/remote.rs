@@ -502,3 +502,78 @@ fn slow_steady_bodies_are_not_cut_at_the_timeout() {
         assert!(start.elapsed() >= Duration::from_secs(2));
     });
 }
+
+/// An origin as simple static servers are: it answers every GET with the whole file (no
+/// ranges), and 403 for what it does not have (as public buckets do to callers who may not
+/// list them).
+fn plain_origin() -> String {
+    async fn file(axum::extract::Path(key): axum::extract::Path<String>) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        match std::fs::read(fixtures().join(&key)) {
+            Ok(bytes) if !key.contains("..") => bytes.into_response(),
+            _ => axum::http::StatusCode::FORBIDDEN.into_response(),
+        }
+    }
+    serve_in_background(axum::Router::new().route("/f/{*key}", axum::routing::get(file)))
+}
+
+#[test]
+fn origins_that_ignore_ranges_or_refuse_missing_keys() {
+    let base = plain_origin();
+    let mut public = http_mount("public", format!("{base}/f"), 5.0, 0);
+    {
+        let mut config = MountConfig::new(format!("{base}/f"), "/");
+        config.allow_http = true;
+        config.anonymous = true;
+        config.retries = 0;
+        public.store = zarrgate::store::open::open(&config.source("public").unwrap(), &config).unwrap();
+    }
+    let plain = http_mount("plain", format!("{base}/f"), 5.0, 0);
+    runtime().block_on(async {
+        let (app, _) = app_with(vec![public, plain, local_mount()]);
+        for remote in ["public", "plain"] {
+            // Ranges, suffix ranges and conditional requests are cut out of the whole object.
+            let key = "v3/sharding_start_i4/c/1/0";
+            let want = std::fs::read(fixtures().join(key)).unwrap();
+            for (range, part) in [
+                ("bytes=-4", &want[want.len() - 4..]),
+                ("bytes=2-9", &want[2..10]),
+                ("bytes=5-", &want[5..]),
+            ] {
+                let r = get(&app, &format!("/zarr/{remote}/{key}"), &[("range", range)]).await;
+                assert_eq!((r.status.as_u16(), &r.body[..]), (206, part), "{remote} {range}");
+            }
+            let r = get(
+                &app,
+                &format!("/zarr/{remote}/{key}"),
+                &[("if-none-match", "\"other\"")],
+            )
+            .await;
+            assert_eq!((r.status.as_u16(), &r.body[..]), (200, &want[..]), "{remote}");
+            // The origin sends no ETag and no Last-Modified: no validator is made up (object
+            // store reads the missing time as 1970), so nothing is "not modified".
+            assert_eq!((r.header("etag"), r.header("last-modified")), (None, None), "{remote}");
+            let since = [("if-modified-since", "Sun, 01 Jan 2023 00:00:00 GMT")];
+            assert_eq!(get(&app, &format!("/zarr/{remote}/{key}"), &since).await.status, 200);
+            // Stored documents of a consolidating mount, and shards read by ranges.
+            let r = get(&app, &format!("/zarr/{remote}/v3/group_nested/zarr.json"), &[]).await;
+            assert_eq!(r.status, 200, "{remote}: {:?}", r.body);
+            for uri in [
+                "slice/{}/v3/sharding_start_i4?select=1:,::2",
+                "slice/{}/v3/sharding_nested_i4",
+            ] {
+                let a = get(&app, &format!("/api/v1/{}", uri.replace("{}", remote)), &[]).await;
+                let b = get(&app, &format!("/api/v1/{}", uri.replace("{}", "fx")), &[]).await;
+                assert_eq!(a.status, 200, "{remote} {uri}: {:?}", a.body);
+                assert_eq!(a.json(), b.json(), "{remote} {uri}");
+            }
+        }
+        // A refused key: missing on an anonymous (public) mount, a refusal otherwise.
+        let r = get(&app, "/zarr/public/v3/nothing/zarr.json", &[]).await;
+        assert_eq!(r.status, 404);
+        let r = get(&app, "/api/v1/slice/public/v3/nothing", &[]).await;
+        assert_eq!(r.status, 404);
+        let r = get(&app, "/zarr/plain/v3/nothing/zarr.json", &[]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_denied"));
+    });
+}

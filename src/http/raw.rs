@@ -57,13 +57,12 @@ pub fn etag_of(meta: &ObjectMeta) -> String {
             Some(weak) => format!("W/\"{}\"", weak.trim_matches('"')),
             None => format!("\"{}\"", v.trim_matches('"')),
         },
-        None => {
-            let mtime = meta
-                .last_modified
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .unwrap_or_default();
-            format!("\"{:x}-{:x}\"", meta.size, mtime.as_nanos())
-        }
+        // Without a version or a time (an origin that sends neither), there is nothing that
+        // tells one object from another of its size: no validator at all ("").
+        None => match meta.last_modified.and_then(|t| t.duration_since(UNIX_EPOCH).ok()) {
+            Some(mtime) => format!("\"{:x}-{:x}\"", meta.size, mtime.as_nanos()),
+            None => String::new(),
+        },
     }
 }
 
@@ -76,11 +75,12 @@ fn etag_matches(list: &str, etag: &str, weak: bool) -> bool {
     }
     list.split(',').map(str::trim).any(|tag| {
         tag == "*"
-            || if weak {
-                opaque(tag) == opaque(etag)
-            } else {
-                !etag.starts_with("W/") && tag == etag
-            }
+            || !etag.is_empty()
+                && if weak {
+                    opaque(tag) == opaque(etag)
+                } else {
+                    !etag.starts_with("W/") && tag == etag
+                }
     })
 }
 
@@ -198,10 +198,12 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
 
 /// The headers every representation of a key carries.
 fn stored_headers(key: &StoreKey, etag: &str, last_modified: Option<SystemTime>) -> axum::http::response::Builder {
-    let response = Response::builder()
-        .header(header::ETAG, etag)
+    let mut response = Response::builder()
         .header(header::ACCEPT_RANGES, "bytes")
         .header(header::CONTENT_TYPE, content_type(key));
+    if !etag.is_empty() {
+        response = response.header(header::ETAG, etag);
+    }
     match last_modified {
         Some(t) => response.header(header::LAST_MODIFIED, httpdate::fmt_http_date(t)),
         None => response,
@@ -390,6 +392,9 @@ mod tests {
         assert!(etag_matches("*", "W/\"a\"", false));
         assert!(etag_matches("\"a\"", "W/\"a\"", true));
         assert!(etag_matches("W/\"a\"", "W/\"a\"", true));
+        // No validator: nothing matches it but `*`.
+        assert!(!etag_matches("\"\"", "", true) && !etag_matches("W/\"\"", "", true));
+        assert!(etag_matches("*", "", false));
     }
 
     #[test]

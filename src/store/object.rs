@@ -39,6 +39,12 @@ pub struct ObjectStoreBackend {
     can_list: bool,
     /// Whether the store takes suffix ranges (Azure does not: HEAD, then a bounded range).
     suffix_ranges: bool,
+    /// Set once the upstream answered a range with the whole object (an HTTP origin that
+    /// does not do ranges): ranges are then cut out of whole-object reads.
+    ranges_refused: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether a refusal of a single key (403) means the key is missing: public buckets
+    /// answer so for keys that do not exist to callers who may not list them.
+    denied_is_missing: bool,
 }
 
 /// Opens a local directory as a store. The directory must exist.
@@ -58,6 +64,8 @@ pub fn open_local(dir: &FsPath) -> Result<ObjectStoreBackend, String> {
         })),
         can_list: true,
         suffix_ranges: true,
+        ranges_refused: Arc::default(),
+        denied_is_missing: false,
     })
 }
 
@@ -70,7 +78,16 @@ impl ObjectStoreBackend {
             local: None,
             can_list: true,
             suffix_ranges: true,
+            ranges_refused: Arc::default(),
+            denied_is_missing: false,
         }
+    }
+
+    /// Takes a 403 for a single key as "missing" (anonymous mounts of public buckets, which
+    /// answer 403 for keys that do not exist to callers who may not list).
+    pub fn denied_is_missing(mut self) -> Self {
+        self.denied_is_missing = true;
+        self
     }
 
     /// Marks the store as unable to list (HTTP origins).
@@ -109,7 +126,9 @@ impl ObjectStoreBackend {
 fn meta_from(m: &object_store::ObjectMeta) -> ObjectMeta {
     ObjectMeta {
         size: m.size,
-        last_modified: Some(m.last_modified.into()),
+        // object_store reads a missing Last-Modified (HTTP origins may send none) as the
+        // epoch: that is no time at all, not a time to compare.
+        last_modified: (m.last_modified.timestamp() != 0).then(|| m.last_modified.into()),
         version: m.e_tag.clone(),
     }
 }
@@ -280,6 +299,46 @@ impl LocalFiles {
     }
 }
 
+impl ObjectStoreBackend {
+    /// A read's error: `None` for a missing key (and for a refused one, where that means
+    /// missing: [`Self::denied_is_missing`]).
+    fn missing_or<T>(&self, e: object_store::Error) -> Result<Option<T>, StoreError> {
+        match e {
+            object_store::Error::NotFound { .. } => Ok(None),
+            object_store::Error::PermissionDenied { .. } if self.denied_is_missing => {
+                tracing::debug!(error = %e, "a refused key of an anonymous mount is missing");
+                Ok(None)
+            }
+            e => Err(e.into()),
+        }
+    }
+}
+
+/// `range` of a stream of an object's bytes from its start: what comes before is dropped,
+/// and the stream ends once the range is sent.
+fn cut(
+    body: futures::stream::BoxStream<'static, Result<Bytes, StoreError>>,
+    range: Range<u64>,
+) -> futures::stream::BoxStream<'static, Result<Bytes, StoreError>> {
+    use futures::StreamExt;
+    body.scan(0u64, move |at, piece| {
+        let next = match piece {
+            Err(e) => Some(Some(Err(e))),
+            Ok(_) if *at >= range.end => None,
+            Ok(bytes) => {
+                let start = *at;
+                *at += bytes.len() as u64;
+                let lo = range.start.max(start) - start;
+                let hi = range.end.min(*at).saturating_sub(start);
+                Some((lo < hi).then(|| Ok(bytes.slice(lo as usize..hi as usize))))
+            }
+        };
+        std::future::ready(next)
+    })
+    .filter_map(std::future::ready)
+    .boxed()
+}
+
 impl From<object_store::Error> for StoreError {
     fn from(e: object_store::Error) -> Self {
         use object_store::Error as E;
@@ -372,8 +431,7 @@ impl Backend for ObjectStoreBackend {
         }
         match self.store.head(&self.path(key)?).await {
             Ok(m) => Ok(Some(meta_from(&m))),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
+            Err(e) => self.missing_or(e),
         }
     }
 
@@ -399,12 +457,41 @@ impl Backend for ObjectStoreBackend {
             }),
             ..Default::default()
         };
-        let result = match self.store.get_opts(&self.path(key)?, options).await {
+        use std::sync::atomic::Ordering;
+        let path = self.path(key)?;
+        let refused = self.ranges_refused.load(Ordering::Relaxed);
+        let result = match self
+            .store
+            .get_opts(&path, if refused { GetOptions::default() } else { options })
+            .await
+        {
             Ok(r) => r,
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
+            // An origin that answered a range with the whole object: read it whole, and cut.
+            Err(object_store::Error::NotSupported { .. }) if range.is_some() && !refused => {
+                tracing::info!(%key, "the upstream does not serve ranges: whole objects are read and cut");
+                self.ranges_refused.store(true, Ordering::Relaxed);
+                match self.store.get_opts(&path, GetOptions::default()).await {
+                    Ok(r) => r,
+                    Err(e) => return self.missing_or(e),
+                }
+            }
+            Err(e) => return self.missing_or(e),
         };
         let meta = meta_from(&result.meta);
+        if self.ranges_refused.load(Ordering::Relaxed) && range.is_some() {
+            let wanted = super::resolve_range(range, meta.size)?;
+            let GetResultPayload::Stream(whole) = result.payload else {
+                return Err(StoreError::Io(
+                    "a whole-object read of a remote store was a file".into(),
+                ));
+            };
+            let body = cut(body_stream(whole), wanted.clone());
+            return Ok(Some(GetObject {
+                meta,
+                range: wanted,
+                body,
+            }));
+        }
         let range = result.range.clone();
         let body = match result.payload {
             GetResultPayload::File(file, _) => {

@@ -121,7 +121,12 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
         }
     };
     let limited: Arc<dyn ObjectStore> = Arc::new(LimitStore::new(store, config.concurrency));
-    let backend = ObjectStoreBackend::new(limited, prefix);
+    let mut backend = ObjectStoreBackend::new(limited, prefix);
+    // A public bucket read without credentials answers 403 for keys that do not exist (to a
+    // caller who may not list it): they are missing (404), as clients probing keys expect.
+    if config.anonymous {
+        backend = backend.denied_is_missing();
+    }
     Ok(match remote {
         Remote::Http => backend.without_listing(),
         Remote::Azure => backend.without_suffix_ranges(),
