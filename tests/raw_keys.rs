@@ -169,6 +169,23 @@ async fn unsatisfiable_and_ignored_ranges() {
         assert_eq!(r.status, 200, "{range}");
         assert_eq!(&r.body[..], &full[..]);
     }
+    // The unit in any case, and empty list elements, as RFC 9110 allows.
+    let r = get(&app, CHUNK, &[("range", "Bytes=0-3,")]).await;
+    assert_eq!((r.status.as_u16(), &r.body[..]), (206, &full[..4]));
+    // A zero-length object has no bytes to name: any range gets it whole (200, empty), on the
+    // plain path and the conditional one.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("empty"), b"").unwrap();
+    let app = app_for(&[("e", dir.path())]);
+    for headers in [
+        vec![("range", "bytes=-5")],
+        vec![("range", "bytes=0-")],
+        vec![("range", "bytes=-5"), ("if-none-match", "\"other\"")],
+    ] {
+        let r = get(&app, "/zarr/e/empty", &headers).await;
+        assert_eq!((r.status.as_u16(), r.body.len()), (200, 0), "{headers:?}");
+        assert_eq!(r.header("content-range"), None);
+    }
 }
 
 #[tokio::test]

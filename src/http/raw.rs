@@ -97,8 +97,14 @@ fn http_time(t: SystemTime) -> Option<SystemTime> {
 /// Parses a single `bytes=` range. Anything else (other units, several ranges, bad syntax) is
 /// `None`, and the whole object is served, as RFC 9110 allows.
 pub fn parse_range(value: &str) -> Option<ByteRange> {
-    let spec = value.trim().strip_prefix("bytes=")?.trim();
-    if spec.contains(',') {
+    let (unit, set) = value.trim().split_once('=')?;
+    if !unit.trim().eq_ignore_ascii_case("bytes") {
+        return None;
+    }
+    // One range; a list may hold empty elements (RFC 9110 section 5.6.1).
+    let mut specs = set.split(',').map(str::trim).filter(|s| !s.is_empty());
+    let spec = specs.next()?;
+    if specs.next().is_some() {
         return None;
     }
     let (first, last) = spec.split_once('-')?;
@@ -243,7 +249,12 @@ async fn serve(
         && !synthesizable
         && (requested.is_none() || mount.store.resolves_ranges())
     {
-        let object = match mount.store.get(&key, requested).await {
+        let read = match mount.store.get(&key, requested).await {
+            // A zero-length object has no bytes to name: any range gets the whole of it.
+            Err(StoreError::Range { size: 0, .. }) => mount.store.get(&key, None).await,
+            read => read,
+        };
+        let object = match read {
             Ok(Some(object)) => object,
             Ok(None) => return Err(missing()),
             Err(StoreError::Range { size, .. }) => return Err(ApiError::RangeNotSatisfiable { size }),
@@ -255,7 +266,7 @@ async fn serve(
             &etag_of(&object.meta),
             object.meta.last_modified.and_then(http_time),
         );
-        if requested.is_some() {
+        if requested.is_some() && size > 0 {
             response = response.status(StatusCode::PARTIAL_CONTENT).header(
                 header::CONTENT_RANGE,
                 format!("bytes {}-{}/{size}", range.start, range.end.saturating_sub(1)),
@@ -316,7 +327,8 @@ async fn serve(
             .ok()
             .is_some_and(|d| Some(d) == last_modified),
     };
-    let requested = requested.filter(|_| if_range_ok);
+    // A zero-length object has no bytes to name: any range gets the whole, empty, object.
+    let requested = requested.filter(|_| if_range_ok && rep.size > 0);
     let (status, range) = match requested {
         None => (StatusCode::OK, 0..rep.size),
         Some(r) => {
@@ -366,6 +378,8 @@ mod tests {
         assert_eq!(parse_range("bytes=5-"), Some(ByteRange::From(5)));
         assert_eq!(parse_range("bytes=-5"), Some(ByteRange::Suffix(5)));
         assert_eq!(parse_range("bytes= 1 - 2 "), Some(ByteRange::Bounded(1, 3)));
+        assert_eq!(parse_range("Bytes=0-9,"), Some(ByteRange::Bounded(0, 10)));
+        assert_eq!(parse_range("bytes=, -5"), Some(ByteRange::Suffix(5)));
         for ignored in [
             "bytes=5-2",
             "bytes=0-1,4-5",
@@ -373,6 +387,7 @@ mod tests {
             "bytes=-",
             "bytes=a-b",
             "bytes=+1-2",
+            "bytes=,",
             "",
         ] {
             assert_eq!(parse_range(ignored), None, "{ignored}");
