@@ -160,12 +160,15 @@ mod imp {
     }
 
     /// Opens the root directory by its path (a path only, no reading), if the lookup is cached.
+    /// The path is canonical: a symlink on it means the root (or a parent) was replaced by one
+    /// since, where the blocking path, which checks canonical paths, serves nothing; so does
+    /// this one (ELOOP: the blocking path decides).
     fn open_root(root: &Root) -> Result<File, i32> {
         openat2(
             libc::AT_FDCWD,
             &root.path,
             libc::O_PATH | libc::O_DIRECTORY,
-            libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_CACHED,
+            libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_CACHED,
         )
     }
 
@@ -405,6 +408,18 @@ mod tests {
         std::fs::remove_dir_all(&root_path).unwrap();
         std::fs::create_dir_all(&root_path).unwrap();
         assert!(matches!(read(&root, "a/b/c", None, 1 << 20), Some(Ok(None)) | None));
+        // Replaced by a symlink (to the old tree): not followed here; the blocking path, which
+        // checks canonical paths, decides.
+        std::fs::remove_dir_all(&root_path).unwrap();
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(&old, &root_path).unwrap();
+            assert!(
+                read(&root, "a/b/c", None, 1 << 20).is_none(),
+                "served through a symlinked root"
+            );
+            std::fs::remove_file(&root_path).unwrap();
+        }
         std::fs::remove_dir_all(&old).unwrap();
     }
 
