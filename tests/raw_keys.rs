@@ -387,7 +387,7 @@ async fn names_the_filesystem_rejects_are_404() {
 }
 
 /// Files a key cannot be: a FIFO is missing (opening it would block a thread forever), and a
-/// chunk file that claims a terabyte (sparse) is an error of that read, not an abort.
+/// chunk file that claims a terabyte (sparse) is refused (413), not read or an abort.
 #[cfg(unix)]
 #[tokio::test]
 async fn fifos_and_huge_sparse_chunks_do_not_stop_the_server() {
@@ -415,8 +415,14 @@ async fn fifos_and_huge_sparse_chunks_do_not_stop_the_server() {
         let r = request(&app, method, "/zarr/m/fifo", &[]).await;
         assert_eq!(r.status, 404, "{method}");
     }
+    // Refused after reading no more of it than a result may hold (not read to its end).
     let r = get(&app, "/api/v1/slice/m/sparse", &[]).await;
-    assert!(r.status.is_server_error(), "{:?}", r.status);
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("'sparse/c/0' holds a stored chunk of 1099511627776 bytes"),
+        "{message}"
+    );
     assert!(start.elapsed().as_secs() < 10);
     assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
 }

@@ -394,6 +394,26 @@ async fn bad_stored_data_is_a_clear_error_and_the_server_keeps_serving() {
     );
     let r = get(&app, "/api/v1/slice/t/gz", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    // An empty chunk file is read (no range fits zero bytes) and is a short chunk, locally and
+    // through a store read by requests.
+    write_v3_array(&dir.path().join("empty"), &[4], &[4], "int32", json!(0), bytes.clone());
+    std::fs::create_dir_all(dir.path().join("empty/c")).unwrap();
+    std::fs::write(dir.path().join("empty/c/0"), b"").unwrap();
+    let (counted, _, _) = counting_app(dir.path(), zarrgate::config::Config::default());
+    for app in [&app, &counted] {
+        let uri = if std::ptr::eq(app, &counted) {
+            "/api/v1/slice/m/empty"
+        } else {
+            "/api/v1/slice/t/empty"
+        };
+        let r = get(app, uri, &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (500, "corrupt_data"),
+            "{uri}"
+        );
+        assert!(r.json()["error"]["message"].as_str().unwrap().contains("empty/c/0"));
+    }
     let r = get(&app, "/api/v1/slice/t/weird", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (422, "unsupported"));
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("rot13"));
