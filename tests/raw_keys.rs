@@ -423,6 +423,10 @@ async fn fifos_and_huge_sparse_chunks_do_not_stop_the_server() {
         message.contains("'sparse/c/0' holds a stored chunk of 1099511627776 bytes"),
         "{message}"
     );
+    // The same through a store read by requests (the size comes with the response).
+    let (counted, _, _) = counting_app(dir.path(), zarrgate::config::Config::default());
+    let r = get(&counted, "/api/v1/slice/m/sparse", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
     assert!(start.elapsed().as_secs() < 10);
     assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
 }

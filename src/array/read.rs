@@ -833,64 +833,63 @@ async fn read_and_decode(
 ) -> Result<CachedChunk, ReadError> {
     let is_inner = inner.is_some();
     let (range, shard) = inner.unzip();
-    // A stored unit is read into memory whole: no more of it than a result may hold (and a
-    // little more, for what encoding adds), which is all its decoded bytes could be anyway. A
-    // stray large file under a chunk key, or an index naming a vast inner chunk, is refused
-    // after the limit's worth of reading, not read to its end.
-    let most = ctx.opts.max_result_bytes.saturating_add(UNIT_SLACK);
+    // A stored unit is read into memory whole: no more than the largest decoded chunk read
+    // (and a little more, for what encoding adds). A stray large file under a chunk key, or an
+    // index naming a vast inner range, is refused by its size before any of it is read.
+    let most = ctx
+        .opts
+        .max_chunk_bytes
+        .max(ctx.opts.variable_chunk_limit as u64)
+        .saturating_add(UNIT_SLACK);
     let too_large = |size: u64| too_large_unit(key.as_str(), size, most);
-    let range = match range {
-        None => Some(ByteRange::Bounded(0, most.saturating_add(1))),
-        Some(ByteRange::Bounded(a, b)) if b.saturating_sub(a) > most => return Err(too_large(b - a)),
-        other => other,
-    };
+    if let Some(ByteRange::Bounded(a, b)) = range
+        && b.saturating_sub(a) > most
+    {
+        return Err(too_large(b - a));
+    }
     let whole = !is_inner;
-    let oversized = move |object: &ObjectMeta| whole && object.size > most;
     if !ctx.store.reads_locally() {
-        let fetched = match ctx.store.fetch(key, range).await {
-            // Zero bytes: no range fits them, and they are the whole chunk.
-            Err(StoreError::Range { size: 0, .. }) if whole => ctx.store.fetch(key, None).await,
-            fetched => fetched,
-        };
-        let Some((bytes, object)) = fetched? else {
+        // The size comes with the response, before its body.
+        let Some(object) = ctx.store.get(key, range).await? else {
             return Ok(None);
         };
-        if oversized(&object) {
-            return Err(too_large(object.size));
+        if whole && object.meta.size > most {
+            return Err(too_large(object.meta.size));
         }
-        if shard.is_some_and(|s| !object.same_object(&s)) {
+        if shard.is_some_and(|s| !object.meta.same_object(&s)) {
             return Err(ReadError::Changed(key.to_string()));
         }
+        let bytes = object.bytes().await?;
         return decode(ctx, meta, key, bytes, is_inner).await.map(Some);
+    }
+    // Local: the size from the file's metadata (a stat, in memory), then one read.
+    if whole
+        && let Some(object) = ctx.store.head(key).await?
+        && object.size > most
+    {
+        return Err(too_large(object.size));
     }
     let decoder = Decoder::new(ctx, meta, key, is_inner);
     let _turn = decode_turn(ctx).await?;
     let changed = key.to_string();
-    let work = |decoder: Decoder, changed: String| {
-        let shard = shard.clone();
-        move |bytes: &[u8], object: &ObjectMeta| {
-            if oversized(object) {
+    let decoded = ctx
+        .store
+        .read_with(key, range, move |bytes, object| {
+            // Grown since the stat: refused all the same (read, this once).
+            if whole && object.size > most {
                 return Err(too_large_unit(&changed, object.size, most));
             }
             if shard.is_some_and(|s| !object.same_object(&s)) {
                 return Err(ReadError::Changed(changed));
             }
             decoder.decode(|chain, shape, fill, limit| chain.decode(bytes, shape, fill, limit))
-        }
-    };
-    let decoded = match ctx.store.read_with(key, range, work(decoder, changed.clone())).await {
-        // Zero bytes: no range fits them, and they are the whole chunk.
-        Err(StoreError::Range { size: 0, .. }) if whole => {
-            let again = Decoder::new(ctx, meta, key, is_inner);
-            ctx.store.read_with(key, None, work(again, changed)).await?
-        }
-        read => read?,
-    };
+        })
+        .await?;
     decoded.transpose()
 }
 
-/// What a stored unit may take beyond [`ReadOptions::max_result_bytes`] to be read: headers and
-/// what incompressible data gains in encoding.
+/// What a stored unit may take beyond the largest decoded chunk to be read: headers and what
+/// incompressible data gains in encoding.
 const UNIT_SLACK: u64 = 1 << 20;
 
 fn too_large_unit(key: &str, size: u64, most: u64) -> ReadError {

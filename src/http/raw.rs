@@ -358,7 +358,8 @@ async fn serve(
                     .get(&key, Some(ByteRange::Bounded(range.start, range.end)))
                     .await?
                     .ok_or_else(missing)?;
-                if etag_of(&object.meta) != etag {
+                // Another object: another tag, or (where there is no tag) another size.
+                if etag_of(&object.meta) != etag || object.meta.size != rep.size {
                     return Ok(None);
                 }
                 Body::from_stream(object.body)

@@ -459,17 +459,17 @@ impl Backend for ObjectStoreBackend {
         };
         use std::sync::atomic::Ordering;
         let path = self.path(key)?;
-        let refused = self.ranges_refused.load(Ordering::Relaxed);
-        let result = match self
-            .store
-            .get_opts(&path, if refused { GetOptions::default() } else { options })
-            .await
-        {
+        // Whether this read asks for the whole object and cuts the range out itself: what it
+        // sent decides, not the flag, which another read may set meanwhile.
+        let mut cutting = range.is_some() && self.ranges_refused.load(Ordering::Relaxed);
+        let sent = if cutting { GetOptions::default() } else { options };
+        let result = match self.store.get_opts(&path, sent).await {
             Ok(r) => r,
             // An origin that answered a range with the whole object: read it whole, and cut.
-            Err(object_store::Error::NotSupported { .. }) if range.is_some() && !refused => {
+            Err(object_store::Error::NotSupported { .. }) if range.is_some() && !cutting => {
                 tracing::info!(%key, "the upstream does not serve ranges: whole objects are read and cut");
                 self.ranges_refused.store(true, Ordering::Relaxed);
+                cutting = true;
                 match self.store.get_opts(&path, GetOptions::default()).await {
                     Ok(r) => r,
                     Err(e) => return self.missing_or(e),
@@ -478,7 +478,7 @@ impl Backend for ObjectStoreBackend {
             Err(e) => return self.missing_or(e),
         };
         let meta = meta_from(&result.meta);
-        if self.ranges_refused.load(Ordering::Relaxed) && range.is_some() {
+        if cutting {
             let wanted = super::resolve_range(range, meta.size)?;
             let GetResultPayload::Stream(whole) = result.payload else {
                 return Err(StoreError::Io(
