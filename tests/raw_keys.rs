@@ -514,48 +514,6 @@ proptest! {
     }
 }
 
-/// A store whose first `lies` reads report another version of the object than its HEAD did
-/// (the object replaced between the two).
-#[derive(Debug)]
-struct ReplacedBetween {
-    inner: zarrgate::store::Store,
-    lies: std::sync::atomic::AtomicUsize,
-    gets: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl zarrgate::store::Backend for ReplacedBetween {
-    async fn head(
-        &self,
-        key: &zarrgate::store::StoreKey,
-    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
-        self.inner.head(key).await
-    }
-    async fn get(
-        &self,
-        key: &zarrgate::store::StoreKey,
-        range: Option<zarrgate::store::ByteRange>,
-    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
-        use std::sync::atomic::Ordering;
-        self.gets.fetch_add(1, Ordering::SeqCst);
-        let mut object = self.inner.get(key, range).await?;
-        let lie = self
-            .lies
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if let Some(o) = object.as_mut().filter(|_| lie) {
-            o.meta.version = Some("replaced".into());
-        }
-        Ok(object)
-    }
-    async fn list(
-        &self,
-        prefix: &zarrgate::store::StoreKey,
-    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
-        self.inner.list(prefix).await
-    }
-}
-
 /// Headers and bytes come from the same object: when the object is replaced between the read
 /// of its validators and the read of its bytes, the request is served anew (once), and a store
 /// that keeps changing is a 502, never old headers over new bytes.
@@ -571,10 +529,27 @@ async fn an_object_replaced_while_served_is_served_anew() {
             kind: "local",
             url: "m".into(),
             consolidated: false,
-            store: zarrgate::store::Store::new(ReplacedBetween {
+            // Its first `lies` reads report another version of the object than its HEAD did
+            // (the object replaced between the two).
+            store: zarrgate::store::Store::new(ReadHook {
                 inner: zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap()),
-                lies: AtomicUsize::new(lies),
-                gets: gets.clone(),
+                read: {
+                    let (lies, gets) = (std::sync::Arc::new(AtomicUsize::new(lies)), gets.clone());
+                    Box::new(move |inner, key, range| {
+                        let (lies, gets) = (lies.clone(), gets.clone());
+                        Box::pin(async move {
+                            gets.fetch_add(1, Ordering::SeqCst);
+                            let mut object = inner.get(&key, range).await?;
+                            let lie = lies
+                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                                .is_ok();
+                            if let Some(o) = object.as_mut().filter(|_| lie) {
+                                o.meta.version = Some("replaced".into());
+                            }
+                            Ok(object)
+                        })
+                    })
+                },
             }),
             tokens: Vec::new(),
         };

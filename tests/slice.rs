@@ -3,7 +3,8 @@
 
 mod common;
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::expected::{load, load_npy, slice_naive};
 use common::*;
@@ -1616,44 +1617,6 @@ async fn single_chunk_selections_are_zarr_pythons_blocks() {
     assert!(checked > 300, "only {checked} units checked");
 }
 
-/// A store with 30 ms of latency per read that records how many reads were in flight at once.
-#[derive(Debug)]
-struct LaggingStore {
-    inner: zarrgate::store::Store,
-    in_flight: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl zarrgate::store::Backend for LaggingStore {
-    async fn head(
-        &self,
-        key: &zarrgate::store::StoreKey,
-    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
-        self.inner.head(key).await
-    }
-
-    async fn get(
-        &self,
-        key: &zarrgate::store::StoreKey,
-        range: Option<zarrgate::store::ByteRange>,
-    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
-        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.most.fetch_max(now, Ordering::SeqCst);
-        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
-        let got = self.inner.get(key, range).await;
-        self.in_flight.fetch_sub(1, Ordering::SeqCst);
-        got
-    }
-
-    async fn list(
-        &self,
-        prefix: &zarrgate::store::StoreKey,
-    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
-        self.inner.list(prefix).await
-    }
-}
-
 /// Over a remote-like store, chunk fetches overlap up to the read concurrency, not only up to
 /// the decode turns: a fetch waits on the network and takes no turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1672,11 +1635,24 @@ async fn remote_fetches_overlap_beyond_the_decode_turns() {
     for i in 0..64i32 {
         std::fs::write(a.join(format!("c/{i}")), (i * 3).to_le_bytes()).unwrap();
     }
-    let (in_flight, most) = Default::default();
-    let store = LaggingStore {
+    // 30 ms of latency per read, and a record of how many reads were in flight at once.
+    let (in_flight, most) = <(Arc<AtomicUsize>, Arc<AtomicUsize>)>::default();
+    let store = ReadHook {
         inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
-        in_flight,
-        most: std::sync::Arc::clone(&most),
+        read: {
+            let most = most.clone();
+            Box::new(move |inner, key, range| {
+                let (in_flight, most) = (in_flight.clone(), most.clone());
+                Box::pin(async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                    let got = inner.get(&key, range).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    got
+                })
+            })
+        },
     };
     let mount = zarrgate::state::Mount {
         name: "m".into(),

@@ -93,6 +93,59 @@ pub async fn request(app: &Router, method: &str, uri: &str, headers: &[(&str, &s
 pub mod cases;
 pub mod expected;
 
+/// What a [`ReadHook`] does for a read: given the wrapped store, the key and the range.
+pub type ReadFn = Box<
+    dyn Fn(
+            zarrgate::store::Store,
+            zarrgate::store::StoreKey,
+            Option<zarrgate::store::ByteRange>,
+        ) -> futures::future::BoxFuture<
+            'static,
+            Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError>,
+        > + Send
+        + Sync,
+>;
+
+/// A store that forwards to `inner`, except that its reads (`get`) go through `read`: for
+/// tests whose store changes only what a read does (delays it, alters what it reports).
+pub struct ReadHook {
+    pub inner: zarrgate::store::Store,
+    pub read: ReadFn,
+}
+
+impl std::fmt::Debug for ReadHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadHook")
+            .field("inner", &self.inner)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl zarrgate::store::Backend for ReadHook {
+    async fn head(
+        &self,
+        key: &zarrgate::store::StoreKey,
+    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
+        self.inner.head(key).await
+    }
+
+    async fn get(
+        &self,
+        key: &zarrgate::store::StoreKey,
+        range: Option<zarrgate::store::ByteRange>,
+    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
+        (self.read)(self.inner.clone(), key.clone(), range).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &zarrgate::store::StoreKey,
+    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+}
+
 /// A store wrapper that counts reads, to prove what the caches save, and can make listings
 /// slow (a remote store's), to show what waits for them.
 #[derive(Debug)]
