@@ -222,6 +222,19 @@ mod tests {
         assert_eq!(parse(&s)["data"], json!(["a\"b", null]));
         let b = region(Kind::FixedBytes(3), vec![1], Elements::Fixed(b"abc".to_vec()));
         assert_eq!(parse(&b)["data"], json!(["YWJj"]));
+        // As NumPy reads them: `S` values end at their trailing NULs (b"a\0b", b""), `V` values
+        // are all their bytes.
+        let padded = b"a\0b\0\0\0\0\0\0".to_vec();
+        let b = region(Kind::FixedBytes(3), vec![3], Elements::Fixed(padded.clone()));
+        assert_eq!(
+            parse(&b),
+            json!({"shape": [3], "dtype": "|S3", "data": ["YQBi", "", ""]})
+        );
+        let v = region(Kind::Raw(3), vec![3], Elements::Fixed(padded));
+        assert_eq!(
+            parse(&v),
+            json!({"shape": [3], "dtype": "|V3", "data": ["YQBi", "AAAA", "AAAA"]})
+        );
         let u = region(
             Kind::FixedUnicode(2),
             vec![1],

@@ -300,8 +300,13 @@ fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
                 out.extend_from_slice(ibuf.format(v).as_bytes());
             }
         }
-        Kind::FixedBytes(_) => {
-            let text = BASE64.encode(b);
+        Kind::FixedBytes(_) | Kind::Raw(_) => {
+            // NumPy reads an `S` value up to its trailing NULs (the padding); `V` keeps them all.
+            let value = match dtype.kind {
+                Kind::FixedBytes(_) => &b[..b.iter().rposition(|&x| x != 0).map_or(0, |i| i + 1)],
+                _ => b,
+            };
+            let text = BASE64.encode(value);
             if mode == Text::Json {
                 push_json_string(out, &text);
             } else {

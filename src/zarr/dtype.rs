@@ -28,8 +28,11 @@ pub enum Kind {
     DateTime(String),
     /// `m8[unit]`: int64 counts of `unit`.
     TimeDelta(String),
-    /// `|S n` / `|V n` / v3 `r*`: n raw bytes.
+    /// `|S n` (v3 `null_terminated_bytes`): n bytes, NUL-padded; a value ends at its trailing NULs,
+    /// as NumPy reads it.
     FixedBytes(usize),
+    /// `|V n` / v3 `r*` (`raw_bytes`): n opaque bytes, all of them the value.
+    Raw(usize),
     /// `<U n`: n UTF-32 code units.
     FixedUnicode(usize),
     /// A NumPy structured type: fields at packed offsets.
@@ -75,7 +78,7 @@ impl DType {
     pub fn item_size(&self) -> Option<usize> {
         Some(match &self.kind {
             Kind::Bool => 1,
-            Kind::Int(n) | Kind::UInt(n) | Kind::Float(n) | Kind::Complex(n) | Kind::FixedBytes(n) => *n,
+            Kind::Int(n) | Kind::UInt(n) | Kind::Float(n) | Kind::Complex(n) | Kind::FixedBytes(n) | Kind::Raw(n) => *n,
             Kind::DateTime(_) | Kind::TimeDelta(_) => 8,
             Kind::FixedUnicode(n) => 4 * n,
             Kind::Structured(fields) => {
@@ -275,12 +278,13 @@ impl DType {
             "null_terminated_bytes" | "fixed_length_bytes" | "fixed_length_ascii" => {
                 Kind::FixedBytes(cfg_usize("length_bytes")?)
             }
+            "raw_bytes" => Kind::Raw(cfg_usize("length_bytes")?),
             r if r.starts_with('r') && r.len() > 1 && r[1..].bytes().all(|b| b.is_ascii_digit()) => {
                 let bits: usize = r[1..].parse().map_err(|_| bad_dtype(value))?;
                 if bits == 0 || bits % 8 != 0 {
                     return Err(MetaError::Unsupported(format!("raw data type {r} (not whole bytes)")));
                 }
-                Kind::FixedBytes(bits / 8)
+                Kind::Raw(bits / 8)
             }
             other => return Err(MetaError::Unsupported(format!("data type '{other}'"))),
         };
@@ -328,6 +332,7 @@ impl DType {
             Kind::DateTime(u) => format!("<M8[{u}]"),
             Kind::TimeDelta(u) => format!("<m8[{u}]"),
             Kind::FixedBytes(n) => format!("|S{n}"),
+            Kind::Raw(n) => format!("|V{n}"),
             Kind::FixedUnicode(n) => format!("<U{n}"),
             Kind::Structured(_) => format!("|V{}", self.item_size().unwrap_or(0)),
             Kind::String | Kind::Bytes | Kind::Object => "|O".into(),
@@ -404,7 +409,8 @@ fn parse_typestr(s: &str) -> Result<DType, MetaError> {
         },
         'M' => Kind::DateTime(unit()?),
         'm' => Kind::TimeDelta(unit()?),
-        'S' | 'V' | 'a' => Kind::FixedBytes(size()?),
+        'S' | 'a' => Kind::FixedBytes(size()?),
+        'V' => Kind::Raw(size()?),
         'U' => Kind::FixedUnicode(size()?),
         'O' if tail.is_empty() => Kind::Object,
         _ => return Err(MetaError::Unsupported(format!("dtype '{s}'"))),
@@ -506,7 +512,7 @@ mod tests {
     #[test]
     fn v3_names() {
         assert_eq!(DType::from_v3(&json!("uint16")).unwrap().kind, Kind::UInt(2));
-        assert_eq!(DType::from_v3(&json!("r24")).unwrap().kind, Kind::FixedBytes(3));
+        assert_eq!(DType::from_v3(&json!("r24")).unwrap().kind, Kind::Raw(3));
         assert_eq!(
             DType::from_v3(&json!("variable_length_bytes")).unwrap().kind,
             Kind::Bytes

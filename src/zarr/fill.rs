@@ -147,7 +147,7 @@ impl FillValue {
                 Value::String(s) if s == "NaT" => i64::MIN.to_le_bytes().to_vec(),
                 v => int_bytes(v, 8, true).ok_or_else(bad)?,
             },
-            Kind::FixedBytes(n) => {
+            Kind::FixedBytes(n) | Kind::Raw(n) => {
                 let mut raw = base64_or_bytes(value).ok_or_else(bad)?;
                 raw.resize(*n, 0);
                 raw

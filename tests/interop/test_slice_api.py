@@ -57,3 +57,25 @@ def test_slice_api(case):
             doc, got = json_values(case, region, bytes_kind=(k == "bytes"))
             assert doc["shape"] == list(want.shape), name
             assert same(got, want), f"{name} select={region and select_param(region)}: {got!r} != {want!r}"
+
+
+def fixed_bytes_cases():
+    out = []
+    for case in ALL_CASES:
+        if kind(case.expected_file) != "npy":
+            continue
+        dtype = load(case.expected_file).dtype
+        if dtype.kind in "SV" and dtype.names is None:
+            out.append(case)
+    return out
+
+
+@pytest.mark.parametrize("case", params(fixed_bytes_cases()))
+def test_fixed_bytes_as_json(case):
+    """`S` and `V` values in JSON are base64 of the bytes NumPy gives for them: an `S` value ends at
+    its trailing NULs (b"ab\\0\\0" is b"ab"), a `V` value keeps all its bytes."""
+    expected = load(case.expected_file)
+    doc, got = json_values(case, bytes_kind=True)
+    assert doc["dtype"] == expected.dtype.str, doc["dtype"]
+    want = [bytes(v) for v in expected.ravel().tolist()]
+    assert [bytes(v) for v in got.ravel().tolist()] == want
