@@ -848,12 +848,13 @@ async fn read_and_decode(
         return Err(too_large(b - a));
     }
     let whole = !is_inner;
+    let most = if whole { most } else { u64::MAX };
     if !ctx.store.reads_locally() {
         // The size comes with the response, before its body.
         let Some(object) = ctx.store.get(key, range).await? else {
             return Ok(None);
         };
-        if whole && object.meta.size > most {
+        if object.range.end - object.range.start > most {
             return Err(too_large(object.meta.size));
         }
         if shard.is_some_and(|s| !object.meta.same_object(&s)) {
@@ -862,30 +863,23 @@ async fn read_and_decode(
         let bytes = object.bytes().await?;
         return decode(ctx, meta, key, bytes, is_inner).await.map(Some);
     }
-    // Local: the size from the file's metadata (a stat, in memory), then one read.
-    if whole
-        && let Some(object) = ctx.store.head(key).await?
-        && object.size > most
-    {
-        return Err(too_large(object.size));
-    }
+    // Local: opened, refused by its size if need be, read and decoded in one blocking call.
     let decoder = Decoder::new(ctx, meta, key, is_inner);
     let _turn = decode_turn(ctx).await?;
     let changed = key.to_string();
     let decoded = ctx
         .store
-        .read_with(key, range, move |bytes, object| {
-            // Grown since the stat: refused all the same (read, this once).
-            if whole && object.size > most {
-                return Err(too_large_unit(&changed, object.size, most));
-            }
+        .read_with(key, range, most, move |bytes, object| {
             if shard.is_some_and(|s| !object.same_object(&s)) {
                 return Err(ReadError::Changed(changed));
             }
             decoder.decode(|chain, shape, fill, limit| chain.decode(bytes, shape, fill, limit))
         })
-        .await?;
-    decoded.transpose()
+        .await;
+    match decoded {
+        Err(StoreError::TooLarge { size, .. }) => Err(too_large(size)),
+        read => read?.transpose(),
+    }
 }
 
 /// What a stored unit may take beyond the largest decoded chunk to be read: headers and what

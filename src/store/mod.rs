@@ -45,8 +45,9 @@ pub enum StoreError {
     /// The backend cannot do this (e.g. listing an HTTP origin).
     #[error("not supported by this store: {0}")]
     NotSupported(String),
-    /// A metadata document is larger than zarrgate reads into memory.
-    #[error("the document at '{key}' is {size} bytes; metadata documents are read up to {max} bytes")]
+    /// An object (a metadata document, a chunk) is larger than zarrgate reads into memory for
+    /// it; `size` is what was to be read.
+    #[error("'{key}' is {size} bytes; at most {max} are read into memory for it")]
     TooLarge { key: String, size: u64, max: u64 },
 }
 
@@ -200,11 +201,13 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 /// Reads objects with blocking calls, into a buffer the caller provides.
 pub trait BlockingRead: Send + Sync + fmt::Debug {
     /// Reads `range` of `key` (all of it when `None`) into `buf`, replacing its contents, and
-    /// returns the whole object's metadata; `None` when it does not exist.
+    /// returns the whole object's metadata; `None` when it does not exist. More than `most`
+    /// bytes to read is [`StoreError::TooLarge`], found out before any of them is read.
     fn read_into(
         &self,
         key: &StoreKey,
         range: Option<ByteRange>,
+        most: u64,
         buf: &mut Vec<u8>,
     ) -> Result<Option<ObjectMeta>, StoreError>;
 
@@ -238,9 +241,10 @@ impl SpareBuffer {
         reader: &dyn BlockingRead,
         key: &StoreKey,
         range: Option<ByteRange>,
+        most: u64,
     ) -> Result<Option<(Self, ObjectMeta)>, StoreError> {
         let mut buf = Self::take();
-        Ok(reader.read_into(key, range, &mut buf.0)?.map(|meta| (buf, meta)))
+        Ok(reader.read_into(key, range, most, &mut buf.0)?.map(|meta| (buf, meta)))
     }
 }
 
@@ -290,7 +294,7 @@ async fn read_blocking(
 ) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
     let key = key.clone();
     tokio::task::spawn_blocking(move || {
-        Ok(SpareBuffer::read(&*reader, &key, range)?.map(|(buf, meta)| (Bytes::from_owner(buf), meta)))
+        Ok(SpareBuffer::read(&*reader, &key, range, u64::MAX)?.map(|(buf, meta)| (Bytes::from_owner(buf), meta)))
     })
     .await
     .map_err(joined)?
@@ -392,24 +396,37 @@ impl Store {
     /// Reads `range` of an object (all of it when `None`) and runs `work` on its bytes and the
     /// whole object's metadata on the blocking pool; `None` when the object does not exist. Local files
     /// are read in the same blocking call, into a reused buffer: one trip to the blocking pool
-    /// and no fresh memory for bytes that only live until `work` is done with them.
+    /// and no fresh memory for bytes that only live until `work` is done with them. More than
+    /// `most` bytes to read is [`StoreError::TooLarge`], before any of them is read.
     pub async fn read_with<R: Send + 'static>(
         &self,
         key: &StoreKey,
         range: Option<ByteRange>,
+        most: u64,
         work: impl FnOnce(&[u8], &ObjectMeta) -> R + Send + 'static,
     ) -> Result<Option<R>, StoreError> {
         if let Some(reader) = self.0.blocking_reader() {
             let key = key.clone();
             return tokio::task::spawn_blocking(move || {
-                Ok(SpareBuffer::read(&*reader, &key, range)?.map(|(buf, meta)| work(&buf.0, &meta)))
+                Ok(SpareBuffer::read(&*reader, &key, range, most)?.map(|(buf, meta)| work(&buf.0, &meta)))
             })
             .await
             .map_err(joined)?;
         }
-        let Some((bytes, meta)) = self.fetch(key, range).await? else {
+        // The size comes with the response, before its body.
+        let Some(object) = self.get(key, range).await? else {
             return Ok(None);
         };
+        let want = object.range.end - object.range.start;
+        if want > most {
+            return Err(StoreError::TooLarge {
+                key: key.to_string(),
+                size: want,
+                max: most,
+            });
+        }
+        let meta = object.meta.clone();
+        let bytes = object.bytes().await?;
         tokio::task::spawn_blocking(move || Some(work(&bytes, &meta)))
             .await
             .map_err(joined)
@@ -451,7 +468,7 @@ mod tests {
             let store = store.clone();
             async move {
                 store
-                    .read_with(&key(k), r, |b, meta| (b.to_vec(), meta.size))
+                    .read_with(&key(k), r, u64::MAX, |b, meta| (b.to_vec(), meta.size))
                     .await
                     .unwrap()
             }
@@ -475,7 +492,7 @@ mod tests {
         let via = read("big", Some(ByteRange::From(299_990))).await;
         assert_eq!(via, Some((streamed.to_vec(), 300_000)));
         let past_end = store
-            .read_with(&key("small"), Some(ByteRange::From(9)), |b, _| b.len())
+            .read_with(&key("small"), Some(ByteRange::From(9)), u64::MAX, |b, _| b.len())
             .await;
         assert!(past_end.is_err(), "an unsatisfiable range is an error, not bytes");
     }

@@ -394,11 +394,19 @@ impl BlockingRead for LocalFiles {
         &self,
         key: &StoreKey,
         range: Option<ByteRange>,
+        most: u64,
         buf: &mut Vec<u8>,
     ) -> Result<Option<ObjectMeta>, StoreError> {
         let Some((meta, range, mut file)) = open_local_range(&self.root, key, range)? else {
             return Ok(None);
         };
+        if range.end - range.start > most {
+            return Err(StoreError::TooLarge {
+                key: key.to_string(),
+                size: range.end - range.start,
+                max: most,
+            });
+        }
         read_range(&mut file, key, &range, buf)?;
         Ok(Some(meta))
     }
@@ -648,7 +656,7 @@ mod tests {
         );
         let mut buf = vec![1, 2, 3];
         let meta = files
-            .read_into(&key, Some(ByteRange::From(5)), &mut buf)
+            .read_into(&key, Some(ByteRange::From(5)), u64::MAX, &mut buf)
             .unwrap()
             .unwrap();
         assert_eq!((meta.size, &buf[..]), (data.len() as u64, &data[5..]));
