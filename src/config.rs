@@ -364,6 +364,9 @@ impl MountConfig {
         match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => Ok(MountSource::Local(path)),
             Ok(m) if m.is_file() && is_zip => {
+                // The archive is a key of its directory, which may not be left by a link: a
+                // link to an archive elsewhere is followed here, once, at start.
+                let path = std::fs::canonicalize(&path).unwrap_or(path);
                 let parent = path.parent().map(Path::to_owned).unwrap_or_default();
                 let file = path
                     .file_name()
@@ -781,6 +784,17 @@ mod tests {
         assert_eq!(
             m(&dir.path().join("a.zip").display().to_string()).source("x").unwrap(),
             MountSource::Zip(Box::new(MountSource::Local(dir.path().to_owned())), "a.zip".into())
+        );
+        // A link to an archive in another directory mounts the archive it points to.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let link = elsewhere.path().join("link.zip");
+        std::os::unix::fs::symlink(dir.path().join("a.zip"), &link).unwrap();
+        assert_eq!(
+            m(&link.display().to_string()).source("x").unwrap(),
+            MountSource::Zip(
+                Box::new(MountSource::Local(std::fs::canonicalize(dir.path()).unwrap())),
+                "a.zip".into()
+            )
         );
         let toml = "[mounts.b]\nurl = \"s3://b/p\"\nregion = \"eu-west-1\"\nendpoint = \"http://127.0.0.1:9000\"\nanonymous = true\nallow_http = true\ntimeout_s = 2.5\nretries = 1\nconcurrency = 8\n";
         let c = parse(toml).unwrap();
