@@ -114,14 +114,24 @@ fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
 
 /// A zip of deflated entries, written by hand, with the CRC-32 `crc` gives each.
 fn zip_with_crc(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32) -> Vec<u8> {
+    zip_written(files, crc, 8)
+}
+
+/// A zip of entries compressed with `method` (0 stored, 8 deflated), written by hand, with the
+/// CRC-32 `crc` gives each.
+fn zip_written(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32, method: u8) -> Vec<u8> {
     use std::io::Write;
     let (u16le, u32le) = (|v: u16| v.to_le_bytes(), |v: u32| v.to_le_bytes());
     let mut zip = Vec::new();
     let mut cd = Vec::new();
     for (name, data) in files {
-        let mut gz = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
-        gz.write_all(data).unwrap();
-        let packed = gz.finish().unwrap();
+        let packed = if method == 8 {
+            let mut gz = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+            gz.write_all(data).unwrap();
+            gz.finish().unwrap()
+        } else {
+            data.to_vec()
+        };
         let sizes = |out: &mut Vec<u8>| {
             out.extend(u32le(crc(data)));
             out.extend(u32le(packed.len() as u32));
@@ -131,12 +141,12 @@ fn zip_with_crc(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32) -> Vec<u8> 
         };
         let offset = zip.len() as u32;
         zip.extend(u32le(0x0403_4b50));
-        zip.extend([20, 0, 0, 0, 8, 0, 0, 0, 0, 0]); // version, flags, method 8, time, date
+        zip.extend([20, 0, 0, 0, method, 0, 0, 0, 0, 0]); // version, flags, method, time, date
         sizes(&mut zip);
         zip.extend(name.as_bytes());
         zip.extend(&packed);
         cd.extend(u32le(0x0201_4b50));
-        cd.extend([20, 0, 20, 0, 0, 0, 8, 0, 0, 0, 0, 0]); // made by, needed, flags, method, time, date
+        cd.extend([20, 0, 20, 0, 0, 0, method, 0, 0, 0, 0, 0]); // made by, needed, flags, method, time, date
         sizes(&mut cd);
         cd.extend([0, 0, 0, 0, 0, 0, 0, 0, 0, 0]); // comment, disk, internal, external attributes
         cd.extend(u32le(offset)); // local header offset
@@ -286,32 +296,174 @@ async fn archives_that_lie_are_upstream_errors() {
     assert_eq!((r.status.as_u16(), r.body.len()), (200, 1000));
 }
 
-/// A deflated entry that does not match its CRC-32: a whole read ends its body with an error
-/// (its headers are sent before the last byte is inflated), a range is served as it inflates.
+/// The bytes a body yields before it ends, and whether it ends with an error. An HTTP client
+/// reads up to Content-Length and no further: a check that comes after the last byte is lost.
+async fn frames_until_error(body: axum::body::Body) -> (usize, bool) {
+    use http_body_util::BodyExt;
+    let mut body = body;
+    let mut got = 0;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(f) => got += f.data_ref().map_or(0, |d| d.len()),
+            Err(_) => return (got, true),
+        }
+    }
+    (got, false)
+}
+
+/// An entry, stored or deflated, that does not match its CRC-32: a whole read ends its body
+/// with an error in place of its last bytes (its headers are sent before the last byte is
+/// read), so that neither a client nor a slice takes it for whole; a range is served as read.
 #[tokio::test]
 async fn a_whole_entry_that_fails_its_crc_ends_with_an_error() {
-    use http_body_util::BodyExt;
     use tower::ServiceExt;
     let dir = tempfile::tempdir().unwrap();
-    let data: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
-    let path = dir.path().join("bad.zip");
-    std::fs::write(&path, zip_with_crc(&[("blob", &data)], |d| crc32fast::hash(d) ^ 1)).unwrap();
-    let app = app_for(&[("z", &path)]);
-    let request = axum::http::Request::get("/zarr/z/blob")
-        .body(axum::body::Body::empty())
+    for (method, len) in [(8u8, 600_000u32), (8, 1000), (0, 600_000), (0, 1000)] {
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let path = dir.path().join(format!("bad{method}-{len}.zip"));
+        std::fs::write(
+            &path,
+            zip_written(&[("blob", &data)], |d| crc32fast::hash(d) ^ 1, method),
+        )
         .unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.into_body().collect().await.is_err(),
-        "the body ends with an error"
+        let app = app_for(&[("z", &path)]);
+        let request = axum::http::Request::get("/zarr/z/blob")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(response.status(), 200);
+        let (got, failed) = frames_until_error(response.into_body()).await;
+        assert!(failed && got < data.len(), "method {method}, {len} bytes: {got} read");
+        // Read into memory (as a chunk is): an error, not the bytes.
+        let store = zip_store(&path);
+        let key = zarrgate::store::StoreKey::new("blob").unwrap();
+        let whole = store.get(&key, None).await.unwrap().unwrap().bytes().await;
+        assert!(whole.is_err(), "method {method}, {len} bytes");
+        let r = get(&app, "/zarr/z/blob", &[("range", "bytes=10-19")]).await;
+        assert_eq!((r.status.as_u16(), &r.body[..]), (206, &data[10..20]));
+        // The same archive with the right CRC reads whole.
+        std::fs::write(&path, zip_written(&[("blob", &data)], crc32fast::hash, method)).unwrap();
+        let r = get(&app_for(&[("z", &path)]), "/zarr/z/blob", &[]).await;
+        assert!(
+            r.status == 200 && r.body[..] == data[..],
+            "method {method}, {len} bytes"
+        );
+    }
+}
+
+/// An encrypted entry is refused (422), on HEAD as on GET, and in a slice: it is not missing,
+/// which would read a chunk as fill values.
+#[tokio::test]
+async fn encrypted_entries_are_refused_not_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"|u1","compressor":null,"fill_value":0,"order":"C","filters":null}"#;
+    let mut zip = zip_written(
+        &[
+            (".zgroup", br#"{"zarr_format":2}"#),
+            ("a/.zarray", meta),
+            ("a/0", &[1, 2]),
+            ("a/1", &[3, 4]),
+        ],
+        crc32fast::hash,
+        0,
     );
-    let r = get(&app, "/zarr/z/blob", &[("range", "bytes=10-19")]).await;
-    assert_eq!((r.status.as_u16(), &r.body[..]), (206, &data[10..20]));
-    // The same archive with the right CRC reads whole.
-    std::fs::write(&path, zip_of(&[("blob", &data)])).unwrap();
-    let r = get(&app_for(&[("z", &path)]), "/zarr/z/blob", &[]).await;
-    assert!(r.status == 200 && r.body[..] == data[..]);
+    // The flags of "a/1": at 6 in its local header and 8 in its directory record (the last).
+    let local = zip.len() - 22 - (46 + 3) - (46 + 3) - (46 + 9) - (46 + 7) - (30 + 3 + 2);
+    let record = zip.len() - 22 - (46 + 3);
+    zip[local + 6] |= 1;
+    zip[record + 8] |= 1;
+    let path = dir.path().join("enc.zip");
+    std::fs::write(&path, zip).unwrap();
+    let app = app_for(&[("z", &path)]);
+    for method in ["HEAD", "GET"] {
+        let r = common::request(&app, method, "/zarr/z/a/1", &[]).await;
+        assert_eq!(r.status, 422, "{method}");
+    }
+    assert_eq!(&get(&app, "/zarr/z/a/0", &[]).await.body[..], &[1, 2]);
+    let r = get(&app, "/api/v1/slice/z/a?select=0:2", &[]).await;
+    assert_eq!(r.json()["data"], json!([1, 2]), "{:?}", r.body);
+    let r = get(&app, "/api/v1/slice/z/a?select=2:4", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (422, "unsupported"));
+}
+
+/// Data before the archive (a self-extracting stub) moves every offset, as Python's zipfile
+/// reads it; ZIP64 records are then found beside the end record.
+#[tokio::test]
+async fn archives_with_data_before_them_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let files: &[(&str, &[u8])] = &[("a", b"aaa"), ("b/c", b"the c")];
+    for (name, zip) in [
+        ("sfx.zip", zip_of(files)),
+        ("sfx64.zip", as_zip64_with_comment(zip_of(files), 10)),
+    ] {
+        let mut bytes = vec![0x7fu8; 2048];
+        bytes.extend(zip);
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let app = app_for(&[("z", &path)]);
+        let r = get(&app, "/zarr/z/b/c", &[]).await;
+        assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"the c"[..]), "{name}");
+        assert_eq!(&get(&app, "/zarr/z/a", &[]).await.body[..], b"aaa", "{name}");
+    }
+    // A directory of other bytes than records is an error, not an empty archive.
+    let mut zip = zip_of(files);
+    let cd = zip.len() - 22 - (46 + 1) - (46 + 3);
+    zip[cd] = b'X';
+    let path = dir.path().join("garbage.zip");
+    std::fs::write(&path, zip).unwrap();
+    let r = get(&app_for(&[("z", &path)]), "/zarr/z/a", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_error"));
+}
+
+/// An archive replaced by a smaller one, whose entries the old directory places past its end,
+/// is read through its new directory at once (it was 502 until the directory was checked again).
+#[tokio::test]
+async fn an_archive_replaced_by_a_smaller_one_is_read_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.zip");
+    std::fs::write(
+        &path,
+        zip_written(&[("pad", &[9u8; 100_000]), ("a", b"old a")], crc32fast::hash, 0),
+    )
+    .unwrap();
+    let app = app_for(&[("z", &path)]);
+    assert_eq!(&get(&app, "/zarr/z/a", &[]).await.body[..], b"old a");
+    std::fs::write(&path, zip_written(&[("a", b"new a")], crc32fast::hash, 0)).unwrap();
+    let r = get(&app, "/zarr/z/a", &[]).await;
+    assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"new a"[..]));
+}
+
+/// A client that stops reading a deflated entry holds no thread of the blocking pool: with a
+/// pool of one thread, other reads go on while its response waits.
+#[test]
+fn a_stalled_inflating_read_holds_no_thread() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..8_000_000u32).map(|i| (i % 251) as u8).collect();
+        let path = dir.path().join("big.zip");
+        std::fs::write(&path, zip_of(&[("big", &big), ("small", b"small")])).unwrap();
+        let app = app_for(&[("z", &path)]);
+        let request = axum::http::Request::get("/zarr/z/big")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let mut stalled = app.clone().oneshot(request).await.unwrap().into_body();
+        let first = stalled.frame().await.unwrap().unwrap();
+        assert!(first.data_ref().is_some_and(|d| d[..] == big[..d.len()]));
+        // The stalled body is kept, unread.
+        let small = tokio::time::timeout(std::time::Duration::from_secs(20), get(&app, "/zarr/z/small", &[]))
+            .await
+            .expect("a read while another waits for its client");
+        assert_eq!(&small.body[..], b"small");
+        drop(stalled);
+    });
 }
 
 /// An entry compressed with a method zarrgate does not inflate is 422 on HEAD as on GET.

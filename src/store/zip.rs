@@ -50,10 +50,6 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
         .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
 }
 
-/// The most a central directory record takes: 46 bytes and a name, extra field and comment of
-/// up to 65535 bytes each.
-const MAX_RECORD: u64 = 46 + 3 * 65_535;
-
 fn corrupt(msg: impl Into<String>) -> StoreError {
     StoreError::Io(format!("zip: {}", msg.into()))
 }
@@ -67,6 +63,20 @@ fn in_archive(e: StoreError) -> StoreError {
     }
 }
 
+/// An entry refused as a whole: encrypted, or compressed with a method not read here.
+fn refused(entry: &Entry) -> Option<StoreError> {
+    if entry.encrypted {
+        Some(StoreError::NotSupported("encrypted zip entries".into()))
+    } else if !matches!(entry.method, 0 | 8) {
+        Some(StoreError::NotSupported(format!(
+            "zip compression method {}",
+            entry.method
+        )))
+    } else {
+        None
+    }
+}
+
 /// One file in the archive.
 #[derive(Debug)]
 struct Entry {
@@ -75,6 +85,9 @@ struct Entry {
     size: u64,
     method: u16,
     crc: u32,
+    /// Encrypted (general purpose flag bit 0): kept, to be refused as such rather than be
+    /// missing (a missing chunk would read as fill values).
+    encrypted: bool,
     /// Where the data starts, learned from the local header on first use.
     data_offset: OnceLock<u64>,
 }
@@ -100,8 +113,21 @@ struct Folder {
     files: BTreeSet<String>,
 }
 
-/// Parses the end record(s) and central directory; `tail` is the end of the archive.
-fn parse_end(tail: &[u8], archive_size: u64) -> Result<(u64, u64), StoreError> {
+/// Where the central directory is, from the end record(s); `tail` is the end of the archive.
+#[derive(Debug, PartialEq, Eq)]
+struct End {
+    /// Offset and size of the central directory in the archive.
+    cd_offset: u64,
+    cd_size: u64,
+    /// Bytes before the archive proper (a self-extracting stub): the offsets the records give
+    /// count from its start, this much into the file.
+    prepended: u64,
+}
+
+/// The largest central directory read into memory: about a million entries of short names.
+const MAX_DIRECTORY_BYTES: u64 = 64 << 20;
+
+fn parse_end(tail: &[u8], archive_size: u64) -> Result<End, StoreError> {
     // The end record is the first signature whose comment runs to the end of the archive (a
     // comment may hold the same bytes, even a whole record); failing that, the last signature.
     let candidates = || (0..=tail.len().saturating_sub(22)).filter(|&i| u32_at(tail, i) == Some(EOCD_SIG));
@@ -109,47 +135,63 @@ fn parse_end(tail: &[u8], archive_size: u64) -> Result<(u64, u64), StoreError> {
         .find(|&i| u16_at(tail, i + 20).is_some_and(|n| i + 22 + n as usize == tail.len()))
         .or_else(|| candidates().next_back())
         .ok_or_else(|| corrupt("no end of central directory record (not a zip file?)"))?;
+    let tail_start = archive_size - tail.len() as u64;
     let eocd = &tail[pos..];
-    let mut count = u64::from(u16_at(eocd, 10).ok_or_else(|| corrupt("short end record"))?);
     let mut cd_size = u32_at(eocd, 12).ok_or_else(|| corrupt("short end record"))? as u64;
     let mut cd_offset = u32_at(eocd, 16).ok_or_else(|| corrupt("short end record"))? as u64;
+    // Where the directory ends: right before the end record, or before the ZIP64 records.
+    let mut cd_end = tail_start + pos as u64;
     if cd_size == 0xFFFF_FFFF || cd_offset == 0xFFFF_FFFF {
         // ZIP64: the locator sits right before the end record and points to the 64-bit record,
-        // which must also be in the tail we read.
+        // which must also be in the tail we read. With data prepended to the archive the
+        // pointer is off by its length: the record is then the one right before the locator.
         let loc = pos.checked_sub(20).ok_or_else(|| corrupt("no zip64 locator"))?;
         if u32_at(tail, loc) != Some(EOCD64_LOCATOR_SIG) {
             return Err(corrupt("no zip64 locator"));
         }
-        let rec_abs = u64_at(tail, loc + 8).ok_or_else(|| corrupt("short zip64 locator"))?;
-        let tail_start = archive_size - tail.len() as u64;
-        let rec = rec_abs
-            .checked_sub(tail_start)
-            .map(|r| r as usize)
-            .ok_or_else(|| corrupt("zip64 record outside the tail"))?;
-        if u32_at(tail, rec) != Some(EOCD64_SIG) {
-            return Err(corrupt("bad zip64 end record"));
-        }
-        count = u64_at(tail, rec + 32).ok_or_else(|| corrupt("short zip64 end record"))?;
+        let pointed = u64_at(tail, loc + 8)
+            .and_then(|abs| abs.checked_sub(tail_start))
+            .and_then(|r| usize::try_from(r).ok());
+        let rec = [pointed, loc.checked_sub(56)]
+            .into_iter()
+            .flatten()
+            .find(|&r| u32_at(tail, r) == Some(EOCD64_SIG))
+            .ok_or_else(|| corrupt("bad zip64 end record"))?;
         cd_size = u64_at(tail, rec + 40).ok_or_else(|| corrupt("short zip64 end record"))?;
         cd_offset = u64_at(tail, rec + 48).ok_or_else(|| corrupt("short zip64 end record"))?;
+        cd_end = tail_start + rec as u64;
     }
+    // As Python's zipfile: what lies between where the directory should end and where it does
+    // is data prepended to the archive.
+    let prepended = cd_end
+        .checked_sub(cd_size)
+        .and_then(|start| start.checked_sub(cd_offset))
+        .ok_or_else(|| corrupt("central directory outside the archive"))?;
+    let cd_offset = cd_offset + prepended;
     if cd_offset.checked_add(cd_size).is_none_or(|end| end > archive_size) {
         return Err(corrupt("central directory outside the archive"));
     }
-    // The directory is read into memory: no larger than its records can be.
-    if cd_size > count.saturating_mul(MAX_RECORD) {
-        return Err(corrupt(format!(
-            "a central directory of {cd_size} bytes for {count} entries"
+    if cd_size > MAX_DIRECTORY_BYTES {
+        return Err(StoreError::NotSupported(format!(
+            "a zip central directory of {cd_size} bytes (at most {MAX_DIRECTORY_BYTES} are read)"
         )));
     }
-    Ok((cd_offset, cd_size))
+    Ok(End {
+        cd_offset,
+        cd_size,
+        prepended,
+    })
 }
 
-/// Parses central directory records into (name, entry) pairs.
-fn parse_central(cd: &[u8]) -> Result<Vec<(String, Entry)>, StoreError> {
+/// Parses central directory records into (name, entry) pairs; header offsets are moved by
+/// `prepended`. Every byte of the directory is a record, as Python's zipfile requires.
+fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, StoreError> {
     let mut out = Vec::new();
     let mut at = 0usize;
-    while at + 46 <= cd.len() && u32_at(cd, at) == Some(CENTRAL_SIG) {
+    while at < cd.len() {
+        if u32_at(cd, at) != Some(CENTRAL_SIG) {
+            return Err(corrupt("bad central directory record"));
+        }
         let short = || corrupt("truncated central directory");
         let flags = u16_at(cd, at + 8).ok_or_else(short)?;
         let method = u16_at(cd, at + 10).ok_or_else(short)?;
@@ -186,20 +228,26 @@ fn parse_central(cd: &[u8]) -> Result<Vec<(String, Entry)>, StoreError> {
             e += 4 + len;
         }
         let name = String::from_utf8_lossy(name).replace('\\', "/");
-        if flags & 1 == 0 && !name.ends_with('/') {
+        if !name.ends_with('/') {
             out.push((
                 name,
                 Entry {
-                    header_offset,
+                    header_offset: header_offset
+                        .checked_add(prepended)
+                        .ok_or_else(|| corrupt("an entry lies outside the archive"))?,
                     compressed,
                     size,
                     method,
                     crc,
+                    encrypted: flags & 1 != 0,
                     data_offset: OnceLock::new(),
                 },
             ));
         }
         at += 46 + name_len + extra_len + comment_len;
+        if at > cd.len() {
+            return Err(short());
+        }
     }
     Ok(out)
 }
@@ -335,7 +383,11 @@ impl ZipBackend {
             .map_err(in_archive)?
             .ok_or_else(missing)?;
         let size = archive.size;
-        let (cd_offset, cd_size) = parse_end(&tail, size)?;
+        let End {
+            cd_offset,
+            cd_size,
+            prepended,
+        } = parse_end(&tail, size)?;
         // The directory is usually inside the tail already.
         let tail_start = size - tail.len() as u64;
         let cd = if cd_offset >= tail_start {
@@ -352,25 +404,18 @@ impl ZipBackend {
             }
             cd
         };
-        Ok(Arc::new(Directory::build(parse_central(&cd)?, archive)))
+        Ok(Arc::new(Directory::build(parse_central(&cd, prepended)?, archive)))
     }
 
     async fn data_offset(&self, entry: &Entry, archive: &ObjectMeta) -> Result<EntryRead<u64>, StoreError> {
         if let Some(o) = entry.data_offset.get() {
             return Ok(EntryRead::Read(*o));
         }
-        let (header, read) = self
-            .container
-            .get_range_bytes(
-                &self.key,
-                ByteRange::Bounded(entry.header_offset, entry.header_offset.saturating_add(30)),
-            )
-            .await
-            .map_err(in_archive)?
-            .ok_or_else(|| corrupt("archive vanished"))?;
-        if !read.same_object(archive) {
+        let range = entry.header_offset..entry.header_offset.saturating_add(30);
+        let EntryRead::Read(read) = self.read_at(archive, range).await? else {
             return Ok(EntryRead::ArchiveChanged);
-        }
+        };
+        let header = read.bytes().await?;
         if u32_at(&header, 0) != Some(LOCAL_SIG) {
             return Err(corrupt("bad local header"));
         }
@@ -385,6 +430,21 @@ impl ZipBackend {
         }
         let _ = entry.data_offset.set(offset);
         Ok(EntryRead::Read(offset))
+    }
+
+    /// Reads `range` of the archive, at offsets its directory (of `archive`) gave.
+    async fn read_at(&self, archive: &ObjectMeta, range: Range<u64>) -> Result<EntryRead<GetObject>, StoreError> {
+        match self
+            .container
+            .get(&self.key, Some(ByteRange::Bounded(range.start, range.end)))
+            .await
+        {
+            Ok(Some(read)) if read.meta.same_object(archive) => Ok(EntryRead::Read(read)),
+            // Replaced (by a smaller archive, when the range is past its end), or gone.
+            Ok(_) => Ok(EntryRead::ArchiveChanged),
+            Err(StoreError::Range { size, .. }) if size != archive.size => Ok(EntryRead::ArchiveChanged),
+            Err(e) => Err(in_archive(e)),
+        }
     }
 
     fn meta(dir: &Directory, entry: &Entry) -> ObjectMeta {
@@ -405,70 +465,133 @@ impl ZipBackend {
     }
 }
 
-fn unsupported_method(method: u16) -> StoreError {
-    StoreError::NotSupported(format!("zip compression method {method}"))
-}
-
 /// Bytes of one piece of an inflated entry's body.
 const INFLATE_PIECE: u64 = 256 << 10;
 
-/// Streams `range` of a deflated entry as it inflates, on the blocking pool, a few pieces
-/// ahead of the client: memory stays at a few pieces, however large the entry and however far
-/// it inflates (the compressed bytes stream in as they are needed). The bytes before the range
-/// are inflated and dropped, a piece at a time, and not at all once the client has gone. A
-/// whole entry is checked against its CRC-32 and its size; an entry that does not inflate as
-/// the directory says ends the body with an error.
+/// Most bytes before a range inflated and dropped in one trip to the blocking pool.
+const SKIP_PER_TRIP: u64 = 32 * INFLATE_PIECE;
+
+/// A deflated entry being inflated: what is left to skip before the range and to deliver of
+/// it.
+struct Inflating<R: Read> {
+    decoder: flate2::read::DeflateDecoder<R>,
+    skip: u64,
+    left: u64,
+    /// The whole entry is read: after it, the stream must end.
+    whole: bool,
+}
+
+/// What one step of [`Inflating`] gave.
+enum Inflated {
+    Piece(Bytes),
+    Skipped,
+    End,
+}
+
+impl<R: Read> Inflating<R> {
+    fn step(&mut self) -> Result<Inflated, StoreError> {
+        if self.skip > 0 {
+            let step = self.skip.min(SKIP_PER_TRIP);
+            return match std::io::copy(&mut (&mut self.decoder).take(step), &mut std::io::sink()) {
+                Ok(n) if n == step => {
+                    self.skip -= step;
+                    Ok(Inflated::Skipped)
+                }
+                _ => Err(corrupt("inflate: the entry ends before the range")),
+            };
+        }
+        if self.left > 0 {
+            let mut piece = vec![0u8; self.left.min(INFLATE_PIECE) as usize];
+            self.decoder
+                .read_exact(&mut piece)
+                .map_err(|e| corrupt(format!("inflate: {e}")))?;
+            self.left -= piece.len() as u64;
+            return Ok(Inflated::Piece(Bytes::from(piece)));
+        }
+        if self.whole && self.decoder.read(&mut [0u8; 1]).map_or(true, |n| n > 0) {
+            return Err(corrupt("inflate: the entry is longer than its directory record says"));
+        }
+        Ok(Inflated::End)
+    }
+}
+
+/// Streams `range` of a deflated entry as it inflates, a piece per trip to the blocking pool:
+/// memory stays at a piece, however large the entry and however far it inflates (the
+/// compressed bytes stream in as they are needed), and no thread waits for a slow client
+/// between pieces. The bytes before the range are inflated and dropped, and not at all once the
+/// client has gone. A `whole` entry must end where its directory record says.
 fn inflate_range(
     compressed: impl Read + Send + 'static,
     range: Range<u64>,
-    whole: Option<u32>,
+    whole: bool,
 ) -> BoxStream<'static, Result<Bytes, StoreError>> {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, StoreError>>(2);
-    tokio::task::spawn_blocking(move || {
-        let mut decoder = flate2::read::DeflateDecoder::new(compressed);
-        let mut skip = range.start;
-        while skip > 0 {
-            if tx.is_closed() {
-                return; // the client went away
+    let inflating = Inflating {
+        decoder: flate2::read::DeflateDecoder::new(compressed),
+        skip: range.start,
+        left: range.end - range.start,
+        whole,
+    };
+    body_stream(stream::unfold(Some(inflating), |state| async move {
+        let mut inflating = state?;
+        loop {
+            let stepped = tokio::task::spawn_blocking(move || {
+                let step = inflating.step();
+                (inflating, step)
+            })
+            .await;
+            match stepped {
+                Ok((back, Ok(Inflated::Skipped))) => inflating = back,
+                Ok((back, Ok(Inflated::Piece(piece)))) => return Some((Ok(piece), Some(back))),
+                Ok((_, Ok(Inflated::End))) => return None,
+                Ok((_, Err(e))) => return Some((Err(e), None)),
+                Err(e) => return Some((Err(super::joined(e)), None)),
             }
-            let step = skip.min(INFLATE_PIECE);
-            match std::io::copy(&mut (&mut decoder).take(step), &mut std::io::sink()) {
-                Ok(n) if n == step => skip -= step,
-                _ => {
-                    let _ = tx.blocking_send(Err(corrupt("inflate: the entry ends before the range")));
-                    return;
+        }
+    }))
+}
+
+/// `body`, a whole entry, checked against its CRC-32 as it passes. Its last piece is held back
+/// until the CRC is known, and an entry that does not match ends with an error in its place:
+/// neither an HTTP client (which stops reading at Content-Length) nor
+/// [`GetObject::bytes`](super::GetObject::bytes) takes a corrupt entry for a whole one.
+fn crc_checked(
+    body: BoxStream<'static, Result<Bytes, StoreError>>,
+    expected: u32,
+) -> BoxStream<'static, Result<Bytes, StoreError>> {
+    struct Checking {
+        body: BoxStream<'static, Result<Bytes, StoreError>>,
+        crc: crc32fast::Hasher,
+        held: Option<Bytes>,
+    }
+    let checking = Checking {
+        body,
+        crc: crc32fast::Hasher::new(),
+        held: None,
+    };
+    body_stream(stream::unfold(Some(checking), move |state| async move {
+        let mut c = state?;
+        loop {
+            match c.body.try_next().await {
+                Ok(Some(piece)) if piece.is_empty() => {}
+                Ok(Some(piece)) => {
+                    c.crc.update(&piece);
+                    if let Some(previous) = c.held.replace(piece) {
+                        return Some((Ok(previous), Some(c)));
+                    }
                 }
+                Ok(None) => {
+                    let computed = c.crc.clone().finalize();
+                    if computed != expected {
+                        let e = corrupt(format!(
+                            "the entry does not match its CRC-32 (crc {computed:08x}, expected {expected:08x})"
+                        ));
+                        return Some((Err(e), None));
+                    }
+                    return c.held.take().map(|last| (Ok(last), None));
+                }
+                Err(e) => return Some((Err(e), None)),
             }
         }
-        let mut crc = crc32fast::Hasher::new();
-        let mut left = range.end - range.start;
-        while left > 0 {
-            let mut piece = vec![0u8; left.min(INFLATE_PIECE) as usize];
-            if let Err(e) = decoder.read_exact(&mut piece) {
-                let _ = tx.blocking_send(Err(corrupt(format!("inflate: {e}"))));
-                return;
-            }
-            left -= piece.len() as u64;
-            if whole.is_some() {
-                crc.update(&piece);
-            }
-            if tx.blocking_send(Ok(Bytes::from(piece))).is_err() {
-                return; // the client went away
-            }
-        }
-        if let Some(expected) = whole {
-            let longer = decoder.read(&mut [0u8; 1]).map_or(true, |n| n > 0);
-            let computed = crc.finalize();
-            if longer || computed != expected {
-                let _ = tx.blocking_send(Err(corrupt(format!(
-                    "inflate: the entry does not match its directory record (crc {computed:08x}, expected {expected:08x}{})",
-                    if longer { ", or it is longer" } else { "" }
-                ))));
-            }
-        }
-    });
-    body_stream(stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
     }))
 }
 
@@ -478,8 +601,11 @@ impl Backend for ZipBackend {
         let dir = self.directory().await?;
         match dir.entries.get(key.as_str()) {
             // As a GET of it would answer.
-            Some(e) if !matches!(e.method, 0 | 8) => Err(unsupported_method(e.method)),
-            found => Ok(found.map(|e| Self::meta(&dir, e))),
+            Some(e) => match refused(e) {
+                Some(error) => Err(error),
+                None => Ok(Some(Self::meta(&dir, e))),
+            },
+            None => Ok(None),
         }
     }
 
@@ -536,44 +662,30 @@ impl ZipBackend {
                 body: body_stream(stream::empty::<Result<Bytes, StoreError>>()),
             })));
         }
+        if let Some(error) = refused(entry) {
+            return Err(error);
+        }
         let EntryRead::Read(data) = self.data_offset(entry, &dir.archive).await? else {
             return Ok(EntryRead::ArchiveChanged);
         };
-        let body = match entry.method {
-            0 => {
-                if entry.compressed != entry.size {
-                    return Err(corrupt("a stored entry's sizes differ"));
-                }
-                let obj = self
-                    .container
-                    .get(
-                        &self.key,
-                        Some(ByteRange::Bounded(data + range.start, data + range.end)),
-                    )
-                    .await
-                    .map_err(in_archive)?
-                    .ok_or_else(|| corrupt("archive vanished"))?;
-                if !obj.meta.same_object(&dir.archive) {
-                    return Ok(EntryRead::ArchiveChanged);
-                }
-                obj.body
+        // A whole entry is checked against its CRC-32 as it streams.
+        let whole = range == (0..entry.size);
+        let body = if entry.method == 0 {
+            if entry.compressed != entry.size {
+                return Err(corrupt("a stored entry's sizes differ"));
             }
-            8 => {
-                let obj = self
-                    .container
-                    .get(&self.key, Some(ByteRange::Bounded(data, data + entry.compressed)))
-                    .await
-                    .map_err(in_archive)?
-                    .ok_or_else(|| corrupt("archive vanished"))?;
-                if !obj.meta.same_object(&dir.archive) {
-                    return Ok(EntryRead::ArchiveChanged);
-                }
-                let whole = (range == (0..entry.size)).then_some(entry.crc);
-                let compressed = tokio_util::io::StreamReader::new(obj.body.map_err(std::io::Error::other));
-                inflate_range(tokio_util::io::SyncIoBridge::new(compressed), range.clone(), whole)
-            }
-            m => return Err(unsupported_method(m)),
+            let EntryRead::Read(read) = self.read_at(&dir.archive, data + range.start..data + range.end).await? else {
+                return Ok(EntryRead::ArchiveChanged);
+            };
+            read.body
+        } else {
+            let EntryRead::Read(read) = self.read_at(&dir.archive, data..data + entry.compressed).await? else {
+                return Ok(EntryRead::ArchiveChanged);
+            };
+            let compressed = tokio_util::io::StreamReader::new(read.body.map_err(std::io::Error::other));
+            inflate_range(tokio_util::io::SyncIoBridge::new(compressed), range.clone(), whole)
         };
+        let body = if whole { crc_checked(body, entry.crc) } else { body };
         Ok(EntryRead::Read(Some(GetObject { meta, range, body })))
     }
 }
@@ -602,6 +714,7 @@ mod tests {
             size: 0,
             method: 0,
             crc: 0xabcd,
+            encrypted: false,
             data_offset: OnceLock::new(),
         }
     }
@@ -679,14 +792,23 @@ mod tests {
         // A comment that holds an end record of its own (pointing elsewhere).
         let fake = eocd(1, 46, 0, b"");
         let mut tail = vec![0u8; 1000];
-        tail.extend(eocd(2, 100, 500, &fake));
+        tail.extend(eocd(2, 100, 900, &fake));
         let size = tail.len() as u64;
-        assert_eq!(parse_end(&tail, size).unwrap(), (500, 100));
-        // A directory larger than its entries can be is refused before it is read.
-        let mut tail = vec![0u8; 1_000_000];
-        tail.extend(eocd(1, 900_000, 0, b""));
-        let size = tail.len() as u64;
-        assert!(parse_end(&tail, size).is_err());
+        let end = |cd_offset, cd_size, prepended| End {
+            cd_offset,
+            cd_size,
+            prepended,
+        };
+        assert_eq!(parse_end(&tail, size).unwrap(), end(900, 100, 0));
+        // Data prepended to the archive (a self-extracting stub) moves every offset.
+        let mut tail = vec![0u8; 1000];
+        tail.extend(eocd(2, 100, 500, b""));
+        assert_eq!(parse_end(&tail, 1022).unwrap(), end(900, 100, 400));
+        // A directory larger than is read into memory is refused before it is read.
+        let mut tail = vec![0u8; 1000];
+        tail.extend(eocd(1, u32::MAX - 1, 0, b""));
+        let size = MAX_DIRECTORY_BYTES * 100;
+        assert!(matches!(parse_end(&tail, size), Err(StoreError::NotSupported(_))));
     }
 
     #[test]
@@ -697,6 +819,11 @@ mod tests {
         eocd[12..16].copy_from_slice(&100u32.to_le_bytes());
         eocd[16..20].copy_from_slice(&50u32.to_le_bytes());
         assert!(parse_end(&eocd, 22).is_err(), "directory past the end");
-        assert!(parse_central(&[0x50, 0x4b, 0x01, 0x02, 0, 0]).unwrap().is_empty());
+        assert!(parse_central(&[0x50, 0x4b, 0x01, 0x02, 0, 0], 0).is_err(), "truncated");
+        assert!(
+            parse_central(&[0x50, 0x4b, 0x05, 0x06, 0, 0], 0).is_err(),
+            "not a record"
+        );
+        assert!(parse_central(&[], 0).unwrap().is_empty());
     }
 }
