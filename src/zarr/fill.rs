@@ -42,13 +42,25 @@ fn parse_float(value: &Value) -> Option<f64> {
     }
 }
 
-/// A float fill of `size` bytes; v3 also allows the bit pattern as a hex string.
+/// A float fill of `size` bytes; v3 also allows the bit pattern as a hex string. A pattern of
+/// another width than `size` (4, 8 or 16 digits: a float16, 32 or 64) is that float's value,
+/// converted, as zarr-python reads it.
 fn float_bytes(value: &Value, size: usize) -> Option<Vec<u8>> {
-    if let Some(hex) = value.as_str().and_then(|s| s.strip_prefix("0x")) {
-        let bits = u64::from_str_radix(hex, 16).ok()?;
-        return Some(bits.to_le_bytes()[..size].to_vec());
-    }
-    let x = parse_float(value)?;
+    let x = match value.as_str().and_then(|s| s.strip_prefix("0x")) {
+        Some(hex) => {
+            let bits = u64::from_str_radix(hex, 16).ok()?;
+            if hex.len() == 2 * size {
+                return Some(bits.to_le_bytes()[..size].to_vec());
+            }
+            match hex.len() {
+                4 => half::f16::from_bits(bits as u16).to_f64(),
+                8 => f64::from(f32::from_bits(bits as u32)),
+                16 => f64::from_bits(bits),
+                _ => return None,
+            }
+        }
+        None => parse_float(value)?,
+    };
     Some(match size {
         2 => half::f16::from_f64(x).to_le_bytes().to_vec(),
         4 => (x as f32).to_le_bytes().to_vec(),
@@ -174,7 +186,11 @@ impl FillValue {
     pub fn for_decoded(self, decoded: &DType) -> FillValue {
         match (self, &decoded.kind) {
             (FillValue::Object(v), Kind::String) => FillValue::String(v.as_str().map(str::to_owned)),
-            (FillValue::Object(v), Kind::Bytes) => FillValue::Bytes(v.as_str().map(|s| s.as_bytes().to_vec())),
+            // Written as base64 (zarr-python 3); a string that is not base64 is its bytes.
+            (FillValue::Object(v), Kind::Bytes) => FillValue::Bytes(
+                v.as_str()
+                    .map(|s| BASE64.decode(s).unwrap_or_else(|_| s.as_bytes().to_vec())),
+            ),
             (fill, _) => fill,
         }
     }
@@ -224,6 +240,33 @@ mod tests {
     fn v3_hex_floats() {
         let v = FillValue::parse(&json!("0x7fc00000"), &DType::new(Kind::Float(4)), 3).unwrap();
         assert_eq!(v, FillValue::Fixed(0x7fc0_0000u32.to_le_bytes().to_vec()));
+        // Patterns of another width are their float's value (as zarr-python reads them).
+        let float = |hex: &str, size: usize| -> f64 {
+            match FillValue::parse(&json!(hex), &DType::new(Kind::Float(size)), 3).unwrap() {
+                FillValue::Fixed(b) if size == 8 => f64::from_le_bytes(b.try_into().unwrap()),
+                FillValue::Fixed(b) if size == 4 => f64::from(f32::from_le_bytes(b.try_into().unwrap())),
+                FillValue::Fixed(b) => half::f16::from_le_bytes(b.try_into().unwrap()).to_f64(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(float("0x7fc00000", 8).is_nan());
+        assert_eq!(float("0x3ff0000000000000", 4), 1.0);
+        assert_eq!(float("0x3c00", 4), 1.0);
+        assert_eq!(float("0x40000000", 2), 2.0);
+        assert!(FillValue::parse(&json!("0x3c0"), &DType::new(Kind::Float(4)), 3).is_err());
+    }
+
+    /// zarr-python 3 writes the fill of a v2 vlen-bytes array as base64.
+    #[test]
+    fn vlen_bytes_fills_are_base64() {
+        let bytes = DType::new(Kind::Bytes);
+        let fill = |v: Value| FillValue::Object(v).for_decoded(&bytes);
+        assert_eq!(fill(json!("YWI=")), FillValue::Bytes(Some(b"ab".to_vec())));
+        assert_eq!(
+            fill(json!("not base64!")),
+            FillValue::Bytes(Some(b"not base64!".to_vec()))
+        );
+        assert_eq!(fill(json!(null)), FillValue::Bytes(None));
     }
 
     #[test]
