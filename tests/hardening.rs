@@ -342,3 +342,36 @@ fn mount_config_defaults_for_limits() {
     assert!(c.limits.max_concurrent_requests >= 64);
     assert!(MountConfig::new("/", "/").tokens.is_empty());
 }
+
+/// A shard's index is read whole: metadata whose shards hold more inner chunks than an index
+/// the server reads (2^27 inner chunks, a 2 GiB index) is refused before anything is read.
+#[tokio::test]
+async fn shards_with_vast_indexes_are_refused_before_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    let sharding = json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [1], "codecs": raw, "index_location": "end",
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}]);
+    write_v3_array(
+        &dir.path().join("vast"),
+        &[1 << 27],
+        &[1 << 27],
+        "uint8",
+        json!(0),
+        sharding,
+    );
+    // A shard file that would be read if the index were.
+    std::fs::create_dir_all(dir.path().join("vast/c")).unwrap();
+    std::fs::write(dir.path().join("vast/c/0"), [0u8; 64]).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let r = get(&app, "/api/v1/slice/m/vast?select=0:4", &[]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.error_code().as_str()),
+        (422, "unsupported"),
+        "{:?}",
+        r.body
+    );
+    let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+    // (Read, the 64-byte shard would have been a corrupt shard, 500.)
+    assert!(message.contains("index of 2147483648 bytes"), "{message}");
+}

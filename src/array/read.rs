@@ -547,6 +547,21 @@ fn check_unit(ctx: &ReadContext, meta: &ArrayMeta) -> Result<(), ReadError> {
             ctx.opts.max_chunk_bytes
         )));
     }
+    // A shard's index is read whole, and it grows with the inner chunks a shard holds.
+    if let Some(codec) = meta.chain.sharding() {
+        let n = codec
+            .inner_grid(&meta.chunk_shape)
+            .iter()
+            .fold(1u64, |n, &c| n.saturating_mul(c));
+        let index_bytes = codec.index_size(n);
+        if index_bytes > ctx.opts.max_chunk_bytes {
+            return Err(ReadError::Unsupported(format!(
+                "shards of {n} inner chunks, with an index of {index_bytes} bytes; this server reads \
+                 indexes of at most {} bytes",
+                ctx.opts.max_chunk_bytes
+            )));
+        }
+    }
     Ok(())
 }
 

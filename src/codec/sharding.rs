@@ -153,7 +153,7 @@ impl ShardingCodec {
 
     /// Encoded size of the index of a shard with `n` inner chunks.
     pub fn index_size(&self, n: u64) -> u64 {
-        16 * n + self.index_extra as u64
+        n.saturating_mul(16).saturating_add(self.index_extra as u64)
     }
 
     /// Decodes the index bytes of a shard with `n` inner chunks.
