@@ -44,6 +44,10 @@ impl BytesToBytes for AsType {
     fn decode(&self, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
         self.decoded.convert_from(&self.encoded, input, limit)
     }
+
+    fn expansion(&self) -> (usize, usize) {
+        (self.encoded.size().max(1), self.decoded.size().max(1))
+    }
 }
 
 #[cfg(test)]

@@ -34,6 +34,10 @@ impl BytesToBytes for Base64 {
         }
         Ok(out)
     }
+
+    fn expansion(&self) -> (usize, usize) {
+        (4, 3)
+    }
 }
 
 #[cfg(test)]

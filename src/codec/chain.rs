@@ -348,6 +348,7 @@ impl CodecChain {
         }
         let encoded_shape = &shapes[shapes.len() - 1];
         let n = encoded_shape.iter().product::<u64>() as usize;
+        let limit = self.widened(limit, &items, n);
         let mut bytes = Cow::Borrowed(input);
         for stage in self.bytes_to_bytes.iter().rev() {
             bytes = Cow::Owned(stage.decode(&bytes, limit)?);
@@ -380,6 +381,33 @@ impl CodecChain {
             check_fixed_len(&self.dtype, b.len(), shape.iter().product::<u64>() as usize)?;
         }
         Ok(coerce(elements, &self.dtype))
+    }
+}
+
+impl CodecChain {
+    /// `limit`, given for the decoded chunk, widened for what the stages before the last hold:
+    /// a filter's stored type wider than the array's (`items`, per array->array stage), Base64
+    /// text (4/3 of what it encodes), and the strings categorize makes of a `<U` array before
+    /// they are fixed-width. Valid chunks of such chains were refused as too large.
+    fn widened(&self, limit: usize, items: &[usize], n: usize) -> usize {
+        let decoded = items.first().copied().unwrap_or(0);
+        let widest = items.iter().copied().max().unwrap_or(0);
+        let mut limit = match decoded {
+            0 => limit,
+            d => limit.saturating_mul(widest.div_ceil(d).max(1)),
+        };
+        for stage in &self.bytes_to_bytes {
+            let (num, den) = stage.expansion();
+            if num > den {
+                limit = limit.saturating_mul(num) / den.max(1) + num;
+            }
+        }
+        if matches!(self.array_to_bytes, ArrayToBytes::Categorize(_))
+            && matches!(self.dtype.kind, Kind::FixedUnicode(_))
+        {
+            limit = limit.saturating_add(n.saturating_mul(crate::zarr::elements::ELEMENT_BYTES));
+        }
+        limit
     }
 }
 
@@ -443,5 +471,58 @@ mod tests {
             let err = chain("int32", astype(decode)).unwrap_err().to_string();
             assert!(err.contains("decodes to"), "{decode}: {err}");
         }
+    }
+
+    fn zlib(data: &[u8]) -> Vec<u8> {
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut z, data).unwrap();
+        z.finish().unwrap()
+    }
+
+    /// Stages before the last may hold more than the decoded chunk: the limit given for the
+    /// decoded chunk (here exactly its size) is widened for them, and such chunks decode.
+    #[test]
+    fn stages_larger_than_the_chunk_decode_within_the_limit() {
+        let v2 = |dtype: &str, filters: Value| {
+            let stored = DType::from_v2(&json!(dtype)).unwrap();
+            CodecChain::from_v2(
+                &stored,
+                "C",
+                filters.as_array().unwrap(),
+                Some(&json!({"id": "zlib", "level": 1})),
+                1,
+            )
+            .unwrap()
+        };
+        let fill = FillValue::Fixed(vec![0; 2]);
+        // float16 stored as int32 (fixedscaleoffset): the inflated chunk is twice the decoded.
+        let c = v2(
+            "<f2",
+            json!([{"id": "fixedscaleoffset", "scale": 10, "offset": 0, "dtype": "<f2", "astype": "<i4"}]),
+        );
+        let stored: Vec<u8> = [15i32, -20, 0, 100].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let out = c.decode(&zlib(&stored), &[4], &fill, 8).unwrap();
+        let want: Vec<u8> = [1.5f32, -2.0, 0.0, 10.0]
+            .iter()
+            .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+            .collect();
+        assert_eq!(out, Elements::Fixed(want));
+        // Base64 text is 4/3 of the bytes it holds.
+        let c = v2("<i4", json!([{"id": "base64"}]));
+        let data: Vec<u8> = (0..64i32).flat_map(|v| v.to_le_bytes()).collect();
+        let text = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &data);
+        let out = c.decode(&zlib(text.as_bytes()), &[64], &fill, data.len()).unwrap();
+        assert_eq!(out, Elements::Fixed(data));
+        // Categorize on <U3: strings first, then fixed-width.
+        let c = v2(
+            "<U3",
+            json!([{"id": "categorize", "labels": ["foo", "bar"], "dtype": "<U3", "astype": "|u1"}]),
+        );
+        let codes: Vec<u8> = (0..1000).map(|i| (i % 3) as u8).collect();
+        let Elements::Fixed(out) = c.decode(&zlib(&codes), &[1000], &fill, 12 * 1000).unwrap() else {
+            panic!("fixed-width strings")
+        };
+        assert_eq!(out.len(), 12 * 1000);
+        assert_eq!(&out[12..24], [b'f', 0, 0, 0, b'o', 0, 0, 0, b'o', 0, 0, 0]);
     }
 }

@@ -51,6 +51,10 @@ impl BytesToBytes for Delta {
         }
         Ok(out)
     }
+
+    fn expansion(&self) -> (usize, usize) {
+        (self.astype.size().max(1), self.dtype.size().max(1))
+    }
 }
 
 #[cfg(test)]

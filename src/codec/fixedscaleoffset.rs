@@ -64,6 +64,10 @@ impl BytesToBytes for FixedScaleOffset {
         }
         Ok(out)
     }
+
+    fn expansion(&self) -> (usize, usize) {
+        (self.astype.size().max(1), self.dtype.size().max(1))
+    }
 }
 
 #[cfg(test)]
