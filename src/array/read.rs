@@ -851,11 +851,7 @@ async fn read_and_decode(
     // A stored unit is read into memory whole: no more than the largest decoded chunk read
     // (and a little more, for what encoding adds). A stray large file under a chunk key, or an
     // index naming a vast inner range, is refused by its size before any of it is read.
-    let most = ctx
-        .opts
-        .max_chunk_bytes
-        .max(ctx.opts.variable_chunk_limit as u64)
-        .saturating_add(UNIT_SLACK);
+    let most = most_stored(ctx);
     let too_large = |size: u64| too_large_unit(key.as_str(), size, most);
     if let Some(ByteRange::Bounded(a, b)) = range
         && b.saturating_sub(a) > most
@@ -900,6 +896,14 @@ async fn read_and_decode(
 /// What a stored unit may take beyond the largest decoded chunk to be read: headers and what
 /// incompressible data gains in encoding.
 const UNIT_SLACK: u64 = 1 << 20;
+
+/// The most bytes read into memory for one stored unit (a chunk, an inner chunk of a shard).
+fn most_stored(ctx: &ReadContext) -> u64 {
+    ctx.opts
+        .max_chunk_bytes
+        .max(ctx.opts.variable_chunk_limit as u64)
+        .saturating_add(UNIT_SLACK)
+}
 
 fn too_large_unit(key: &str, size: u64, most: u64) -> ReadError {
     ReadError::TooLarge(format!(
@@ -1044,13 +1048,21 @@ struct RangeGroup {
     members: Vec<(usize, Range<u64>)>,
 }
 
-/// Groups byte ranges that lie within `gap` of each other.
-fn coalesce(mut ranges: Vec<(usize, Range<u64>)>, gap: u64) -> Vec<RangeGroup> {
+/// The most bytes one fetch of coalesced ranges spans (a range larger than that is fetched
+/// alone): up to `concurrency` fetches are in memory at once.
+const MAX_COALESCED_SPAN: u64 = 8 << 20;
+
+/// Groups byte ranges that lie within `gap` of each other, in spans of at most `max_span`
+/// bytes (unless one range is larger).
+fn coalesce(mut ranges: Vec<(usize, Range<u64>)>, gap: u64, max_span: u64) -> Vec<RangeGroup> {
     ranges.sort_by_key(|(_, r)| r.start);
     let mut groups: Vec<RangeGroup> = Vec::new();
     for (i, r) in ranges {
         match groups.last_mut() {
-            Some(g) if r.start <= g.span.end.saturating_add(gap) => {
+            Some(g)
+                if r.start <= g.span.end.saturating_add(gap)
+                    && r.end.max(g.span.end).saturating_sub(g.span.start) <= max_span =>
+            {
                 g.span.end = g.span.end.max(r.end);
                 g.members.push((i, r));
             }
@@ -1174,7 +1186,12 @@ async fn read_shard_once(
             None => missing.push((i, w.range.clone())),
         }
     }
-    let groups = coalesce(missing, ctx.opts.coalesce_gap);
+    // An inner chunk is read into memory whole: no more than a chunk is (see read_and_decode).
+    let most = most_stored(ctx);
+    if let Some((_, r)) = missing.iter().find(|(_, r)| r.end - r.start > most) {
+        return Err(too_large_unit(key.as_str(), r.end - r.start, most));
+    }
+    let groups = coalesce(missing, ctx.opts.coalesce_gap, MAX_COALESCED_SPAN);
     let wanted = &wanted;
     stream::iter(groups)
         .map(|RangeGroup { span, members }| {
@@ -1265,6 +1282,31 @@ mod tests {
         );
         let bomb: ApiError = ReadError::codec(&key, CodecError::TooLarge { limit: 10 }).into();
         assert!(matches!(bomb, ApiError::CorruptData { .. }), "{bomb:?}");
+    }
+
+    /// Ranges near each other are fetched together, in spans of at most the cap: a sparse
+    /// read of a vast shard fetches no more than it must, a span at a time.
+    #[test]
+    fn coalesced_spans_are_capped() {
+        let spans = |ranges: &[(u64, u64)], gap, cap| -> Vec<(Range<u64>, Vec<usize>)> {
+            let ranges = ranges.iter().enumerate().map(|(i, &(a, b))| (i, a..b)).collect();
+            coalesce(ranges, gap, cap)
+                .into_iter()
+                .map(|g| (g.span, g.members.into_iter().map(|(i, _)| i).collect()))
+                .collect()
+        };
+        let near = [(0, 10), (15, 20), (20, 40), (100, 110)];
+        assert_eq!(spans(&near, 10, 1000), [(0..40, vec![0, 1, 2]), (100..110, vec![3])]);
+        assert_eq!(spans(&near, 100, 1000), [(0..110, vec![0, 1, 2, 3])]);
+        assert_eq!(
+            spans(&near, 100, 30),
+            [(0..20, vec![0, 1]), (20..40, vec![2]), (100..110, vec![3])]
+        );
+        // A range larger than the cap is fetched alone.
+        assert_eq!(
+            spans(&[(0, 50), (50, 60)], 10, 30),
+            [(0..50, vec![0]), (50..60, vec![1])]
+        );
     }
 
     #[test]
