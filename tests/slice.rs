@@ -1093,6 +1093,63 @@ async fn streamed_responses_hold_every_element_of_wide_sharded_and_sparse_arrays
     }
 }
 
+/// A strided selection that takes little of each of many chunks (here 1/8 of a row of 64
+/// chunks of 4 MiB) streams the values of a region assembled as the chunks arrive, not one
+/// held whole: the same bytes, as bin and CSV, with the fill where chunks are missing.
+#[tokio::test]
+async fn sparse_strided_streams_hold_the_region_not_its_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    let (rows, cols, chunk_cols) = (4096u64, 65536u64, 1024u64);
+    write_v3_array(
+        &dir.path().join("wide"),
+        &[rows, cols],
+        &[rows, chunk_cols],
+        "uint8",
+        json!(9),
+        raw,
+    );
+    let value = |r: u64, c: u64| ((r * 31 + c * 7) % 251) as u8;
+    let stored = [0u64, 5, 17, 63];
+    std::fs::create_dir_all(dir.path().join("wide/c/0")).unwrap();
+    for &cj in &stored {
+        let mut chunk = Vec::with_capacity((rows * chunk_cols) as usize);
+        for r in 0..rows {
+            chunk.extend((0..chunk_cols).map(|c| value(r, cj * chunk_cols + c)));
+        }
+        std::fs::write(dir.path().join(format!("wide/c/0/{cj}")), chunk).unwrap();
+    }
+    let want = |r: u64, c: u64| {
+        if stored.contains(&(c / chunk_cols)) {
+            value(r, c)
+        } else {
+            9
+        }
+    };
+    let app = app_for(&[("t", dir.path())]);
+    // 32 MiB of result from 256 MiB of chunks.
+    let r = get(&app, "/api/v1/slice/t/wide?format=bin&select=:,3::8", &[]).await;
+    assert_eq!(r.status, 200);
+    let width = cols / 8;
+    assert_eq!(r.body.len() as u64, rows * width);
+    for (k, &got) in r.body.iter().enumerate() {
+        let (i, j) = (k as u64 / width, 3 + k as u64 % width * 8);
+        assert_eq!(got, want(i, j), "element ({i}, {j})");
+    }
+    // As text, in rows: a few rows checked.
+    let r = get(&app, "/api/v1/slice/t/wide?format=csv&select=100:4000:1300,::64", &[]).await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3);
+    for (a, line) in lines.iter().enumerate() {
+        let i = 100 + a as u64 * 1300;
+        let got: Vec<u8> = line.split(',').map(|v| v.parse().unwrap()).collect();
+        let expect: Vec<u8> = (0..cols / 64).map(|b| want(i, b * 64)).collect();
+        assert_eq!(got, expect, "row {i}");
+    }
+}
+
 #[tokio::test]
 async fn streamed_text_of_bands_of_one_row() {
     // A band is whole rows of chunks; when the last one, or every one, holds a single row of

@@ -506,6 +506,42 @@ async fn load_region_once(
     let FillValue::Fixed(one) = &meta.fill else {
         return Err(ReadError::not_fixed());
     };
+    // A strided selection may take little of each of many units: holding them all until the
+    // region is written out would cost many times the region (a row of a thousand 8 MiB
+    // chunks for a few MB). Such a region is assembled as its units arrive instead, each
+    // dropped once copied, and written out from that.
+    let item = one.len() as u64;
+    let unit = unit_shape(&meta);
+    let held = sel
+        .units_touched(unit, None)
+        .saturating_mul(unit.iter().fold(item, |n, &c| n.saturating_mul(c)));
+    let result = sel.len().saturating_mul(item);
+    if held > SPARSE_HOLDING.saturating_mul(result).max(SPARSE_HOLDING_FLOOR) {
+        let shape = sel.full_shape();
+        let elements = read_region_once(ctx, path, meta.clone(), sel).await?;
+        let parts = shape
+            .iter()
+            .map(|&count| CellPart {
+                cell: 0,
+                src_start: 0,
+                count,
+                dst_start: 0,
+            })
+            .collect();
+        return Ok(LoadedRegion {
+            axis: row_axis(&shape),
+            item: one.len(),
+            steps: vec![1; shape.len()],
+            fill: None,
+            pieces: vec![Piece {
+                block: Some(Arc::new(Decoded::new(elements))),
+                block_shape: shape.clone(),
+                parts,
+            }],
+            shape,
+            path: path.clone(),
+        });
+    }
     let output = Output {
         sink: Sink::Collect(Mutex::new(Vec::new())),
         shape: sel.full_shape(),
@@ -530,6 +566,13 @@ async fn load_region_once(
         path: path.clone(),
     })
 }
+
+/// A region whose units weigh more than this many times the region is assembled rather than
+/// held ([`load_region`]).
+const SPARSE_HOLDING: u64 = 4;
+
+/// ... and more than this in all: below, holding the units costs little either way.
+const SPARSE_HOLDING_FLOOR: u64 = 32 << 20;
 
 /// The unit that is decoded whole: an inner chunk of a shard, or a chunk.
 pub fn unit_shape(meta: &ArrayMeta) -> &[u64] {

@@ -44,6 +44,17 @@ fn parse_int(s: &str, what: &str) -> Result<i64, SelectionError> {
 }
 
 impl Selection {
+    /// Units of `unit` shape (chunks, or inner chunks) the selection touches, in all
+    /// dimensions but `except`; saturating.
+    pub fn units_touched(&self, unit: &[u64], except: Option<usize>) -> u64 {
+        self.0
+            .iter()
+            .zip(unit)
+            .enumerate()
+            .filter(|&(d, _)| Some(d) != except)
+            .fold(1u64, |n, (_, (s, &c))| n.saturating_mul(cells_touched(*s, c)))
+    }
+
     /// Everything.
     pub fn all(shape: &[u64]) -> Self {
         Selection(

@@ -13,7 +13,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
 use serde::Deserialize;
 
-use crate::array::selection::{cells, cells_touched};
+use crate::array::selection::cells;
 use crate::array::{
     DimSelection, LoadedRegion, ReadContext, ReadError, Selection, load_region, read_region, read_region_bytes,
     row_axis, unit_shape,
@@ -168,7 +168,7 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     // Chunks, and the inner chunks of shards, each decoded (and planned, and cached) apart.
     let max_chunks = state.config.limits.max_chunks_per_slice;
     for (unit, what) in [(&meta.chunk_shape[..], "chunks"), (unit_shape(&meta), "inner chunks")] {
-        let n = units_touched(&sel, unit, None);
+        let n = sel.units_touched(unit, None);
         if n > max_chunks {
             return Err(ApiError::TooLarge(format!(
                 "the selection touches {n} {what}; the limit is {max_chunks}"
@@ -316,18 +316,7 @@ fn unit_row_bytes(meta: &ArrayMeta, sel: &Selection, axis: usize) -> u64 {
     let unit = unit_shape(meta);
     let item = meta.dtype.item_size().unwrap_or(1) as u64;
     let unit_bytes = unit.iter().fold(item, |n, &c| n.saturating_mul(c));
-    unit_bytes.saturating_mul(units_touched(sel, unit, Some(axis)))
-}
-
-/// Units of `unit` shape (chunks, or inner chunks) that `sel` touches, in all dimensions but
-/// `except`; saturating.
-fn units_touched(sel: &Selection, unit: &[u64], except: Option<usize>) -> u64 {
-    sel.0
-        .iter()
-        .zip(unit)
-        .enumerate()
-        .filter(|&(d, _)| Some(d) != except)
-        .fold(1u64, |n, (_, (s, &c))| n.saturating_mul(cells_touched(*s, c)))
+    unit_bytes.saturating_mul(sel.units_touched(unit, Some(axis)))
 }
 
 /// Splits a selection into bands of whole rows of decode units (chunks, or inner chunks of
