@@ -8,6 +8,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use super::categorize::Categorize;
+use super::numeric::Scalar;
 use super::sharding::ShardingCodec;
 use super::{BytesToBytes, CodecError, astype, delta, fixedscaleoffset, json2, packbits, transpose, vlen, zep0007};
 use crate::zarr::MetaError;
@@ -365,7 +366,7 @@ impl CodecChain {
             ArrayToBytes::Json2 => json2::decode(&bytes, n, limit)?,
             ArrayToBytes::Categorize(c) => c.decode(&bytes, n, limit)?,
             ArrayToBytes::Zep0007 { binary } => zep0007::decode(&bytes, n, *binary, limit)?,
-            ArrayToBytes::Sharding(s) => s.decode_shard(&bytes, encoded_shape, fill, limit)?,
+            ArrayToBytes::Sharding(s) => s.decode_shard(&bytes, encoded_shape, &self.stored_fill(fill), limit)?,
         };
         for (i, stage) in self.array_to_array.iter().enumerate().rev() {
             elements = match stage {
@@ -385,6 +386,31 @@ impl CodecChain {
 }
 
 impl CodecChain {
+    /// The fill value as the array->bytes codec sees it: cast to each numeric filter's stored
+    /// type on the way, as zarr-python casts it (a shard behind `numcodecs.delta` with astype
+    /// int16 fills its empty inner chunks with int16 values). Where no cast applies, as given.
+    fn stored_fill(&self, fill: &FillValue) -> FillValue {
+        let FillValue::Fixed(mut bytes) = fill.clone() else {
+            return fill.clone();
+        };
+        let mut dtype = self.dtype.clone();
+        for stage in &self.array_to_array {
+            if let ArrayToArray::Filter { encoded, .. } = stage {
+                // Elements between stages are little-endian.
+                let mut to = encoded.clone();
+                to.big_endian = false;
+                let cast = Scalar::new(dtype.clone())
+                    .and_then(|from| Scalar::new(to.clone())?.convert_from(&from, &bytes, usize::MAX));
+                match cast {
+                    Ok(b) => bytes = b,
+                    Err(_) => return fill.clone(),
+                }
+                dtype = to;
+            }
+        }
+        FillValue::Fixed(bytes)
+    }
+
     /// `limit`, given for the decoded chunk, widened for what the stages before the last hold:
     /// a filter's stored type wider than the array's (`items`, per array->array stage), Base64
     /// text (4/3 of what it encodes), and the strings categorize makes of a `<U` array before
@@ -471,6 +497,34 @@ mod tests {
             let err = chain("int32", astype(decode)).unwrap_err().to_string();
             assert!(err.contains("decodes to"), "{decode}: {err}");
         }
+    }
+
+    /// A shard behind a numeric filter that stores another type: its empty inner chunks are
+    /// the fill cast to that type. Values as zarr-python reads the same bytes (written by it
+    /// with `numcodecs.zarr3.Delta(dtype="int32", astype="int16")`, fill 5, and the third inner
+    /// chunk's index entry then marked empty): [1, 2, 5, 5, 10, 15, 17, 19].
+    #[test]
+    fn shards_behind_type_changing_filters_fill_in_the_stored_type() {
+        let bytes = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let codecs = json!([
+            {"name": "numcodecs.delta", "configuration": {"dtype": "int32", "astype": "int16"}},
+            {"name": "sharding_indexed", "configuration": {"chunk_shape": [2], "codecs": [bytes],
+                "index_codecs": [bytes], "index_location": "end"}}
+        ]);
+        let dtype = DType::from_v3(&json!("int32")).unwrap();
+        let c = CodecChain::from_v3(&dtype, codecs.as_array().unwrap(), &[8]).unwrap();
+        let mut shard: Vec<u8> = [1i16, 1, 3, 0, 2, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        for (offset, len) in [(0u64, 4u64), (4, 4), (u64::MAX, u64::MAX), (8, 4)] {
+            shard.extend(offset.to_le_bytes());
+            shard.extend(len.to_le_bytes());
+        }
+        let fill = FillValue::Fixed(5i32.to_le_bytes().to_vec());
+        let out = c.decode(&shard, &[8], &fill, 1 << 10).unwrap();
+        let want: Vec<u8> = [1i32, 2, 5, 5, 10, 15, 17, 19]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(out, Elements::Fixed(want));
     }
 
     fn zlib(data: &[u8]) -> Vec<u8> {
