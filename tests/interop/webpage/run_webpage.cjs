@@ -23,15 +23,20 @@ const REPO = path.resolve(process.env.ZARRGATE_REPO || path.join(__dirname, ".."
 const SHOTS = path.join(REPO, "target", "webpage-screenshots");
 const STEP_TIMEOUT = 10000;
 const BUDGET_MS = Number(process.env.ZARRGATE_WEBPAGE_BUDGET_MS || 180000);
+// ZARRGATE_WEBPAGE_ONLY=REGEX runs only the checks whose name matches (and the first, which loads
+// the page); for working on one check.
+const ONLY = process.env.ZARRGATE_WEBPAGE_ONLY ? new RegExp(process.env.ZARRGATE_WEBPAGE_ONLY, "i") : null;
 const started = Date.now();
 
 const results = [];
 let page = null;
 let base = null;
+let target = null;
 let abortReason = null;
 
 /** Run one named check. A failed `fatal` check (the page did not load) skips the rest. */
 async function check(name, fn, { fatal = false } = {}) {
+  if (ONLY && !fatal && !ONLY.test(name)) return;
   if (abortReason || Date.now() - started > BUDGET_MS) {
     results.push({ name, ok: false });
     console.log(`FAIL ${name}: not run (${abortReason || "time budget of " + BUDGET_MS + " ms used up"})`);
@@ -158,7 +163,7 @@ async function errorTextIn(selector) {
 async function main() {
   const args = process.argv.slice(2);
   const dev = args[0] === "--dev";
-  const target = (dev ? args[1] : args[0] || "").replace(/\/+$/, "");
+  target = (dev ? args[1] : args[0] || "").replace(/\/+$/, "");
   if (!/^http:\/\/(127\.0\.0\.1|localhost|\[::1\]):\d+$/.test(target)) {
     throw new Error(`usage: run_webpage.cjs [--dev] http://127.0.0.1:PORT (got '${target}')`);
   }
@@ -464,6 +469,38 @@ async function main() {
       await noOverflow("home at 390");
       await shot("phone-home");
       await page.setViewportSize({ width: 1280, height: 800 });
+    });
+
+    await check("?api= is used only when it is an http(s) URL (no javascript: links)", async () => {
+      const dialogs = [];
+      const onDialog = (d) => { dialogs.push(d.message()); d.dismiss().catch(() => {}); };
+      page.on("dialog", onDialog);
+      try {
+        for (const bad of ["javascript://%0aalert(document.domain)/", " JavaScript:alert(1)//", "data:text/html,<script>alert(1)</script>", "vbscript:x"]) {
+          await page.goto(base + "/?api=" + encodeURIComponent(bad));
+          await page.locator("#metrics-link").waitFor();
+          assertEq(await page.$eval("#metrics-link", (a) => a.href), base + "/metrics", `metrics link with ?api=${bad}`);
+          await page.locator('#tree li[data-key="demo"]').waitFor();
+          const raw = await page.locator("main table.list td.mono").last().innerText();
+          assert(raw.startsWith(base + "/zarr/"), `raw-key URL with ?api=${bad}: ${raw}`);
+        }
+        // The reported exploit: a click on "metrics" (now a download of /metrics) runs no script.
+        await page.goto(base + "/?api=" + encodeURIComponent("javascript://%0aalert(document.domain)/"));
+        await page.locator('#tree li[data-key="demo"]').waitFor();
+        await page.click("#metrics-link");
+        await page.waitForTimeout(300);
+        assertEq(dialogs, [], "dialogs opened");
+        // What ?api= is for: another zarrgate (with --dev, the page's origin is the dev server and
+        // the API is zarrgate's, over CORS).
+        await page.goto(base + "/?api=" + encodeURIComponent(target + "/"));
+        await page.locator('#tree li[data-key="demo"]').waitFor();
+        assertEq(await page.$eval("#metrics-link", (a) => a.href), target + "/metrics", "metrics link with ?api=<zarrgate>");
+        await page.locator('#tree li[data-key="demo"] > .row a').click();
+        await page.locator("main table.list a", { hasText: "v3.zarr" }).waitFor();
+        assertEq(await page.locator("[data-testid=raw-url]").innerText(), target + "/zarr/demo/", "raw-key URL with ?api=<zarrgate>");
+      } finally {
+        page.off("dialog", onDialog);
+      }
     });
 
     await check("no script errors", async () => {
