@@ -15,6 +15,7 @@
 // `webpage: N passed, N failed`; the exit code is non-zero on any failure.
 
 const fs = require("fs");
+const http = require("http");
 const path = require("path");
 const { launchChromium } = require("../browser/lib/chromium.cjs");
 const { startDevServer } = require("./dev-server.cjs");
@@ -158,6 +159,53 @@ async function errorTextIn(selector) {
   const loc = page.locator(`${selector} .error`).first();
   await loc.waitFor({ timeout: STEP_TIMEOUT });
   return loc.innerText();
+}
+
+/** Wait in node (not in the page) until fn() is true. */
+async function until(fn, what) {
+  const t0 = Date.now();
+  while (!fn()) {
+    if (Date.now() - t0 > STEP_TIMEOUT) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+/** A proxy on 127.0.0.1 (a free port) to `upstream` (the page's origin) that sends the status,
+    headers and first 5 bytes of each response whose URL matches `slow` at once and the rest
+    `delayMs` later: a request aborted in between is aborted while its body arrives. `opened` lists
+    the URLs whose first bytes were sent. */
+function startSlowProxy(upstream, slow, delayMs) {
+  const up = new URL(upstream);
+  const opened = [];
+  const server = http.createServer((req, res) => {
+    const preq = http.request({ hostname: up.hostname, port: up.port, method: req.method, path: req.url, headers: { ...req.headers, host: up.host } }, (pres) => {
+      if (!slow.test(req.url)) {
+        res.writeHead(pres.statusCode, pres.headers);
+        return pres.pipe(res);
+      }
+      const headers = { ...pres.headers };
+      delete headers["content-length"];
+      res.writeHead(pres.statusCode, headers);
+      const chunks = [];
+      pres.on("data", (c) => chunks.push(c));
+      pres.on("end", () => {
+        const body = Buffer.concat(chunks);
+        res.write(body.subarray(0, 5));
+        opened.push(req.url);
+        const t = setTimeout(() => res.end(body.subarray(5)), delayMs);
+        res.on("close", () => clearTimeout(t));
+      });
+    });
+    preq.on("error", () => { if (!res.headersSent) res.writeHead(502); res.end(); });
+    req.pipe(preq);
+  });
+  return new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => resolve({
+      url: `http://127.0.0.1:${server.address().port}`,
+      opened,
+      close: () => new Promise((r) => { server.closeAllConnections?.(); server.close(() => r()); }),
+    }));
+  });
 }
 
 async function main() {
@@ -500,6 +548,38 @@ async function main() {
         assertEq(await page.locator("[data-testid=raw-url]").innerText(), target + "/zarr/demo/", "raw-key URL with ?api=<zarrgate>");
       } finally {
         page.off("dialog", onDialog);
+      }
+    });
+
+    await check("a table load aborted while its body arrives shows no error (not 'bad JSON')", async () => {
+      const proxy = await startSlowProxy(base, /^\/api\/v1\/slice\/demo\/v3\.zarr\/volume\?.*format=json/, 1500);
+      try {
+        await page.goto(proxy.url + "/#/demo/v3.zarr/volume");
+        await page.locator("#viewer .seg button[data-mode=table]").click();
+        await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.state === "ready", null, "the table", "[data-testid=table]");
+        // From now on, note every error the viewer shows, however briefly.
+        await page.evaluate(() => {
+          window.__viewerErrors = [];
+          const v = document.getElementById("viewer");
+          new MutationObserver(() => {
+            const e = v.querySelector(".error");
+            if (e || v.querySelector("[data-testid=table]")?.dataset.state === "error") window.__viewerErrors.push(e ? e.textContent : "table state error");
+          }).observe(v, { subtree: true, childList: true, attributes: true });
+        });
+        const slider = page.locator('#viewer input[type=range][data-dim="0"]');
+        await slider.focus();
+        const n = proxy.opened.length;
+        await page.keyboard.press("ArrowRight");
+        await until(() => proxy.opened.length > n, "the body of the table at z=8 to start");
+        await page.keyboard.press("ArrowRight"); // aborts the load of z=8, whose body is still arriving
+        await waitUntil(() => {
+          const t = document.querySelector("[data-testid=table]");
+          return t && t.dataset.state === "ready" && t.dataset.select === "[9,0:100,0:20]";
+        }, null, "the table at z=9", "[data-testid=table]");
+        assert(proxy.opened.some((u) => u.includes("select=[8,")), "the load of z=8 was not made");
+        assertEq(await page.evaluate(() => window.__viewerErrors), [], "errors shown");
+      } finally {
+        await proxy.close();
       }
     });
 
