@@ -583,6 +583,28 @@ async function main() {
       }
     });
 
+    await check("a slow tree reveal of an older route does not take the selection of a newer one", async () => {
+      const slow = /\/api\/v1\/zom\/demo\/v3\.zarr\?depth=1$/;
+      let held = 0, released = 0;
+      await page.route(slow, async (r) => { held++; await new Promise((res) => setTimeout(res, 1500)); released++; await r.continue().catch(() => {}); });
+      try {
+        await page.goto(base + "/");
+        await page.locator('#tree li[data-key="demo"]').waitFor();
+        await page.evaluate(() => { location.hash = "#/demo/v3.zarr/volume"; });
+        await until(() => held > 0, "the expansion of demo/v3.zarr to start");
+        await page.evaluate(() => { location.hash = "#/demo/v2.zarr/counts"; });
+        await waitUntil(() => document.querySelector("[data-testid=plot]")?.dataset.state === "ready", null, "the plot of counts", "[data-testid=plot]");
+        await until(() => released === held, "the held expansion to be answered");
+        await page.locator('#tree li[data-key="demo/v3.zarr/volume"]').waitFor(); // the old reveal's expansion is done
+        await page.waitForTimeout(100);
+        const selected = await page.$$eval("#tree .row.selected", (rs) => rs.map((r) => r.parentElement.dataset.key));
+        assertEq(selected, ["demo/v2.zarr/counts"], "selected tree rows");
+        assertEq(await page.locator("main h2").innerText(), "counts", "title");
+      } finally {
+        await page.unroute(slow);
+      }
+    });
+
     await check("no script errors", async () => {
       const errs = browser.pageErrors;
       const consoleErrs = browser.consoleMessages.filter((m) => m.type === "error" && !/Failed to load resource: the server responded with a status of (400|404)/.test(m.text));
