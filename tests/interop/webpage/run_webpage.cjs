@@ -605,6 +605,28 @@ async function main() {
       }
     });
 
+    await check("slice API box shows the format it asked for when the menu changes meanwhile", async () => {
+      const slow = /\/api\/v1\/slice\/demo\/v3\.zarr\/volume\?select=\[1,2,3:5\]&format=npy$/;
+      let held = 0;
+      await page.route(slow, async (r) => { held++; await new Promise((res) => setTimeout(res, 800)); await r.continue().catch(() => {}); });
+      try {
+        await page.goto(base + "/#/demo/v3.zarr/volume");
+        await page.locator("#q-select").waitFor();
+        await page.fill("#q-select", "[1,2,3:5]");
+        await page.selectOption("#q-format", "npy");
+        await page.click("#q-run");
+        await until(() => held > 0, "the npy request");
+        await page.selectOption("#q-format", "json");
+        await page.waitForFunction(() => document.querySelector("#q-result").dataset.state === "ready");
+        const link = page.locator("#q-result a[download]");
+        const dl = (await link.count()) ? await link.getAttribute("download") : null;
+        assertEq(dl, "slice.npy", "download offered");
+        assertEq(await page.locator("#q-result pre").count(), 0, "text blocks in the result (npy bytes shown as text)");
+      } finally {
+        await page.unroute(slow);
+      }
+    });
+
     await check("no script errors", async () => {
       const errs = browser.pageErrors;
       const consoleErrs = browser.consoleMessages.filter((m) => m.type === "error" && !/Failed to load resource: the server responded with a status of (400|404)/.test(m.text));
