@@ -627,6 +627,22 @@ async function main() {
       }
     });
 
+    await check("a path below an array (demo/v3.zarr/volume/c) is not shown as the array", async () => {
+      await page.goto(base + "/#/demo/v3.zarr/volume/c");
+      const listed = (await api("/api/v1/list/demo/v3.zarr/volume/c")).body.children.map((c) => c.name);
+      await waitUntil(() => document.querySelector("main h2")?.textContent === "c" &&
+        (document.querySelector("main .titlebar .badge") || document.querySelector("main .error")), null, "the view of volume/c", "main h2");
+      const err = await page.locator("main .error").count() ? await page.locator("main .error").innerText() : "";
+      assertEq(await page.$$eval("main .titlebar .badge", (bs) => bs.map((b) => b.textContent)), ["directory"], `badges (error shown: '${err}')`);
+      const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => tr.children[0].textContent));
+      assertEq(rows, listed, "entries of the directory");
+      assertEq(await page.$$eval("#tree .row.selected", (rs) => rs.length), 0, "selected tree rows");
+      // below that, nothing: the API's 404
+      await page.goto(base + "/#/demo/v3.zarr/volume/zz");
+      const txt = await errorTextIn("main");
+      assert(txt.includes("Not found (404)"), `error shown: '${txt}'`);
+    });
+
     await check("no script errors", async () => {
       const errs = browser.pageErrors;
       const consoleErrs = browser.consoleMessages.filter((m) => m.type === "error" && !/Failed to load resource: the server responded with a status of (400|404)/.test(m.text));
