@@ -208,6 +208,30 @@ function startSlowProxy(upstream, slow, delayMs) {
   });
 }
 
+/** Make the page see a mount `name` (kind local) whose root is `realMount/realPath` of the server:
+    /api/v1/mounts gains it, and its list, zom and slice requests are answered by the real node's.
+    The CI server has no mount whose root is a node; this lends it one. Returns an undo function. */
+async function lendMount(name, realMount, realPath) {
+  const mountsRe = /\/api\/v1\/mounts$/;
+  const nodeRe = new RegExp(`/api/v1/(list|zom|slice)/${name}(/[^?]*)?(\\?.*)?$`);
+  await page.route(mountsRe, async (r) => {
+    const res = await r.fetch();
+    const body = await res.json();
+    body.mounts.push({ name, kind: "local", url: `(test: ${realMount}/${realPath})`, consolidated: true });
+    await r.fulfill({ response: res, json: body });
+  });
+  await page.route(nodeRe, async (r) => {
+    const u = new URL(r.request().url());
+    const [, route, rest = "", query = ""] = nodeRe.exec(u.pathname + u.search);
+    const sub = rest.replace(/^\/+/, "");
+    u.pathname = u.pathname.replace(/\/api\/v1\/.*$/, `/api/v1/${route}/${realMount}/${realPath}${sub ? "/" + sub : ""}`);
+    u.search = query;
+    await r.fulfill({ response: await r.fetch({ url: u.href }) });
+  });
+  await page.goto("about:blank"); // the next page load asks for the mounts again
+  return async () => { await page.unroute(mountsRe); await page.unroute(nodeRe); await page.goto("about:blank"); };
+}
+
 async function main() {
   const args = process.argv.slice(2);
   const dev = args[0] === "--dev";
@@ -641,6 +665,23 @@ async function main() {
       await page.goto(base + "/#/demo/v3.zarr/volume/zz");
       const txt = await errorTextIn("main");
       assert(txt.includes("Not found (404)"), `error shown: '${txt}'`);
+    });
+
+    await check("an array at the root of a mount is titled with the mount's name", async () => {
+      const undo = await lendMount("rootarr", "demo", "v3.zarr/volume");
+      try {
+        await page.goto(base + "/#/rootarr");
+        await page.locator("[data-testid=shape]").waitFor();
+        assertEq(await page.locator("main h2").innerText(), "rootarr", "title");
+        assertEq((await page.locator("[data-testid=shape]").innerText()).trim(), "16 × 128 × 128", "shape");
+        assertEq(await page.title(), "rootarr · zarrgate", "document title");
+        await waitStage("[7,:,:]");
+        // The tree (opened at the mount): the mount is the array; its chunk directories are not its children.
+        await page.locator('#tree li[data-key="rootarr"][aria-expanded=true] > ul > li.note', { hasText: "empty" }).waitFor();
+        assertEq(await page.$$eval('#tree li[data-key="rootarr"] li[role=treeitem]', (ls) => ls.map((l) => l.dataset.key)), [], "children of rootarr in the tree");
+      } finally {
+        await undo();
+      }
     });
 
     await check("no script errors", async () => {
