@@ -7,10 +7,11 @@
 //   node run_webpage.cjs --dev ZARRGATE_URL  serve the working copy of static/index.html with
 //                                            dev-server.cjs, proxying the API to ZARRGATE_URL
 //
-// Needs the `demo` mount (data/demo). Drives headless Debian Chromium through playwright-core:
-// the mount tree, the array view of demo/v3.zarr/volume (metadata, snippets, the PNG slice viewer,
-// its slider and the value under the cursor, checked against GET /api/v1/slice), a 1-D plot, string
-// tables, readable API errors, and the layout at 1280x800 and 390x844 (no horizontal overflow).
+// Needs the `demo` mount (data/demo) and `fx` (tests/fixtures/data), as tests/interop/run.sh mounts
+// them. Drives headless Debian Chromium through playwright-core: the mount tree, the array view of
+// demo/v3.zarr/volume (metadata, snippets, the PNG slice viewer, its slider and the value under the
+// cursor, checked against GET /api/v1/slice), a 1-D plot, string tables, readable API errors, the
+// layout at 1280x800 and 390x844 (no horizontal overflow), and the fixes listed in README.md.
 // Screenshots go to target/webpage-screenshots/. The LAST line of output is
 // `webpage: N passed, N failed`; the exit code is non-zero on any failure.
 
@@ -72,6 +73,11 @@ async function api(rel) {
   return { status: r.status, body };
 }
 const sliceRel = (p, q) => `/api/v1/slice/demo/${p}?${q}`;
+/** The repo's fixtures (tests/fixtures/data) are mounted as fx by tests/interop/run.sh. */
+async function needFx() {
+  const mounts = (await api("/api/v1/mounts")).body.mounts.map((m) => m.name);
+  assert(mounts.includes("fx"), `the server has no fx mount (tests/fixtures/data, as tests/interop/run.sh mounts it): ${mounts}`);
+}
 
 /** Pixels of the viewer's <img> (drawn at natural size) vs. the PNG the API returns for `select`. */
 async function imageState(expectSelect) {
@@ -682,6 +688,24 @@ async function main() {
       } finally {
         await undo();
       }
+    });
+
+    await check("Zarr v1 arrays: compression from meta, curl and slice API only (fx/v1)", async () => {
+      await needFx();
+      const text = async (id) => (await page.locator(`[data-testid=${id}]`).first().innerText()).trim();
+      for (const [name, parts] of [["zlib_f8_2d", ["zlib", "level=1"]], ["blosc_i4_1d", ["blosc", "cname=lz4", "clevel=5", "shuffle=1"]], ["none_u2_2d_F", ["none"]]]) {
+        await page.goto(base + "/#/fx/v1/" + name);
+        await page.locator(`main h2:text-is("${name}")`).waitFor();
+        const codecs = await text("codecs");
+        for (const p of parts) assert(codecs.includes(p), `codecs of ${name} lack '${p}': '${codecs}'`);
+        if (name !== "none_u2_2d_F") assert(!codecs.includes("none"), `codecs of ${name}: '${codecs}'`);
+        const tabs = await page.$$eval("#access .tabs [data-tab]", (bs) => bs.map((b) => b.dataset.tab));
+        assertEq(tabs, ["curl"], `snippet tabs of ${name}`);
+        assertEq(await page.locator("[data-testid=snippet-zarr], [data-testid=snippet-tensorstore], [data-testid=snippet-neuroglancer]").count(), 0, "zarr-python / tensorstore / neuroglancer snippets");
+        assert((await text("curl")).includes(`curl -s '${base}/zarr/fx/v1/${name}/meta'`), `curl tab of ${name}: ${await text("curl")}`);
+        assert(await page.locator("#slice-api #q-run").count() === 1, "the slice API box");
+      }
+      await shot("desktop-v1");
     });
 
     await check("no script errors", async () => {

@@ -2,7 +2,8 @@
 # Usage: tests/interop/webpage/run_webpage.sh [--dev] URL
 #
 # Browser test of zarrgate's web page (static/index.html) in headless Debian Chromium driven by
-# playwright-core (see run_webpage.cjs for what it checks). The server must have the `demo` mount.
+# playwright-core (see run_webpage.cjs for what it checks). The server must have the `demo` mount
+# and `fx` (tests/fixtures/data), as tests/interop/run.sh mounts them.
 #
 #   run_webpage.sh http://127.0.0.1:8080         the page served by zarrgate itself at URL/ (CI)
 #   run_webpage.sh --dev http://127.0.0.1:8080   serve the working copy of static/index.html from a
