@@ -32,6 +32,7 @@ const started = Date.now();
 
 const results = [];
 let page = null;
+let browser = null;
 let base = null;
 let target = null;
 let abortReason = null;
@@ -214,6 +215,30 @@ function startSlowProxy(upstream, slow, delayMs) {
   });
 }
 
+/** Answer requests matching `re` with the server's JSON passed through edit(body). */
+async function editJson(re, edit) {
+  await page.route(re, async (r) => {
+    const res = await r.fetch();
+    await r.fulfill({ response: res, json: edit(await res.json()) });
+  });
+}
+/** Answer requests matching `re` with `status` and the API error {code, message}. */
+async function fakeError(re, status, code, message) {
+  await page.route(re, (r) => r.fulfill({ status, json: { error: { code, message } } }));
+}
+/** Run fn with the console errors of the responses it fakes (status `status`) not counted by the
+    "no script errors" check; every other console error still is. */
+async function withFakedStatus(status, fn) {
+  const from = browser.consoleMessages.length;
+  try {
+    await fn();
+  } finally {
+    const re = new RegExp(`Failed to load resource: the server responded with a status of ${status}\\b`);
+    for (let i = browser.consoleMessages.length - 1; i >= from; i--) {
+      if (browser.consoleMessages[i].type === "error" && re.test(browser.consoleMessages[i].text)) browser.consoleMessages.splice(i, 1);
+    }
+  }
+}
 /** Make the page see a mount `name` (kind local) whose root is `realMount/realPath` of the server:
     /api/v1/mounts gains it, and its list, zom and slice requests are answered by the real node's.
     The CI server has no mount whose root is a node; this lends it one. Returns an undo function. */
@@ -258,7 +283,7 @@ async function main() {
 
   fs.rmSync(SHOTS, { recursive: true, force: true });
   fs.mkdirSync(SHOTS, { recursive: true });
-  const browser = await launchChromium();
+  browser = await launchChromium();
   page = browser.page;
   page.setDefaultTimeout(STEP_TIMEOUT);
   try {
@@ -706,6 +731,42 @@ async function main() {
         assert(await page.locator("#slice-api #q-run").count() === 1, "the slice API box");
       }
       await shot("desktop-v1");
+    });
+
+    await check("a listed node whose metadata cannot be read is 'invalid' with its error (not a directory)", async () => {
+      // No CI mount holds a corrupt node, so the test adds one to the listing of demo's root as
+      // /api/v1/list describes one, and answers its ZOM with the API's error for it.
+      const message = "stored data at 'broken.zarr/zarr.json' could not be decoded";
+      const listRe = /\/api\/v1\/list\/demo\/$/, zomRe = /\/api\/v1\/zom\/demo\/broken\.zarr(\?.*)?$/;
+      await withFakedStatus(500, async () => {
+        await page.goto("about:blank");
+        await editJson(listRe, (b) => {
+          b.children.push({ node_type: "invalid", error: { code: "corrupt_data", message }, name: "broken.zarr" });
+          return b;
+        });
+        await fakeError(zomRe, 500, "corrupt_data", message);
+        try {
+          await page.goto(base + "/#/demo");
+          await page.locator("main table.list a", { hasText: "broken.zarr" }).waitFor();
+          const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => [tr.children[0].textContent, tr.children[1].textContent]));
+          assertEq(rows, [["v2.zarr", "group · v2"], ["v3.zarr", "group · v3"], ["broken.zarr", "invalid"]], "rows of demo");
+          const box = page.locator('main [data-testid=invalid-entry][data-name="broken.zarr"]');
+          assert((await box.count()) === 1, "no error box for broken.zarr");
+          assert((await box.innerText()).includes(message) && (await box.getAttribute("data-code")) === "corrupt_data", `error box: ${await box.innerText()}`);
+          const li = page.locator('#tree li[data-key="demo/broken.zarr"]');
+          await li.waitFor();
+          assertEq([await li.getAttribute("data-type"), await li.getAttribute("aria-expanded"), await li.locator(".icon").getAttribute("class")],
+            ["invalid", null, "icon invalid"], "tree item of broken.zarr (type, expandable, icon)");
+          await shot("desktop-invalid-entry");
+          await li.locator(":scope > .row a").click();
+          const txt = await errorTextIn("main");
+          assert(txt.includes(message) && txt.includes("Server error (500)"), `error shown for broken.zarr: '${txt}'`);
+        } finally {
+          await page.unroute(listRe);
+          await page.unroute(zomRe);
+          await page.goto("about:blank");
+        }
+      });
     });
 
     await check("no script errors", async () => {
