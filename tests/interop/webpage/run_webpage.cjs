@@ -769,6 +769,46 @@ async function main() {
       });
     });
 
+    await check("a group with a corrupt member shows its other members and the bad one's error", async () => {
+      // No CI mount holds a corrupt member: the test makes demo/v3.zarr look like a group with one, as
+      // the API answers for it (ZOM depth=1 of the group: 500 corrupt_data; its listing: the member
+      // as "invalid" with the error). The group itself (depth=0) and the other members are real.
+      const message = "stored data at 'v3.zarr/broken/zarr.json' could not be decoded";
+      const zomRe = /\/api\/v1\/zom\/demo\/v3\.zarr\?depth=1$/, listRe = /\/api\/v1\/list\/demo\/v3\.zarr$/;
+      await withFakedStatus(500, async () => {
+        await page.goto("about:blank");
+        await fakeError(zomRe, 500, "corrupt_data", message);
+        await editJson(listRe, (b) => {
+          b.children.push({ node_type: "invalid", error: { code: "corrupt_data", message }, name: "broken" });
+          b.children.sort((x, y) => (x.name < y.name ? -1 : 1));
+          return b;
+        });
+        try {
+          await page.goto(base + "/#/demo/v3.zarr");
+          await waitUntil(() => document.querySelector("main h2")?.textContent === "v3.zarr" &&
+            document.querySelector("main table.list, main > .error"), null, "the view of v3.zarr", "main h2");
+          const failed = await page.locator("main > .error").count() ? await page.locator("main > .error").innerText() : null;
+          assert(!failed, `the group view shows an error: '${failed}'`);
+          const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => [tr.children[0].textContent, tr.children[1].textContent]));
+          assertEq(rows, [["broken", "invalid"], ["names", "array · v3"], ["temperature", "array · v3"], ["volume", "array · v3"]], "members");
+          const box = page.locator('main [data-testid=invalid-entry][data-name="broken"]');
+          assert((await box.count()) === 1 && (await box.innerText()).includes(message), "the error of broken");
+          assert(await page.locator("main [data-testid=members-listed]").count() === 1, "the note that members come from the listing");
+          assert((await page.locator("[data-testid=attributes]").innerText()).includes("v3"), "the group's own attributes (depth=0)");
+          const kids = await expandTreeItem("demo/v3.zarr");
+          assertEq(kids, ["demo/v3.zarr/broken", "demo/v3.zarr/names", "demo/v3.zarr/temperature", "demo/v3.zarr/volume"], "tree children of v3.zarr");
+          assertEq(await page.getAttribute('#tree li[data-key="demo/v3.zarr/broken"]', "data-type"), "invalid", "tree type of broken");
+          await shot("desktop-group-corrupt-member");
+          await openInTree("demo/v3.zarr/volume");
+          await waitStage("[7,:,:]");
+        } finally {
+          await page.unroute(zomRe);
+          await page.unroute(listRe);
+          await page.goto("about:blank");
+        }
+      });
+    });
+
     await check("no script errors", async () => {
       const errs = browser.pageErrors;
       const consoleErrs = browser.consoleMessages.filter((m) => m.type === "error" && !/Failed to load resource: the server responded with a status of (400|404)/.test(m.text));
