@@ -809,6 +809,43 @@ async function main() {
       });
     });
 
+    await check("a group on a local mount also lists its plain subdirectories (not only ZOM members)", async () => {
+      // No CI group holds a plain directory: the test adds one to the listing of demo/v3.zarr as
+      // /api/v1/list describes it (ZOM, which lists Zarr nodes only, is the server's own).
+      const listRe = /\/api\/v1\/list\/demo\/v3\.zarr$/, mountsRe = /\/api\/v1\/mounts$/;
+      let listed = 0;
+      await page.goto("about:blank");
+      await editJson(listRe, (b) => {
+        listed++;
+        b.children.push({ node_type: "directory", name: "plain" });
+        b.children.sort((x, y) => (x.name < y.name ? -1 : 1));
+        return b;
+      });
+      try {
+        await page.goto(base + "/#/demo/v3.zarr");
+        await page.locator("main table.list a", { hasText: "volume" }).waitFor();
+        await page.locator("main table.list a", { hasText: "plain" }).waitFor({ timeout: 3000 }).catch(() => {});
+        const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => [tr.children[0].textContent, tr.children[1].textContent]));
+        assertEq(rows, [["names", "array · v3"], ["plain", "directory"], ["temperature", "array · v3"], ["volume", "array · v3"]], "children of v3.zarr");
+        assert((await page.locator("main .summary").innerText()).startsWith("3 members · 1 plain directory"), `summary: ${await page.locator("main .summary").innerText()}`);
+        const kids = await expandTreeItem("demo/v3.zarr");
+        assertEq(kids, ["demo/v3.zarr/names", "demo/v3.zarr/plain", "demo/v3.zarr/temperature", "demo/v3.zarr/volume"], "tree children of v3.zarr");
+        assertEq(await page.getAttribute('#tree li[data-key="demo/v3.zarr/plain"]', "data-type"), "directory", "tree type of plain");
+        // On a mount where a listing is not cheap (an object store), the group is not listed.
+        await page.goto("about:blank");
+        await editJson(mountsRe, (b) => { for (const m of b.mounts) if (m.name === "demo") m.kind = "s3"; return b; });
+        listed = 0;
+        await page.goto(base + "/#/demo/v3.zarr");
+        await page.locator("main table.list a", { hasText: "volume" }).waitFor();
+        await expandTreeItem("demo/v3.zarr");
+        assertEq(listed, 0, "listings of demo/v3.zarr on an s3 mount");
+      } finally {
+        await page.unroute(listRe);
+        await page.unroute(mountsRe);
+        await page.goto("about:blank");
+      }
+    });
+
     await check("no script errors", async () => {
       const errs = browser.pageErrors;
       const consoleErrs = browser.consoleMessages.filter((m) => m.type === "error" && !/Failed to load resource: the server responded with a status of (400|404)/.test(m.text));
