@@ -74,6 +74,15 @@ async function api(rel) {
   return { status: r.status, body };
 }
 const sliceRel = (p, q) => `/api/v1/slice/demo/${p}?${q}`;
+/** What the page should show for bytes that the API sends as base64: a Python bytes literal. */
+function pyBytes(b64) {
+  let out = 'b"';
+  for (const c of Buffer.from(b64, "base64")) {
+    const named = { 0x5c: "\\\\", 0x22: '\\"', 9: "\\t", 10: "\\n", 13: "\\r" }[c];
+    out += named || (c >= 0x20 && c < 0x7f ? String.fromCharCode(c) : "\\x" + c.toString(16).padStart(2, "0"));
+  }
+  return out + '"';
+}
 /** The repo's fixtures (tests/fixtures/data) are mounted as fx by tests/interop/run.sh. */
 async function needFx() {
   const mounts = (await api("/api/v1/mounts")).body.mounts.map((m) => m.name);
@@ -844,6 +853,31 @@ async function main() {
         await page.unroute(mountsRe);
         await page.goto("about:blank");
       }
+    });
+
+    await check("bytes values are shown as b\"...\" literals, not base64 (fx |S, vlen bytes, v3 bytes types)", async () => {
+      await needFx();
+      const tableOf = async (p) => {
+        await page.goto(base + "/#/fx/" + p);
+        await waitUntil((k) => document.querySelector(`[data-testid=table][data-path="${k}"]`)?.dataset.state === "ready", "fx/" + p, `the table of ${p}`, "[data-testid=table]");
+        return page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
+      };
+      // The values written by tests/fixtures/data/make_fixtures*.py, as Python shows them.
+      const vlen = ['b"a"', 'b"b\\x00c"', 'b""', 'b"\\xff\\xfe"', 'b"longer bytes value"', 'b"x"', 'b"yz"'];
+      assertEq(await tableOf("v3/vlen_bytes"), vlen, "v3 variable_length_bytes");
+      assertEq(await tableOf("v2/object_vlen_bytes"), vlen, "v2 |O with vlen-bytes");
+      // Fixed-width |S: what the API sends (up to the trailing NULs with a server that strips them).
+      for (const p of ["v2/dtype_S5", "v3/dtype_ext_fixed_bytes", "v3/zep0007_binary_gzip"]) {
+        const data = (await api(`/api/v1/slice/fx/${p}?format=json`)).body.data;
+        const cells = await tableOf(p);
+        assertEq(cells, data.map(pyBytes), p);
+      }
+      const s5 = await tableOf("v2/dtype_S5");
+      assert(["b\"ab\"", "b\"ab\\x00\\x00\\x00\""].includes(s5[0]) && s5[1] === 'b"cdefg"', `|S5 cells: ${s5}`);
+      await shot("desktop-bytes");
+      // Strings stay strings.
+      const utf8 = (await api("/api/v1/slice/fx/v2/object_vlen_utf8?format=json")).body.data;
+      assertEq(await tableOf("v2/object_vlen_utf8"), utf8, "v2 |O with vlen-utf8");
     });
 
     await check("no script errors", async () => {
