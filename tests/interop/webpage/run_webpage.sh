@@ -17,7 +17,8 @@
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 args=("$@")
-url="${args[${#args[@]}-1]:-${ZARRGATE_URL:-}}"
+# The URL is the last argument, else $ZARRGATE_URL (indexing an empty array by -1 is an error).
+if [ "$#" -gt 0 ]; then url="${args[$#-1]}"; else url="${ZARRGATE_URL:-}"; fi
 if [ -z "$url" ]; then
   echo "usage: $0 [--dev] http://127.0.0.1:PORT" >&2
   echo "webpage: 0 passed, 1 failed"
