@@ -166,6 +166,8 @@ pub fn app(state: AppState) -> Router {
     let api = Router::new()
         .route("/", get(api::index))
         .route("/api/v1/mounts", get(api::mounts))
+        .route("/api/v1/slice/{mount}", get(slice::slice))
+        .route("/api/v1/slice/{mount}/", get(slice::slice))
         .route("/api/v1/slice/{mount}/{*path}", get(slice::slice))
         .route("/api/v1/zom/{mount}", get(zom::zom))
         .route("/api/v1/zom/{mount}/", get(zom::zom))

@@ -1728,3 +1728,19 @@ async fn remote_fetches_overlap_beyond_the_decode_turns() {
     let most = most.load(Ordering::SeqCst);
     assert!(most > turns, "{most} reads at once, with {turns} decode turns");
 }
+
+/// An array at the root of a mount is sliced at `/api/v1/slice/{mount}` (with or without the
+/// slash), as its ZOM and raw keys are reached: it was "no such route".
+#[tokio::test]
+async fn an_array_at_a_mount_root_is_sliced() {
+    let app = app_for(&[("a", &fixtures().join("v3/zstd_i4")), ("fx", &fixtures())]);
+    let want = get(&app, "/api/v1/slice/fx/v3/zstd_i4?select=1:3", &[]).await;
+    assert_eq!(want.status, 200);
+    for url in ["/api/v1/slice/a?select=1:3", "/api/v1/slice/a/?select=1:3"] {
+        let r = get(&app, url, &[]).await;
+        assert_eq!(r.status, 200, "{url}: {:?}", r.body);
+        assert_eq!(r.json(), want.json(), "{url}");
+    }
+    let r = get(&app, "/api/v1/slice/nosuch?select=1:3", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (404, "unknown_mount"));
+}
