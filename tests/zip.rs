@@ -166,7 +166,14 @@ fn zip_written(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32, method: u8) 
 
 /// `zip` (one end record, no comment) as ZIP64, with a comment of `comment` bytes: the
 /// 32-bit sizes of its end record all ones, the real ones in a ZIP64 end record and locator.
-fn as_zip64_with_comment(mut zip: Vec<u8>, comment: usize) -> Vec<u8> {
+fn as_zip64_with_comment(zip: Vec<u8>, comment: usize) -> Vec<u8> {
+    as_zip64(zip, comment, true)
+}
+
+/// `zip` with ZIP64 records, as [`as_zip64_with_comment`]; `all_ones`: its end record's sizes
+/// all ones, or (as Python's zipfile writes an archive of more than 65,535 entries) only its
+/// counts, the directory's size and offset left as they are.
+fn as_zip64(mut zip: Vec<u8>, comment: usize, all_ones: bool) -> Vec<u8> {
     let end = zip.split_off(zip.len() - 22);
     let u16_at = |at: usize| u16::from_le_bytes([end[at], end[at + 1]]);
     let u32_at = |at: usize| u32::from_le_bytes(end[at..at + 4].try_into().unwrap());
@@ -186,23 +193,29 @@ fn as_zip64_with_comment(mut zip: Vec<u8>, comment: usize) -> Vec<u8> {
     zip.extend([0, 0, 0, 0]);
     zip.extend(0xFFFFu16.to_le_bytes());
     zip.extend(0xFFFFu16.to_le_bytes());
-    zip.extend(u32::MAX.to_le_bytes());
-    zip.extend(u32::MAX.to_le_bytes());
+    if all_ones {
+        zip.extend(u32::MAX.to_le_bytes());
+        zip.extend(u32::MAX.to_le_bytes());
+    } else {
+        zip.extend((cd_size as u32).to_le_bytes());
+        zip.extend((cd_offset as u32).to_le_bytes());
+    }
     zip.extend((comment as u16).to_le_bytes());
     zip.extend(std::iter::repeat_n(b'c', comment));
     zip
 }
 
 /// A ZIP64 archive is read whatever its comment: its locator and end record lie before an end
-/// record with a comment of up to 65535 bytes.
+/// record with a comment of up to 65535 bytes; and whichever fields of its end record overflow
+/// (only the count, as Python writes more than 65,535 entries, was read 76 bytes off).
 #[tokio::test]
 async fn zip64_archives_with_the_longest_comment() {
     let dir = tempfile::tempdir().unwrap();
-    for comment in [0, 1000, 65_535] {
-        let path = dir.path().join(format!("c{comment}.zip"));
+    for (comment, all_ones) in [(0, true), (1000, true), (65_535, true), (0, false), (70, false)] {
+        let path = dir.path().join(format!("c{comment}-{all_ones}.zip"));
         std::fs::write(
             &path,
-            as_zip64_with_comment(zip_of(&[("a", b"aaa"), ("b/c", b"the c")]), comment),
+            as_zip64(zip_of(&[("a", b"aaa"), ("b/c", b"the c")]), comment, all_ones),
         )
         .unwrap();
         let app = app_for(&[("z", &path)]);
@@ -481,5 +494,43 @@ async fn an_unsupported_method_is_422_on_head_and_get() {
     for method in ["HEAD", "GET"] {
         let r = common::request(&app, method, "/zarr/z/blob", &[]).await;
         assert_eq!(r.status, 422, "{method}");
+    }
+}
+
+/// An empty entry is refused as any other when encrypted (422 on GET as on HEAD), and checked
+/// against its CRC-32 (that of nothing is 0).
+#[tokio::test]
+async fn empty_entries_are_refused_and_checked_as_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("good.zip", zip_written(&[("e", b"")], crc32fast::hash, 0), 200),
+        (
+            "badcrc.zip",
+            zip_written(&[("e", b"")], |d| crc32fast::hash(d) ^ 1, 0),
+            502,
+        ),
+    ];
+    for (name, zip, status) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, zip).unwrap();
+        let r = get(&app_for(&[("z", &path)]), "/zarr/z/e", &[]).await;
+        assert_eq!(r.status.as_u16(), status, "{name}");
+        if status == 200 {
+            assert!(r.body.is_empty());
+        }
+    }
+    let mut zip = zip_written(&[("e", b"")], crc32fast::hash, 0);
+    let (local, record) = (0, zip.len() - 22 - (46 + 1));
+    zip[local + 6] |= 1;
+    zip[record + 8] |= 1;
+    let path = dir.path().join("enc.zip");
+    std::fs::write(&path, zip).unwrap();
+    let app = app_for(&[("z", &path)]);
+    for method in ["HEAD", "GET"] {
+        assert_eq!(
+            common::request(&app, method, "/zarr/z/e", &[]).await.status,
+            422,
+            "{method}"
+        );
     }
 }

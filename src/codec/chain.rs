@@ -425,7 +425,7 @@ impl CodecChain {
         for stage in &self.bytes_to_bytes {
             let (num, den) = stage.expansion();
             if num > den {
-                limit = limit.saturating_mul(num) / den.max(1) + num;
+                limit = (limit.saturating_mul(num) / den.max(1)).saturating_add(num);
             }
         }
         if matches!(self.array_to_bytes, ArrayToBytes::Categorize(_))

@@ -141,14 +141,17 @@ fn parse_end(tail: &[u8], archive_size: u64) -> Result<End, StoreError> {
     let mut cd_offset = u32_at(eocd, 16).ok_or_else(|| corrupt("short end record"))? as u64;
     // Where the directory ends: right before the end record, or before the ZIP64 records.
     let mut cd_end = tail_start + pos as u64;
-    if cd_size == 0xFFFF_FFFF || cd_offset == 0xFFFF_FFFF {
-        // ZIP64: the locator sits right before the end record and points to the 64-bit record,
-        // which must also be in the tail we read. With data prepended to the archive the
-        // pointer is off by its length: the record is then the one right before the locator.
-        let loc = pos.checked_sub(20).ok_or_else(|| corrupt("no zip64 locator"))?;
-        if u32_at(tail, loc) != Some(EOCD64_LOCATOR_SIG) {
-            return Err(corrupt("no zip64 locator"));
-        }
+    // ZIP64: a locator right before the end record points to the 64-bit record, which must
+    // also be in the tail we read. Writers add them when any field overflows, the entry count
+    // too (Python's zipfile past 65,535 entries, with the other fields left as they are), so
+    // they are looked for whatever the end record holds, as zipfile does. With data prepended
+    // to the archive the pointer is off by its length: the record is then the one right
+    // before the locator.
+    let locator = pos
+        .checked_sub(20)
+        .filter(|&loc| u32_at(tail, loc) == Some(EOCD64_LOCATOR_SIG));
+    if cd_size == 0xFFFF_FFFF || cd_offset == 0xFFFF_FFFF || locator.is_some() {
+        let loc = locator.ok_or_else(|| corrupt("no zip64 locator"))?;
         let pointed = u64_at(tail, loc + 8)
             .and_then(|abs| abs.checked_sub(tail_start))
             .and_then(|r| usize::try_from(r).ok());
@@ -653,17 +656,21 @@ impl ZipBackend {
         let Some(entry) = dir.entries.get(key.as_str()) else {
             return Ok(EntryRead::Read(None));
         };
+        if let Some(error) = refused(entry) {
+            return Err(error);
+        }
         let meta = Self::meta(dir, entry);
         let range = resolve_range(range, entry.size)?;
         if range.is_empty() {
+            // The CRC-32 of nothing is 0.
+            if entry.crc != 0 {
+                return Err(corrupt("the entry does not match its CRC-32 (empty, expected another)"));
+            }
             return Ok(EntryRead::Read(Some(GetObject {
                 meta,
                 range,
                 body: body_stream(stream::empty::<Result<Bytes, StoreError>>()),
             })));
-        }
-        if let Some(error) = refused(entry) {
-            return Err(error);
         }
         let EntryRead::Read(data) = self.data_offset(entry, &dir.archive).await? else {
             return Ok(EntryRead::ArchiveChanged);
