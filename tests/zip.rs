@@ -446,8 +446,23 @@ async fn an_archive_replaced_by_a_smaller_one_is_read_at_once() {
     assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"new a"[..]));
 }
 
+/// Bytes that do not compress (xorshift), so that a deflated entry of them is as large.
+fn noise(n: usize) -> Vec<u8> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 /// A client that stops reading a deflated entry holds no thread of the blocking pool: with a
-/// pool of one thread, other reads go on while its response waits.
+/// pool of one thread, other reads go on while its response waits. Its compressed bytes are
+/// more than one read of the archive (3 MiB), read by the inflating steps themselves: a step
+/// that waited for a file read of its own on the pool had no thread left to run it.
 #[test]
 fn a_stalled_inflating_read_holds_no_thread() {
     use http_body_util::BodyExt;
@@ -460,10 +475,15 @@ fn a_stalled_inflating_read_holds_no_thread() {
         .unwrap();
     runtime.block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let big: Vec<u8> = (0..8_000_000u32).map(|i| (i % 251) as u8).collect();
+        let big = noise(3 << 20);
         let path = dir.path().join("big.zip");
         std::fs::write(&path, zip_of(&[("big", &big), ("small", b"small")])).unwrap();
         let app = app_for(&[("z", &path)]);
+        // Whole, as it inflates.
+        let whole = tokio::time::timeout(std::time::Duration::from_secs(20), get(&app, "/zarr/z/big", &[]))
+            .await
+            .expect("an entry larger than one read of the archive inflates");
+        assert!(whole.status == 200 && whole.body[..] == big[..]);
         let request = axum::http::Request::get("/zarr/z/big")
             .body(axum::body::Body::empty())
             .unwrap();
@@ -533,4 +553,36 @@ async fn empty_entries_are_refused_and_checked_as_others() {
             "{method}"
         );
     }
+}
+
+/// An archive in a bucket replaced by a smaller one: the bucket answers a range past the new
+/// end with an error of its own (here an I/O error, as object_store reports a 416), and the
+/// archive is read through its new directory at once, as on a local disk.
+#[tokio::test]
+async fn a_remote_archive_replaced_by_a_smaller_one_is_read_at_once() {
+    use zarrgate::store::{StoreError, StoreKey, zip::ZipBackend};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.zip");
+    std::fs::write(
+        &path,
+        zip_written(&[("pad", &[9u8; 100_000]), ("a", b"old a")], crc32fast::hash, 0),
+    )
+    .unwrap();
+    let bucket = zarrgate::store::Store::new(common::ReadHook {
+        inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
+        read: Box::new(|inner, key, range| {
+            Box::pin(async move {
+                match inner.get(&key, range).await {
+                    Err(StoreError::Range { .. }) => Err(StoreError::Io("416 Range Not Satisfiable".into())),
+                    read => read,
+                }
+            })
+        }),
+    });
+    let zip = zarrgate::store::Store::new(ZipBackend::new(bucket, StoreKey::new("s.zip").unwrap()));
+    let a = StoreKey::new("a").unwrap();
+    let read = || async { zip.get(&a, None).await.unwrap().unwrap().bytes().await.unwrap() };
+    assert_eq!(&read().await[..], b"old a");
+    std::fs::write(&path, zip_written(&[("a", b"new a")], crc32fast::hash, 0)).unwrap();
+    assert_eq!(&read().await[..], b"new a");
 }

@@ -332,6 +332,11 @@ impl Store {
         self.0.blocking_reader().is_some()
     }
 
+    /// The store's reader for blocking calls (local files), if it has one.
+    pub(crate) fn blocking_reader(&self) -> Option<Arc<dyn BlockingRead>> {
+        self.0.blocking_reader()
+    }
+
     /// See [`Backend::list`].
     pub async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
         self.0.list(prefix).await

@@ -446,7 +446,12 @@ impl ZipBackend {
             // Replaced (by a smaller archive, when the range is past its end), or gone.
             Ok(_) => Ok(EntryRead::ArchiveChanged),
             Err(StoreError::Range { size, .. }) if size != archive.size => Ok(EntryRead::ArchiveChanged),
-            Err(e) => Err(in_archive(e)),
+            // A bucket or an origin answers a range past the end of a smaller archive with an
+            // error of its own (416): whether the archive was replaced, a HEAD tells.
+            Err(e) => match self.container.head(&self.key).await {
+                Ok(now) if !now.as_ref().is_some_and(|now| now.same_object(archive)) => Ok(EntryRead::ArchiveChanged),
+                _ => Err(in_archive(e)),
+            },
         }
     }
 
@@ -551,6 +556,47 @@ fn inflate_range(
             }
         }
     }))
+}
+
+/// Bytes of a local archive read per call of [`ArchiveRange`].
+const ARCHIVE_WINDOW: u64 = 256 << 10;
+
+/// A range of a local archive as a blocking reader, a window at a time, each checked to come
+/// from the archive the directory was read from.
+struct ArchiveRange {
+    reader: Arc<dyn super::BlockingRead>,
+    key: StoreKey,
+    archive: ObjectMeta,
+    /// The next offset to read, and the end of the range.
+    at: u64,
+    end: u64,
+    /// The window read, and how much of it was taken.
+    buf: Vec<u8>,
+    taken: usize,
+}
+
+impl Read for ArchiveRange {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.taken == self.buf.len() {
+            if self.at >= self.end || out.is_empty() {
+                return Ok(0);
+            }
+            let window = ByteRange::Bounded(self.at, self.end.min(self.at.saturating_add(ARCHIVE_WINDOW)));
+            let read = self
+                .reader
+                .read_into(&self.key, Some(window), u64::MAX, &mut self.buf)
+                .map_err(std::io::Error::other)?;
+            if !read.is_some_and(|m| m.same_object(&self.archive)) || self.buf.is_empty() {
+                return Err(std::io::Error::other("the archive changed while an entry was read"));
+            }
+            self.at += self.buf.len() as u64;
+            self.taken = 0;
+        }
+        let n = (self.buf.len() - self.taken).min(out.len());
+        out[..n].copy_from_slice(&self.buf[self.taken..self.taken + n]);
+        self.taken += n;
+        Ok(n)
+    }
 }
 
 /// `body`, a whole entry, checked against its CRC-32 as it passes. Its last piece is held back
@@ -686,11 +732,36 @@ impl ZipBackend {
             };
             read.body
         } else {
-            let EntryRead::Read(read) = self.read_at(&dir.archive, data..data + entry.compressed).await? else {
-                return Ok(EntryRead::ArchiveChanged);
-            };
-            let compressed = tokio_util::io::StreamReader::new(read.body.map_err(std::io::Error::other));
-            inflate_range(tokio_util::io::SyncIoBridge::new(compressed), range.clone(), whole)
+            let span = data..data + entry.compressed;
+            match self.container.blocking_reader() {
+                // A local archive is read in the inflating steps themselves: a step that waited
+                // for an async file read would need a second thread of the blocking pool, and
+                // steps holding every thread would wait for ever.
+                Some(reader) => {
+                    // Replaced since the directory was read: read it again (as read_at finds).
+                    let now = self.container.head(&self.key).await?;
+                    if !now.is_some_and(|now| now.same_object(&dir.archive)) {
+                        return Ok(EntryRead::ArchiveChanged);
+                    }
+                    let compressed = ArchiveRange {
+                        reader,
+                        key: self.key.clone(),
+                        archive: dir.archive.clone(),
+                        at: span.start,
+                        end: span.end,
+                        buf: Vec::new(),
+                        taken: 0,
+                    };
+                    inflate_range(compressed, range.clone(), whole)
+                }
+                None => {
+                    let EntryRead::Read(read) = self.read_at(&dir.archive, span).await? else {
+                        return Ok(EntryRead::ArchiveChanged);
+                    };
+                    let compressed = tokio_util::io::StreamReader::new(read.body.map_err(std::io::Error::other));
+                    inflate_range(tokio_util::io::SyncIoBridge::new(compressed), range.clone(), whole)
+                }
+            }
         };
         let body = if whole { crc_checked(body, entry.crc) } else { body };
         Ok(EntryRead::Read(Some(GetObject { meta, range, body })))
