@@ -11,11 +11,30 @@ use serde::{Deserialize, Serialize};
 
 /// Command line of the `zarrgate` binary.
 #[derive(Debug, Parser)]
-#[command(name = "zarrgate", version, about = "An HTTP array server for Zarr")]
+#[command(
+    name = "zarrgate",
+    version,
+    about = "An HTTP array server for Zarr",
+    args_conflicts_with_subcommands = true
+)]
 pub struct Cli {
     /// What to do (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,
+    /// The options of `serve`, given without it (`zarrgate --mount ...`, as in `docker run
+    /// zarrgate --mount ...`).
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+impl Cli {
+    /// The options to serve with: those of `serve`, or those given without it.
+    pub fn serve_args(self) -> ServeArgs {
+        match self.command {
+            Some(Command::Serve(args)) => args,
+            None => self.serve,
+        }
+    }
 }
 
 /// Subcommands.

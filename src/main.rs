@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use zarrgate::config::{Cli, Command, Config, ServeArgs};
+use zarrgate::config::{Cli, Config};
 use zarrgate::{AppState, server};
 
 /// Tunes glibc's malloc for a server whose big buffers live long (decoded chunks in the cache)
@@ -45,11 +45,7 @@ fn tune_allocator() {}
 
 fn main() -> ExitCode {
     tune_allocator();
-    let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Serve(args)) => args,
-        None => ServeArgs::default(),
-    };
+    let args = Cli::parse().serve_args();
     let filter = std::env::var("ZARRGATE_LOG").unwrap_or_else(|_| "info".into());
     tracing_subscriber::fmt()
         .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))

@@ -16,9 +16,18 @@ fn zarrgate(args: &[&str], dir: &std::path::Path) -> (bool, String) {
 #[test]
 fn bad_config_stops_start_up_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
-    let (ok, err) = zarrgate(&["serve", "--mount", "lost=./no/such/dir"], dir.path());
-    assert!(!ok);
-    assert!(err.contains("mount 'lost'"), "{err}");
+    // With `serve`, or without it (as `docker run zarrgate --mount ...` gives them).
+    for args in [
+        &["serve", "--mount", "lost=./no/such/dir"][..],
+        &["--mount", "lost=./no/such/dir"],
+    ] {
+        let (ok, err) = zarrgate(args, dir.path());
+        assert!(!ok);
+        assert!(err.contains("mount 'lost'"), "{args:?}: {err}");
+    }
+    // Options on both sides of the subcommand are refused.
+    let (ok, err) = zarrgate(&["--bind", "127.0.0.1:0", "serve"], dir.path());
+    assert!(!ok && err.contains("cannot be used with"), "{err}");
 
     std::fs::write(
         dir.path().join("config.toml"),
