@@ -31,10 +31,10 @@ fn expected_node(dir: &Path, format: u8) -> Option<Value> {
         let mut members = Map::new();
         for entry in std::fs::read_dir(dir).unwrap() {
             let entry = entry.unwrap();
-            if entry.file_type().unwrap().is_dir() {
-                if let Some(m) = expected_node(&entry.path(), format) {
-                    members.insert(entry.file_name().to_string_lossy().into_owned(), m);
-                }
+            if entry.file_type().unwrap().is_dir()
+                && let Some(m) = expected_node(&entry.path(), format)
+            {
+                members.insert(entry.file_name().to_string_lossy().into_owned(), m);
             }
         }
         doc.insert("members".into(), Value::Object(members));

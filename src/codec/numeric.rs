@@ -158,7 +158,7 @@ impl Scalar {
 
 /// The number of elements of `ty` in `input`, which must be a whole number of them.
 pub fn count(input: &[u8], ty: &Scalar) -> Result<usize, CodecError> {
-    if input.len() % ty.size() != 0 {
+    if !input.len().is_multiple_of(ty.size()) {
         return Err(CodecError::Corrupt(format!(
             "{} bytes is not a whole number of {} elements",
             input.len(),

@@ -47,7 +47,11 @@ pub fn columns(shape: &[u64]) -> u64 {
 /// What follows the `index`-th value of a result of `cols` values a line: a comma, or at the
 /// end of its line a line break.
 fn push_separator(out: &mut Vec<u8>, index: u64, cols: u64) {
-    out.push(if (index + 1) % cols.max(1) == 0 { b'\n' } else { b',' });
+    out.push(if (index + 1).is_multiple_of(cols.max(1)) {
+        b'\n'
+    } else {
+        b','
+    });
 }
 
 /// Appends fixed-size elements (C-order little-endian `bytes`), the first of them the

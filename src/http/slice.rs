@@ -188,17 +188,18 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     // Large results of fixed-size elements stream in bands of rows, as bytes or as text, so
     // that memory holds a few bands and never the whole result (nor its text, which is several
     // times larger).
-    if fixed && asked > BAND_BYTES {
-        if let Some(rows) = RowsAs::of(format, &meta, &sel)? {
-            let response = response.header("x-zarr-dtype", meta.dtype.typestr());
-            // A turn to stream, held by the body until it is sent or dropped.
-            let turn = state
-                .streams
-                .clone()
-                .try_acquire_owned()
-                .map_err(|_| ApiError::Overloaded)?;
-            return stream_bands(ctx, path, meta, sel, rows, response, turn).await;
-        }
+    if fixed
+        && asked > BAND_BYTES
+        && let Some(rows) = RowsAs::of(format, &meta, &sel)?
+    {
+        let response = response.header("x-zarr-dtype", meta.dtype.typestr());
+        // A turn to stream, held by the body until it is sent or dropped.
+        let turn = state
+            .streams
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Overloaded)?;
+        return stream_bands(ctx, path, meta, sel, rows, response, turn).await;
     }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
         response = response.header("x-zarr-dtype", meta.dtype.typestr());

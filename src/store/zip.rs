@@ -352,11 +352,11 @@ impl ZipBackend {
             if c.checked.elapsed() < DIRECTORY_CHECK {
                 return Ok(c.directory.clone());
             }
-            if let Some(now) = self.container.head(&self.key).await? {
-                if now.same_object(&c.directory.archive) {
-                    c.checked = Instant::now();
-                    return Ok(c.directory.clone());
-                }
+            if let Some(now) = self.container.head(&self.key).await?
+                && now.same_object(&c.directory.archive)
+            {
+                c.checked = Instant::now();
+                return Ok(c.directory.clone());
             }
         }
         let directory = self.read_directory().await?;

@@ -157,10 +157,10 @@ impl DType {
                 for f in fields {
                     let size = f.dtype.item_size().unwrap_or(0);
                     for _ in 0..f.shape.iter().product::<usize>() {
-                        if let Some(part) = element.get_mut(offset..offset + size) {
-                            if f.dtype.needs_swap() {
-                                f.dtype.swap_element(part);
-                            }
+                        if let Some(part) = element.get_mut(offset..offset + size)
+                            && f.dtype.needs_swap()
+                        {
+                            f.dtype.swap_element(part);
                         }
                         offset += size;
                     }
@@ -281,7 +281,7 @@ impl DType {
             "raw_bytes" => Kind::Raw(cfg_usize("length_bytes")?),
             r if r.starts_with('r') && r.len() > 1 && r[1..].bytes().all(|b| b.is_ascii_digit()) => {
                 let bits: usize = r[1..].parse().map_err(|_| bad_dtype(value))?;
-                if bits == 0 || bits % 8 != 0 {
+                if bits == 0 || !bits.is_multiple_of(8) {
                     return Err(MetaError::Unsupported(format!("raw data type {r} (not whole bytes)")));
                 }
                 Kind::Raw(bits / 8)

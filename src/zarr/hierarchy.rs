@@ -140,16 +140,16 @@ pub async fn find_node(store: &Store, path: &StoreKey) -> Result<Option<Node>, H
             attrs,
         }));
     }
-    if let Some(doc) = json_object(store, &child(path, "meta")?).await? {
-        if doc.get("zarr_format").and_then(Value::as_u64) == Some(1) {
-            let attrs = json_object(store, &child(path, "attrs")?).await?;
-            return Ok(Some(Node {
-                zarr_format: 1,
-                is_group: false,
-                doc,
-                attrs,
-            }));
-        }
+    if let Some(doc) = json_object(store, &child(path, "meta")?).await?
+        && doc.get("zarr_format").and_then(Value::as_u64) == Some(1)
+    {
+        let attrs = json_object(store, &child(path, "attrs")?).await?;
+        return Ok(Some(Node {
+            zarr_format: 1,
+            is_group: false,
+            doc,
+            attrs,
+        }));
     }
     Ok(None)
 }

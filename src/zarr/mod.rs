@@ -279,10 +279,10 @@ pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
         "chunk_shape",
     )?;
     check_grid(&shape, &chunk_shape)?;
-    if let Some(Value::Array(transformers)) = doc.get("storage_transformers") {
-        if !transformers.is_empty() {
-            return Err(MetaError::Unsupported("storage transformers".into()));
-        }
+    if let Some(Value::Array(transformers)) = doc.get("storage_transformers")
+        && !transformers.is_empty()
+    {
+        return Err(MetaError::Unsupported("storage transformers".into()));
     }
     let logical = DType::from_v3(field(doc, "data_type")?)?;
     let codecs = field(doc, "codecs")?
@@ -431,14 +431,14 @@ pub async fn open_array(store: &Store, path: &StoreKey) -> Result<ArrayMeta, Ope
         return parse_v2(&doc, attrs.as_ref()).map_err(wrap(&v2));
     }
     let v1 = key("meta")?;
-    if let Some(doc) = json_doc(store, &v1).await? {
-        if doc.get("zarr_format").and_then(Value::as_u64) == Some(1) {
-            let attrs = match json_doc(store, &key("attrs")?).await? {
-                Some(Value::String(s)) => serde_json::from_str(&s).ok(),
-                other => other,
-            };
-            return parse_v1(&doc, attrs.as_ref()).map_err(wrap(&v1));
-        }
+    if let Some(doc) = json_doc(store, &v1).await?
+        && doc.get("zarr_format").and_then(Value::as_u64) == Some(1)
+    {
+        let attrs = match json_doc(store, &key("attrs")?).await? {
+            Some(Value::String(s)) => serde_json::from_str(&s).ok(),
+            other => other,
+        };
+        return parse_v1(&doc, attrs.as_ref()).map_err(wrap(&v1));
     }
     Err(OpenError::NotFound(path.to_string()))
 }

@@ -65,10 +65,10 @@ pub fn check_case(rt: &tokio::runtime::Runtime, store: &Store, case: &Case) -> R
         if meta.shape != expected.shape {
             return Err(format!("shape {:?} != {:?}", meta.shape, expected.shape));
         }
-        if let Some(dt) = &expected.dtype {
-            if dt.item_size() != meta.dtype.item_size() {
-                return Err(format!("dtype {} != expected {}", meta.dtype.typestr(), dt.typestr()));
-            }
+        if let Some(dt) = &expected.dtype
+            && dt.item_size() != meta.dtype.item_size()
+        {
+            return Err(format!("dtype {} != expected {}", meta.dtype.typestr(), dt.typestr()));
         }
         let key = StoreKey::new(&case.path).unwrap();
         let ctx = ReadContext::uncached(store.clone());
