@@ -199,7 +199,10 @@ pub fn app(state: AppState) -> Router {
         .with_state(state.clone());
     let service = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(state.clone(), access_log))
-        .layer(cors(&state.config.server.cors_origins))
+        // No origins, no CORS headers at all (nor answers to preflights).
+        .layer(tower::util::option_layer(
+            (!state.config.server.cors_origins.is_empty()).then(|| cors(&state.config.server.cors_origins)),
+        ))
         .layer(middleware::from_fn_with_state(state, guard))
         .service(routes);
     Router::new().fallback_service(service)

@@ -572,3 +572,41 @@ async fn an_object_replaced_while_served_is_served_anew() {
         }
     }
 }
+
+/// `cors_origins = []`: no CORS headers at all, not even `Vary` or the exposed headers, and
+/// preflights are not answered as CORS.
+#[tokio::test]
+async fn no_cors_origins_no_cors_headers() {
+    let mut config = config_with(&[("fx", &fixtures())]);
+    config.server.cors_origins = Vec::new();
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let origin = ("origin", "http://example.org");
+    let r = request(&app, "GET", CHUNK, &[origin]).await;
+    assert_eq!(r.status, 200);
+    let cors: Vec<&str> = r
+        .headers
+        .keys()
+        .map(|k| k.as_str())
+        .filter(|k| k.starts_with("access-control-") || *k == "vary")
+        .collect();
+    assert!(cors.is_empty(), "{cors:?}");
+    // OPTIONS is answered as HTTP does, with the methods, and no CORS.
+    for (uri, allow) in [
+        (CHUNK, "GET, HEAD, OPTIONS"),
+        ("/api/v1/slice/fx/v3/zstd_i4", "GET, HEAD, OPTIONS"),
+        ("/api/v1/validate/fx", "POST, OPTIONS"),
+    ] {
+        let r = request(
+            &app,
+            "OPTIONS",
+            uri,
+            &[origin, ("access-control-request-method", "GET")],
+        )
+        .await;
+        assert_eq!((r.status.as_u16(), r.header("allow")), (204, Some(allow)), "{uri}");
+        assert!(
+            !r.headers.keys().any(|k| k.as_str().starts_with("access-control-")),
+            "{uri}"
+        );
+    }
+}

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::{Method, header};
-use axum::response::{Html, IntoResponse};
+use axum::response::{Html, IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
@@ -53,14 +53,25 @@ pub async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
 }
 
-/// Known routes, wrong method. Validation takes POST; every other route reads.
-pub async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> ApiError {
+/// Known routes, wrong method. Validation takes POST; every other route reads. OPTIONS (when
+/// the CORS layer, with no origins configured, does not answer it) gets the methods.
+pub async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
+    let allow = if uri.path().starts_with("/api/v1/validate/") {
+        "POST, OPTIONS"
+    } else {
+        "GET, HEAD, OPTIONS"
+    };
+    if method == Method::OPTIONS {
+        return options(allow);
+    }
     ApiError::MethodNotAllowed {
         method: method.to_string(),
-        allow: if uri.path().starts_with("/api/v1/validate/") {
-            "POST, OPTIONS"
-        } else {
-            "GET, HEAD, OPTIONS"
-        },
+        allow,
     }
+    .into_response()
+}
+
+/// The answer to OPTIONS: no content, and the methods a resource takes.
+pub fn options(allow: &'static str) -> Response {
+    (axum::http::StatusCode::NO_CONTENT, [(axum::http::header::ALLOW, allow)]).into_response()
 }
