@@ -42,7 +42,7 @@ impl Elements {
             FillValue::Fixed(one) => one.len(),
             FillValue::String(s) => ELEMENT_BYTES + s.content(),
             FillValue::Bytes(b) => ELEMENT_BYTES + b.content(),
-            FillValue::Object(v) => std::mem::size_of::<serde_json::Value>() + v.to_string().len(),
+            FillValue::Object(v) => VALUE_BYTES + v.content(),
         };
         n.saturating_mul(each as u64)
     }
@@ -63,7 +63,9 @@ impl Elements {
             Elements::Fixed(b) => b.capacity(),
             Elements::Strings(v) => v.iter().map(|s| ELEMENT_BYTES + s.content()).sum(),
             Elements::Bytes(v) => v.iter().map(|s| ELEMENT_BYTES + s.content()).sum(),
-            Elements::Objects(v) => v.iter().map(|o| 32 + o.to_string().len()).sum(),
+            // As json2 bounds what it parses: values, not their text, which is a fraction of
+            // them (and is not written out for it).
+            Elements::Objects(v) => v.iter().map(|o| VALUE_BYTES + o.content()).sum(),
         }
     }
 }
@@ -297,6 +299,14 @@ impl Elements {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Objects weigh what they hold as values (32 bytes each, nested ones too), not their text:
+    /// `[0, 0, 0]` is 7 bytes of text and 4 values.
+    #[test]
+    fn objects_weigh_their_values() {
+        let objects = Elements::Objects(vec![serde_json::json!([0, 0, 0]), serde_json::json!("abc")]);
+        assert_eq!(objects.heap_size(), 4 * VALUE_BYTES + (VALUE_BYTES + 3));
+    }
 
     #[test]
     fn strided_block_copy_matches_indexing() {
