@@ -77,8 +77,17 @@ where
         })
         .await;
     counters.record(loaded);
+    // moka weighs new entries against its bound in batches (its write log holds up to 64):
+    // until then they are resident but not counted, and 64 chunks of 8 MiB are 512 MiB past
+    // the bound. The pending work is done every few loads instead.
+    if loaded && counters.misses.load(Ordering::Relaxed).is_multiple_of(SETTLE_EVERY) {
+        cache.run_pending_tasks().await;
+    }
     got
 }
+
+/// Loads into a cache between two runs of its pending work ([`cached`]).
+const SETTLE_EVERY: u64 = 8;
 
 /// A consolidated document rendered from a walked tree.
 #[derive(Debug, Clone)]
@@ -313,6 +322,27 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Entries loaded into a cache too small for them are let go within a few loads, not after
+    /// moka's batch of 64: of 64 loads of entries each near the whole bound, at most
+    /// SETTLE_EVERY (and the last) are still held (all 64 before).
+    #[tokio::test]
+    async fn loads_past_the_bound_are_let_go_within_a_few_loads() {
+        let cache: Cache<u32, Arc<Vec<u8>>> = Cache::builder()
+            .max_capacity(1000)
+            .weigher(|_, v: &Arc<Vec<u8>>| v.len() as u32)
+            .build();
+        let counters = CacheCounters::default();
+        let mut loaded = Vec::new();
+        for key in 0..64u32 {
+            let value = cached(&cache, &counters, key, async { Ok::<_, ()>(Arc::new(vec![0u8; 900])) })
+                .await
+                .unwrap();
+            loaded.push(Arc::downgrade(&value));
+        }
+        let alive = loaded.iter().filter(|w| w.strong_count() > 0).count();
+        assert!(alive <= 9, "{alive} of 64 entries still held");
+    }
 
     /// Entries for chunks that do not exist hold no bytes of data, but each costs moka an
     /// entry and its key: a cache of them stays within its bytes by that count.
