@@ -242,11 +242,17 @@ impl DType {
                 .and_then(|c| c.get("scale_factor"))
                 .and_then(Value::as_u64)
                 .unwrap_or(1);
-            Ok(if scale == 1 {
+            let unit = if scale == 1 {
                 unit.to_owned()
             } else {
                 format!("{scale}{unit}")
-            })
+            };
+            if !is_time_unit(&unit) {
+                return Err(MetaError::Invalid(format!(
+                    "data type {name}: '{unit}' is not a NumPy time unit"
+                )));
+            }
+            Ok(unit)
         };
         let kind = match name {
             "bool" => Kind::Bool,
@@ -383,7 +389,7 @@ fn parse_typestr(s: &str) -> Result<DType, MetaError> {
             .and_then(|t| t.strip_prefix('['))
             .and_then(|t| t.strip_suffix(']'))
             .ok_or_else(bad)?;
-        if inner.is_empty() || inner.contains(['[', ']']) {
+        if !is_time_unit(inner) {
             return Err(bad());
         }
         Ok(inner.to_owned())
@@ -416,6 +422,19 @@ fn parse_typestr(s: &str) -> Result<DType, MetaError> {
         _ => return Err(MetaError::Unsupported(format!("dtype '{s}'"))),
     };
     Ok(DType { kind, big_endian })
+}
+
+/// A NumPy datetime64 / timedelta64 unit: an optional positive multiple and one of NumPy's
+/// units (`s`, `10ms`; not `1.5s`, which NumPy refuses, so an .npy of it could not be read).
+fn is_time_unit(unit: &str) -> bool {
+    let digits = unit.bytes().take_while(u8::is_ascii_digit).count();
+    let (multiple, name) = unit.split_at(digits);
+    let multiple_ok = multiple.is_empty() || (!multiple.starts_with('0') && multiple.len() <= 18);
+    multiple_ok
+        && matches!(
+            name,
+            "Y" | "M" | "W" | "D" | "h" | "m" | "s" | "ms" | "us" | "\u{3bc}s" | "ns" | "ps" | "fs" | "as"
+        )
 }
 
 #[cfg(test)]
@@ -481,6 +500,15 @@ mod tests {
         assert_eq!(DType::from_v2(&json!("|S5")).unwrap().item_size(), Some(5));
         assert_eq!(DType::from_v2(&json!(">U4")).unwrap().item_size(), Some(16));
         assert_eq!(DType::from_v2(&json!("|O")).unwrap().kind, Kind::Object);
+        // Time units NumPy reads: a positive multiple and one of its units.
+        for bad in ["<M8[1.5s]", "<M8[0s]", "<M8[01s]", "<m8[xs]", "<M8[]", "<M8[s]]"] {
+            assert!(DType::from_v2(&json!(bad)).is_err(), "{bad}");
+        }
+        let v3 = |unit: &str, scale: u64| {
+            DType::from_v3(&json!({"name": "numpy.datetime64", "configuration": {"unit": unit, "scale_factor": scale}}))
+        };
+        assert_eq!(v3("ms", 10).unwrap().typestr(), "<M8[10ms]");
+        assert!(v3("1.5s", 1).is_err() && v3("s", 0).is_err());
         for bad in ["", "<i3", "<x4", "<M8", "<M8[", "i", "<f16x"] {
             assert!(DType::from_v2(&json!(bad)).is_err(), "{bad}");
         }
