@@ -49,10 +49,10 @@ pub struct CacheCounters {
 }
 
 impl CacheCounters {
-    /// Counts a lookup.
-    pub fn record(&self, loaded: bool) {
+    /// Counts a lookup; returns the count of its kind, this one included.
+    pub fn record(&self, loaded: bool) -> u64 {
         let c = if loaded { &self.misses } else { &self.hits };
-        c.fetch_add(1, Ordering::Relaxed);
+        c.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
 
@@ -76,11 +76,11 @@ where
             init.await
         })
         .await;
-    counters.record(loaded);
+    let count = counters.record(loaded);
     // moka weighs new entries against its bound in batches (its write log holds up to 64):
     // until then they are resident but not counted, and 64 chunks of 8 MiB are 512 MiB past
     // the bound. The pending work is done every few loads instead.
-    if loaded && counters.misses.load(Ordering::Relaxed).is_multiple_of(SETTLE_EVERY) {
+    if loaded && count.is_multiple_of(SETTLE_EVERY) {
         cache.run_pending_tasks().await;
     }
     got

@@ -573,3 +573,26 @@ async fn archives_replaced_by_smaller_ones_are_read_at_once() {
         assert_eq!(&read().await[..], b"new a", "{kind}");
     }
 }
+
+/// A deflated entry being sent when its archive is replaced (renamed over) is read to its end
+/// from the archive it started in, as stored entries are.
+#[tokio::test]
+async fn an_entry_being_sent_is_read_from_the_archive_it_started_in() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let big = noise(3 << 20);
+    let path = dir.path().join("big.zip");
+    std::fs::write(&path, zip_of(&[("big", &big)])).unwrap();
+    let app = app_for(&[("z", &path)]);
+    let request = axum::http::Request::get("/zarr/z/big")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let mut body = app.oneshot(request).await.unwrap().into_body();
+    let mut got = body.frame().await.unwrap().unwrap().into_data().unwrap().to_vec();
+    let next = dir.path().join("next.zip");
+    std::fs::write(&next, zip_of(&[("big", &noise(1000))])).unwrap();
+    std::fs::rename(&next, &path).unwrap();
+    got.extend(body.collect().await.expect("the rest of the entry").to_bytes());
+    assert!(got == big, "{} bytes of {}", got.len(), big.len());
+}

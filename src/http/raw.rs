@@ -17,8 +17,8 @@ use crate::store::{ByteRange, ObjectMeta, StoreError, StoreKey};
 
 const ALLOW: &str = "GET, HEAD, OPTIONS";
 
-/// The handler for every method on `/zarr/...`. OPTIONS never reaches it: the CORS layer
-/// answers every OPTIONS request.
+/// The handler for every method on `/zarr/...`. OPTIONS reaches it only when no CORS origins
+/// are configured (the CORS layer answers it otherwise).
 pub async fn raw_key(
     State(state): State<AppState>,
     method: Method,

@@ -211,6 +211,15 @@ pub trait BlockingRead: Send + Sync + fmt::Debug {
         buf: &mut Vec<u8>,
     ) -> Result<Option<ObjectMeta>, StoreError>;
 
+    /// Opens `range` of `key` to be read in the calling thread, from the file as it was
+    /// opened, however long the reading takes: the whole object's metadata and a reader of the
+    /// range; `None` when the object does not exist.
+    fn open_range(
+        &self,
+        key: &StoreKey,
+        range: Range<u64>,
+    ) -> Result<Option<(ObjectMeta, Box<dyn std::io::Read + Send>)>, StoreError>;
+
     /// [`Self::read_into`] on the async worker, when it can be done without waiting (the
     /// object is in memory and small), with the range read; otherwise [`Nowait::WouldBlock`]
     /// and `buf` is left to be replaced. The default never reads.

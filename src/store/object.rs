@@ -411,6 +411,21 @@ impl BlockingRead for LocalFiles {
         Ok(Some(meta))
     }
 
+    fn open_range(
+        &self,
+        key: &StoreKey,
+        range: Range<u64>,
+    ) -> Result<Option<(ObjectMeta, Box<dyn std::io::Read + Send>)>, StoreError> {
+        use std::io::{Read, Seek};
+        let Some((meta, range, mut file)) =
+            open_local_range(&self.root, key, Some(ByteRange::Bounded(range.start, range.end)))?
+        else {
+            return Ok(None);
+        };
+        file.seek(std::io::SeekFrom::Start(range.start))?;
+        Ok(Some((meta, Box::new(file.take(range.end - range.start)))))
+    }
+
     fn read_nowait(
         &self,
         key: &StoreKey,

@@ -448,10 +448,11 @@ impl ZipBackend {
             Err(StoreError::Range { size, .. }) if size != archive.size => Ok(EntryRead::ArchiveChanged),
             // A bucket or an origin answers a range past the end of a smaller archive with an
             // error of its own (416): whether the archive was replaced, a HEAD tells.
-            Err(e) => match self.container.head(&self.key).await {
+            Err(e @ StoreError::Io(_)) => match self.container.head(&self.key).await {
                 Ok(now) if !now.as_ref().is_some_and(|now| now.same_object(archive)) => Ok(EntryRead::ArchiveChanged),
-                _ => Err(in_archive(e)),
+                _ => Err(e),
             },
+            Err(e) => Err(in_archive(e)),
         }
     }
 
@@ -558,44 +559,35 @@ fn inflate_range(
     }))
 }
 
-/// Bytes of a local archive read per call of [`ArchiveRange`].
-const ARCHIVE_WINDOW: u64 = 256 << 10;
-
-/// A range of a local archive as a blocking reader, a window at a time, each checked to come
-/// from the archive the directory was read from.
+/// A range of a local archive as a blocking reader: opened on the first read (in an inflating
+/// step, on the blocking pool), checked to be the archive the directory was read from, and read
+/// from that open file to its end, whatever happens to the path meanwhile.
 struct ArchiveRange {
     reader: Arc<dyn super::BlockingRead>,
     key: StoreKey,
     archive: ObjectMeta,
-    /// The next offset to read, and the end of the range.
-    at: u64,
-    end: u64,
-    /// The window read, and how much of it was taken.
-    buf: Vec<u8>,
-    taken: usize,
+    range: Range<u64>,
+    opened: Option<Box<dyn Read + Send>>,
 }
 
 impl Read for ArchiveRange {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.taken == self.buf.len() {
-            if self.at >= self.end || out.is_empty() {
-                return Ok(0);
-            }
-            let window = ByteRange::Bounded(self.at, self.end.min(self.at.saturating_add(ARCHIVE_WINDOW)));
-            let read = self
+        if self.opened.is_none() {
+            let changed = || std::io::Error::other("the archive changed while an entry was read");
+            let (meta, file) = self
                 .reader
-                .read_into(&self.key, Some(window), u64::MAX, &mut self.buf)
-                .map_err(std::io::Error::other)?;
-            if !read.is_some_and(|m| m.same_object(&self.archive)) || self.buf.is_empty() {
-                return Err(std::io::Error::other("the archive changed while an entry was read"));
+                .open_range(&self.key, self.range.clone())
+                .map_err(std::io::Error::other)?
+                .ok_or_else(changed)?;
+            if !meta.same_object(&self.archive) {
+                return Err(changed());
             }
-            self.at += self.buf.len() as u64;
-            self.taken = 0;
+            self.opened = Some(file);
         }
-        let n = (self.buf.len() - self.taken).min(out.len());
-        out[..n].copy_from_slice(&self.buf[self.taken..self.taken + n]);
-        self.taken += n;
-        Ok(n)
+        match self.opened.as_mut() {
+            Some(file) => file.read(out),
+            None => Ok(0),
+        }
     }
 }
 
@@ -747,10 +739,8 @@ impl ZipBackend {
                         reader,
                         key: self.key.clone(),
                         archive: dir.archive.clone(),
-                        at: span.start,
-                        end: span.end,
-                        buf: Vec::new(),
-                        taken: 0,
+                        range: span,
+                        opened: None,
                     };
                     inflate_range(compressed, range.clone(), whole)
                 }

@@ -242,11 +242,11 @@ impl DType {
                 .and_then(|c| c.get("scale_factor"))
                 .and_then(Value::as_u64)
                 .unwrap_or(1);
-            let unit = if scale == 1 {
+            let unit = ascii_time_unit(&if scale == 1 {
                 unit.to_owned()
             } else {
                 format!("{scale}{unit}")
-            };
+            });
             if !is_time_unit(&unit) {
                 return Err(MetaError::Invalid(format!(
                     "data type {name}: '{unit}' is not a NumPy time unit"
@@ -389,10 +389,11 @@ fn parse_typestr(s: &str) -> Result<DType, MetaError> {
             .and_then(|t| t.strip_prefix('['))
             .and_then(|t| t.strip_suffix(']'))
             .ok_or_else(bad)?;
-        if !is_time_unit(inner) {
+        let unit = ascii_time_unit(inner);
+        if !is_time_unit(&unit) {
             return Err(bad());
         }
-        Ok(inner.to_owned())
+        Ok(unit)
     };
     let kind = match code {
         'b' if tail == "1" => Kind::Bool,
@@ -427,14 +428,27 @@ fn parse_typestr(s: &str) -> Result<DType, MetaError> {
 /// A NumPy datetime64 / timedelta64 unit: an optional positive multiple and one of NumPy's
 /// units (`s`, `10ms`; not `1.5s`, which NumPy refuses, so an .npy of it could not be read).
 fn is_time_unit(unit: &str) -> bool {
+    if unit == "generic" {
+        return true;
+    }
     let digits = unit.bytes().take_while(u8::is_ascii_digit).count();
     let (multiple, name) = unit.split_at(digits);
-    let multiple_ok = multiple.is_empty() || (!multiple.starts_with('0') && multiple.len() <= 18);
+    // NumPy's multiples are C ints.
+    let multiple_ok = multiple.is_empty() || multiple.parse::<i32>().is_ok_and(|m| m > 0);
     multiple_ok
         && matches!(
             name,
-            "Y" | "M" | "W" | "D" | "h" | "m" | "s" | "ms" | "us" | "\u{3bc}s" | "ns" | "ps" | "fs" | "as"
+            "Y" | "M" | "W" | "D" | "h" | "m" | "s" | "ms" | "us" | "ns" | "ps" | "fs" | "as"
         )
+}
+
+/// A time unit as zarrgate names it: NumPy's `μs` spelled `us` (the name goes into an HTTP
+/// header, X-Zarr-Dtype, which is ASCII).
+fn ascii_time_unit(unit: &str) -> String {
+    match unit.strip_suffix("\u{3bc}s") {
+        Some(multiple) => format!("{multiple}us"),
+        None => unit.to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -501,7 +515,20 @@ mod tests {
         assert_eq!(DType::from_v2(&json!(">U4")).unwrap().item_size(), Some(16));
         assert_eq!(DType::from_v2(&json!("|O")).unwrap().kind, Kind::Object);
         // Time units NumPy reads: a positive multiple and one of its units.
-        for bad in ["<M8[1.5s]", "<M8[0s]", "<M8[01s]", "<m8[xs]", "<M8[]", "<M8[s]]"] {
+        assert_eq!(DType::from_v2(&json!("<m8[5\u{3bc}s]")).unwrap().typestr(), "<m8[5us]");
+        assert_eq!(
+            DType::from_v2(&json!("<M8[generic]")).unwrap().typestr(),
+            "<M8[generic]"
+        );
+        for bad in [
+            "<M8[1.5s]",
+            "<M8[0s]",
+            "<M8[5000000000s]",
+            "<m8[xs]",
+            "<M8[]",
+            "<M8[s]]",
+            "<M8[2generic]",
+        ] {
             assert!(DType::from_v2(&json!(bad)).is_err(), "{bad}");
         }
         let v3 = |unit: &str, scale: u64| {
@@ -509,6 +536,7 @@ mod tests {
         };
         assert_eq!(v3("ms", 10).unwrap().typestr(), "<M8[10ms]");
         assert!(v3("1.5s", 1).is_err() && v3("s", 0).is_err());
+        assert_eq!(v3("generic", 1).unwrap().typestr(), "<M8[generic]");
         for bad in ["", "<i3", "<x4", "<M8", "<M8[", "i", "<f16x"] {
             assert!(DType::from_v2(&json!(bad)).is_err(), "{bad}");
         }
