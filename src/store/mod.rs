@@ -198,6 +198,9 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// An object's metadata and a reader of a range of it ([`BlockingRead::open_range`]).
+pub type OpenedRange = (ObjectMeta, Box<dyn std::io::Read + Send>);
+
 /// Reads objects with blocking calls, into a buffer the caller provides.
 pub trait BlockingRead: Send + Sync + fmt::Debug {
     /// Reads `range` of `key` (all of it when `None`) into `buf`, replacing its contents, and
@@ -214,11 +217,7 @@ pub trait BlockingRead: Send + Sync + fmt::Debug {
     /// Opens `range` of `key` to be read in the calling thread, from the file as it was
     /// opened, however long the reading takes: the whole object's metadata and a reader of the
     /// range; `None` when the object does not exist.
-    fn open_range(
-        &self,
-        key: &StoreKey,
-        range: Range<u64>,
-    ) -> Result<Option<(ObjectMeta, Box<dyn std::io::Read + Send>)>, StoreError>;
+    fn open_range(&self, key: &StoreKey, range: Range<u64>) -> Result<Option<OpenedRange>, StoreError>;
 
     /// [`Self::read_into`] on the async worker, when it can be done without waiting (the
     /// object is in memory and small), with the range read; otherwise [`Nowait::WouldBlock`]

@@ -411,11 +411,7 @@ impl BlockingRead for LocalFiles {
         Ok(Some(meta))
     }
 
-    fn open_range(
-        &self,
-        key: &StoreKey,
-        range: Range<u64>,
-    ) -> Result<Option<(ObjectMeta, Box<dyn std::io::Read + Send>)>, StoreError> {
+    fn open_range(&self, key: &StoreKey, range: Range<u64>) -> Result<Option<super::OpenedRange>, StoreError> {
         use std::io::{Read, Seek};
         let Some((meta, range, mut file)) =
             open_local_range(&self.root, key, Some(ByteRange::Bounded(range.start, range.end)))?
