@@ -526,8 +526,11 @@ async fn empty_entries_are_refused_and_checked_as_others() {
     for (name, zip, status) in cases {
         let path = dir.path().join(name);
         std::fs::write(&path, zip).unwrap();
-        let r = get(&app_for(&[("z", &path)]), "/zarr/z/e", &[]).await;
+        let app = app_for(&[("z", &path)]);
+        let r = get(&app, "/zarr/z/e", &[]).await;
         assert_eq!(r.status.as_u16(), status, "{name}");
+        let head = common::request(&app, "HEAD", "/zarr/z/e", &[]).await;
+        assert_eq!(head.status.as_u16(), status, "{name}: HEAD as GET");
         if status == 200 {
             assert!(r.body.is_empty());
         }

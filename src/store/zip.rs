@@ -63,9 +63,12 @@ fn in_archive(e: StoreError) -> StoreError {
     }
 }
 
-/// An entry refused as a whole: encrypted, or compressed with a method not read here.
+/// Why an entry cannot be read at all, on HEAD as on GET: encrypted, compressed with a method
+/// not read here, or empty with another CRC-32 than that of nothing (0).
 fn refused(entry: &Entry) -> Option<StoreError> {
-    if entry.encrypted {
+    if entry.size == 0 && entry.crc != 0 {
+        Some(corrupt("the entry does not match its CRC-32 (empty, expected another)"))
+    } else if entry.encrypted {
         Some(StoreError::NotSupported("encrypted zip entries".into()))
     } else if !matches!(entry.method, 0 | 8) {
         Some(StoreError::NotSupported(format!(
@@ -700,10 +703,6 @@ impl ZipBackend {
         let meta = Self::meta(dir, entry);
         let range = resolve_range(range, entry.size)?;
         if range.is_empty() {
-            // The CRC-32 of nothing is 0.
-            if entry.crc != 0 {
-                return Err(corrupt("the entry does not match its CRC-32 (empty, expected another)"));
-            }
             return Ok(EntryRead::Read(Some(GetObject {
                 meta,
                 range,
