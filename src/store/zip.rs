@@ -562,38 +562,6 @@ fn inflate_range(
     }))
 }
 
-/// A range of a local archive as a blocking reader: opened on the first read (in an inflating
-/// step, on the blocking pool), checked to be the archive the directory was read from, and read
-/// from that open file to its end, whatever happens to the path meanwhile.
-struct ArchiveRange {
-    reader: Arc<dyn super::BlockingRead>,
-    key: StoreKey,
-    archive: ObjectMeta,
-    range: Range<u64>,
-    opened: Option<Box<dyn Read + Send>>,
-}
-
-impl Read for ArchiveRange {
-    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
-        if self.opened.is_none() {
-            let changed = || std::io::Error::other("the archive changed while an entry was read");
-            let (meta, file) = self
-                .reader
-                .open_range(&self.key, self.range.clone())
-                .map_err(std::io::Error::other)?
-                .ok_or_else(changed)?;
-            if !meta.same_object(&self.archive) {
-                return Err(changed());
-            }
-            self.opened = Some(file);
-        }
-        match self.opened.as_mut() {
-            Some(file) => file.read(out),
-            None => Ok(0),
-        }
-    }
-}
-
 /// `body`, a whole entry, checked against its CRC-32 as it passes. Its last piece is held back
 /// until the CRC is known, and an entry that does not match ends with an error in its place:
 /// neither an HTTP client (which stops reading at Content-Length) nor
@@ -729,19 +697,23 @@ impl ZipBackend {
                 // for an async file read would need a second thread of the blocking pool, and
                 // steps holding every thread would wait for ever.
                 Some(reader) => {
-                    // Replaced since the directory was read: read it again (as read_at finds).
-                    let now = self.container.head(&self.key).await?;
-                    if !now.is_some_and(|now| now.same_object(&dir.archive)) {
-                        return Ok(EntryRead::ArchiveChanged);
+                    // Opened once, here: read from that file to its end, whatever happens to
+                    // the path meanwhile; replaced since the directory was read, it is read
+                    // through its new directory (as read_at finds).
+                    let key = self.key.clone();
+                    let opened = tokio::task::spawn_blocking(move || reader.open_range(&key, span))
+                        .await
+                        .map_err(super::joined)?;
+                    match opened {
+                        Ok(Some((now, file))) if now.same_object(&dir.archive) => {
+                            inflate_range(file, range.clone(), whole)
+                        }
+                        Ok(_) => return Ok(EntryRead::ArchiveChanged),
+                        Err(StoreError::Range { size, .. }) if size != dir.archive.size => {
+                            return Ok(EntryRead::ArchiveChanged);
+                        }
+                        Err(e) => return Err(in_archive(e)),
                     }
-                    let compressed = ArchiveRange {
-                        reader,
-                        key: self.key.clone(),
-                        archive: dir.archive.clone(),
-                        range: span,
-                        opened: None,
-                    };
-                    inflate_range(compressed, range.clone(), whole)
                 }
                 None => {
                     let EntryRead::Read(read) = self.read_at(&dir.archive, span).await? else {
