@@ -901,16 +901,14 @@ async fn read_and_decode(
     {
         return Err(too_large(b - a));
     }
-    let whole = !is_inner;
-    let most = if whole { most } else { u64::MAX };
+    let sized = |e: StoreError| match e {
+        StoreError::TooLarge { size, .. } => too_large(size),
+        e => e.into(),
+    };
     if !ctx.store.reads_locally() {
-        // The size comes with the response, before its body.
-        let Some(object) = ctx.store.get(key, range).await? else {
+        let Some(object) = ctx.store.get_at_most(key, range, most).await.map_err(sized)? else {
             return Ok(None);
         };
-        if object.range.end - object.range.start > most {
-            return Err(too_large(object.meta.size));
-        }
         if shard.is_some_and(|s| !object.meta.same_object(&s)) {
             return Err(ReadError::Changed(key.to_string()));
         }
@@ -929,11 +927,9 @@ async fn read_and_decode(
             }
             decoder.decode(|chain, shape, fill, limit| chain.decode(bytes, shape, fill, limit))
         })
-        .await;
-    match decoded {
-        Err(StoreError::TooLarge { size, .. }) => Err(too_large(size)),
-        read => read?.transpose(),
-    }
+        .await
+        .map_err(sized)?;
+    decoded.transpose()
 }
 
 /// What a stored unit may take beyond the largest decoded chunk to be read: headers and what

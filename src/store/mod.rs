@@ -426,7 +426,24 @@ impl Store {
             .await
             .map_err(joined)?;
         }
-        // The size comes with the response, before its body.
+        let Some(object) = self.get_at_most(key, range, most).await? else {
+            return Ok(None);
+        };
+        let meta = object.meta.clone();
+        let bytes = object.bytes().await?;
+        tokio::task::spawn_blocking(move || Some(work(&bytes, &meta)))
+            .await
+            .map_err(joined)
+    }
+
+    /// [`Store::get`] of at most `most` bytes: more is [`StoreError::TooLarge`], known from the
+    /// response before any of its body is read.
+    pub async fn get_at_most(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        most: u64,
+    ) -> Result<Option<GetObject>, StoreError> {
         let Some(object) = self.get(key, range).await? else {
             return Ok(None);
         };
@@ -438,11 +455,7 @@ impl Store {
                 max: most,
             });
         }
-        let meta = object.meta.clone();
-        let bytes = object.bytes().await?;
-        tokio::task::spawn_blocking(move || Some(work(&bytes, &meta)))
-            .await
-            .map_err(joined)
+        Ok(Some(object))
     }
 
     /// Reads a range of an object into memory, with the whole object's metadata.
