@@ -59,7 +59,7 @@ pub async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Respons
     let allow = if uri.path().starts_with("/api/v1/validate/") {
         "POST, OPTIONS"
     } else {
-        "GET, HEAD, OPTIONS"
+        super::raw::ALLOW
     };
     if method == Method::OPTIONS {
         return options(allow);

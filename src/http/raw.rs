@@ -15,7 +15,8 @@ use crate::error::ApiError;
 use crate::state::{AppState, Mount};
 use crate::store::{ByteRange, ObjectMeta, StoreError, StoreKey};
 
-const ALLOW: &str = "GET, HEAD, OPTIONS";
+/// The methods of every route that reads (all but validation).
+pub(crate) const ALLOW: &str = "GET, HEAD, OPTIONS";
 
 /// The handler for every method on `/zarr/...`. OPTIONS reaches it only when no CORS origins
 /// are configured (the CORS layer answers it otherwise).
