@@ -5,6 +5,6 @@ pub mod selection;
 
 pub use read::{
     LoadedRegion, ReadContext, ReadError, ReadOptions, load_region, read_region, read_region_bytes, row_axis,
-    unit_shape,
+    unit_shape, units_bytes,
 };
 pub use selection::{DimSelection, Selection, SelectionError};

@@ -510,12 +510,8 @@ async fn load_region_once(
     // region is written out would cost many times the region (a row of a thousand 8 MiB
     // chunks for a few MB). Such a region is assembled as its units arrive instead, each
     // dropped once copied, and written out from that.
-    let item = one.len() as u64;
-    let unit = unit_shape(&meta);
-    let held = sel
-        .units_touched(unit, None)
-        .saturating_mul(unit.iter().fold(item, |n, &c| n.saturating_mul(c)));
-    let result = sel.len().saturating_mul(item);
+    let held = units_bytes(&meta, sel, None);
+    let result = sel.len().saturating_mul(one.len() as u64);
     if held > SPARSE_HOLDING.saturating_mul(result).max(SPARSE_HOLDING_FLOOR) {
         let shape = sel.full_shape();
         let elements = read_region_once(ctx, path, meta.clone(), sel).await?;
@@ -579,11 +575,22 @@ pub fn unit_shape(meta: &ArrayMeta) -> &[u64] {
     meta.chain.sharding().map_or(&meta.chunk_shape, |s| &s.inner_shape)
 }
 
+/// Bytes of one decode unit (chunk, or inner chunk of a shard), decoded; saturating.
+fn unit_bytes(meta: &ArrayMeta) -> u64 {
+    unit_shape(meta)
+        .iter()
+        .fold(meta.dtype.item_size().unwrap_or(1) as u64, |n, &c| n.saturating_mul(c))
+}
+
+/// Bytes of the decode units `sel` touches, whole, in all dimensions but `except`, however
+/// little of each it takes (`::256` across 256-wide chunks takes one column of each).
+pub fn units_bytes(meta: &ArrayMeta, sel: &Selection, except: Option<usize>) -> u64 {
+    unit_bytes(meta).saturating_mul(sel.units_touched(unit_shape(meta), except))
+}
+
 /// Refuses arrays whose decode units are larger than the server reads.
 fn check_unit(ctx: &ReadContext, meta: &ArrayMeta) -> Result<(), ReadError> {
-    let unit_bytes = unit_shape(meta)
-        .iter()
-        .fold(meta.dtype.item_size().unwrap_or(1) as u64, |n, &c| n.saturating_mul(c));
+    let unit_bytes = unit_bytes(meta);
     if unit_bytes > ctx.opts.max_chunk_bytes {
         return Err(ReadError::Unsupported(format!(
             "chunks of {unit_bytes} bytes decoded; this server reads chunks of at most {} bytes",

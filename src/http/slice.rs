@@ -16,7 +16,7 @@ use serde::Deserialize;
 use crate::array::selection::cells;
 use crate::array::{
     DimSelection, LoadedRegion, ReadContext, ReadError, Selection, load_region, read_region, read_region_bytes,
-    row_axis, unit_shape,
+    row_axis, unit_shape, units_bytes,
 };
 use crate::error::ApiError;
 use crate::format::png::{Colormap, PngOptions};
@@ -310,16 +310,6 @@ fn bytes_text(bytes: u64) -> String {
     }
 }
 
-/// Bytes of the decoded units (chunks, or inner chunks of shards) that one row of units along
-/// `axis` holds: every unit the selection touches in the other dimensions, whole, however
-/// little of each it takes (`::256` across 256-wide chunks takes one column of each).
-fn unit_row_bytes(meta: &ArrayMeta, sel: &Selection, axis: usize) -> u64 {
-    let unit = unit_shape(meta);
-    let item = meta.dtype.item_size().unwrap_or(1) as u64;
-    let unit_bytes = unit.iter().fold(item, |n, &c| n.saturating_mul(c));
-    unit_bytes.saturating_mul(sel.units_touched(unit, Some(axis)))
-}
-
 /// Splits a selection into bands of whole rows of decode units (chunks, or inner chunks of
 /// shards) along its [`row_axis`] (the first dimension whose length is not 1, so that
 /// `select=0,:,:` streams in bands as `select=:,:` does): as many unit rows as hold about
@@ -327,7 +317,8 @@ fn unit_row_bytes(meta: &ArrayMeta, sel: &Selection, axis: usize) -> u64 {
 /// row in the result. Also returns the bytes of units one band holds at most.
 fn bands(meta: &ArrayMeta, sel: &Selection) -> (Vec<(u64, Selection)>, u64) {
     let axis = row_axis(&sel.full_shape());
-    let held = unit_row_bytes(meta, sel, axis).max(1);
+    // The decoded units one row of units along the axis holds.
+    let held = units_bytes(meta, sel, Some(axis)).max(1);
     let Some(&along) = sel.0.get(axis) else {
         return (vec![(0, sel.clone())], held);
     };
