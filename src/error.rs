@@ -120,6 +120,7 @@ impl From<StoreError> for ApiError {
         // The details (bucket names, OS errors) stay in the log.
         tracing::warn!(error = %e, "store error");
         match e {
+            StoreError::Corrupt { key, .. } => ApiError::CorruptData { key },
             StoreError::Denied(_) => ApiError::UpstreamDenied,
             StoreError::Timeout(_) => ApiError::UpstreamTimeout,
             StoreError::Io(_) | StoreError::Range { .. } => ApiError::Upstream,

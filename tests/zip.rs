@@ -93,12 +93,26 @@ async fn our_zip_serves_keys_slices_and_zom() {
 }
 
 #[tokio::test]
-async fn a_file_that_is_not_a_zip_is_an_upstream_error_not_a_crash() {
+async fn a_file_that_is_not_a_zip_is_corrupt_data_not_a_crash() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("bad.zip"), b"this is not a zip archive").unwrap();
     let app = app_for(&[("b", &dir.path().join("bad.zip"))]);
     let r = get(&app, "/zarr/b/zarr.json", &[]).await;
-    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_error"));
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    // It names the key asked for, and nothing of the server's files.
+    assert_eq!(
+        r.json()["error"]["message"],
+        "stored data at 'zarr.json' could not be decoded"
+    );
+    // The slice API and ZOM say the same of the node's metadata.
+    for url in ["/api/v1/slice/b/?select=0", "/api/v1/zom/b"] {
+        let r = get(&app, url, &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (500, "corrupt_data"),
+            "{url}"
+        );
+    }
     assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
 }
 
@@ -271,10 +285,10 @@ async fn deflated_entries_stream_whole_and_in_ranges() {
     }
 }
 
-/// Archives whose directory lies are errors of the archive (502), not bad client ranges (416)
-/// or short bodies.
+/// Archives whose directory lies are corrupt data (500, naming the key), not bad client ranges
+/// (416), upstream failures (502) or short bodies.
 #[tokio::test]
-async fn archives_that_lie_are_upstream_errors() {
+async fn archives_that_lie_are_corrupt_data() {
     let dir = tempfile::tempdir().unwrap();
     let good = deflated_zip("blob", &[7u8; 1000]);
     // The central directory starts after the local header (30 + 4 bytes) and the data; its
@@ -297,7 +311,12 @@ async fn archives_that_lie_are_upstream_errors() {
             let r = get(&app, "/zarr/z/blob", &headers).await;
             assert_eq!(
                 (r.status.as_u16(), r.error_code().as_str()),
-                (502, "upstream_error"),
+                (500, "corrupt_data"),
+                "{name} {range:?}"
+            );
+            assert_eq!(
+                r.json()["error"]["message"],
+                "stored data at 'blob' could not be decoded",
                 "{name} {range:?}"
             );
         }
@@ -410,6 +429,50 @@ async fn encrypted_entries_are_refused_not_missing() {
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (422, "unsupported"));
 }
 
+/// A chunk entry that does not match its CRC-32 is corrupt data naming that chunk's key (500
+/// corrupt_data), in a slice as in a raw read, stored or deflated; the other chunk still reads.
+#[tokio::test]
+async fn a_chunk_with_a_bad_crc_is_corrupt_data_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let meta = br#"{"zarr_format":2,"shape":[4],"chunks":[2],"dtype":"|u1","compressor":null,"fill_value":0,"order":"C","filters":null}"#;
+    let files: &[(&str, &[u8])] = &[
+        (".zgroup", br#"{"zarr_format":2}"#),
+        ("a/.zarray", meta),
+        ("a/0", &[1, 2]),
+        ("a/1", &[3, 4]),
+    ];
+    for method in [0, 8] {
+        let zip = zip_written(
+            files,
+            |d| {
+                if d == [3, 4] {
+                    crc32fast::hash(d) ^ 1
+                } else {
+                    crc32fast::hash(d)
+                }
+            },
+            method,
+        );
+        let path = dir.path().join(format!("m{method}.zip"));
+        std::fs::write(&path, zip).unwrap();
+        let app = app_for(&[("z", &path)]);
+        let r = get(&app, "/api/v1/slice/z/a?select=0:2", &[]).await;
+        assert_eq!(r.json()["data"], json!([1, 2]), "{method}");
+        let r = get(&app, "/api/v1/slice/z/a?select=1:3", &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (500, "corrupt_data"),
+            "{method}"
+        );
+        assert_eq!(
+            r.json()["error"]["message"],
+            "stored data at 'a/1' could not be decoded",
+            "{method}"
+        );
+        assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+    }
+}
+
 /// Data before the archive (a self-extracting stub) moves every offset, as Python's zipfile
 /// reads it; ZIP64 records are then found beside the end record.
 #[tokio::test]
@@ -436,7 +499,7 @@ async fn archives_with_data_before_them_are_read() {
     let path = dir.path().join("garbage.zip");
     std::fs::write(&path, zip).unwrap();
     let r = get(&app_for(&[("z", &path)]), "/zarr/z/a", &[]).await;
-    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_error"));
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
 }
 
 /// Bytes that do not compress (xorshift), so that a deflated entry of them is as large.
@@ -520,7 +583,7 @@ async fn empty_entries_are_refused_and_checked_as_others() {
         (
             "badcrc.zip",
             zip_written(&[("e", b"")], |d| crc32fast::hash(d) ^ 1, 0),
-            502,
+            500,
         ),
     ];
     for (name, zip, status) in cases {

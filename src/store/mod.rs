@@ -49,6 +49,24 @@ pub enum StoreError {
     /// it; `size` is what was to be read.
     #[error("'{key}' is {size} bytes; at most {max} are read into memory for it")]
     TooLarge { key: String, size: u64, max: u64 },
+    /// The stored bytes are not what their container format says (a zip archive whose
+    /// directory or entry is broken). `key` is the key that was asked for.
+    #[error("'{key}' is corrupt: {message}")]
+    Corrupt { key: String, message: String },
+}
+
+impl StoreError {
+    /// A [`StoreError::Corrupt`] made where the key is not known names `key`; other errors are
+    /// returned as they are.
+    pub(crate) fn naming(self, key: &str) -> Self {
+        match self {
+            StoreError::Corrupt { key: k, message } if k.is_empty() => StoreError::Corrupt {
+                key: key.to_string(),
+                message,
+            },
+            e => e,
+        }
+    }
 }
 
 /// How much of a local metadata document the first read takes ([`Store::get_document`]).

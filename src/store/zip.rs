@@ -50,8 +50,13 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
         .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
 }
 
+/// The archive or one of its entries is broken. The key is filled in by the [`Backend`]
+/// methods, which know what was asked for ([`StoreError::naming`]).
 fn corrupt(msg: impl Into<String>) -> StoreError {
-    StoreError::Io(format!("zip: {}", msg.into()))
+    StoreError::Corrupt {
+        key: String::new(),
+        message: format!("zip: {}", msg.into()),
+    }
 }
 
 /// A read of the archive at offsets its directory gave: a range past its end means the
@@ -406,7 +411,9 @@ impl ZipBackend {
                 .map_err(in_archive)?
                 .ok_or_else(missing)?;
             if !read.same_object(&archive) {
-                return Err(corrupt("the archive changed while its directory was read"));
+                return Err(StoreError::Io(
+                    "zip: the archive changed while its directory was read".into(),
+                ));
             }
             cd
         };
@@ -610,15 +617,7 @@ fn crc_checked(
 #[async_trait]
 impl Backend for ZipBackend {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
-        let dir = self.directory().await?;
-        match dir.entries.get(key.as_str()) {
-            // As a GET of it would answer.
-            Some(e) => match refused(e) {
-                Some(error) => Err(error),
-                None => Ok(Some(Self::meta(&dir, e))),
-            },
-            None => Ok(None),
-        }
+        self.head_entry(key).await.map_err(|e| e.naming(key.as_str()))
     }
 
     fn resolves_ranges(&self) -> bool {
@@ -626,21 +625,18 @@ impl Backend for ZipBackend {
     }
 
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
-        let dir = self.directory().await?;
-        if let EntryRead::Read(got) = self.get_entry(&dir, key, range).await? {
-            return Ok(got);
-        }
-        // The archive was replaced since its directory was read: read it again, once.
-        self.forget(&dir).await;
-        let dir = self.directory().await?;
-        match self.get_entry(&dir, key, range).await? {
-            EntryRead::Read(got) => Ok(got),
-            EntryRead::ArchiveChanged => Err(corrupt("the archive keeps changing while it is read")),
-        }
+        let got = self.get_object(key, range).await.map_err(|e| e.naming(key.as_str()))?;
+        Ok(got.map(|got| {
+            let key = key.as_str().to_string();
+            GetObject {
+                body: body_stream(got.body.map_err(move |e| e.naming(&key))),
+                ..got
+            }
+        }))
     }
 
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
-        let dir = self.directory().await?;
+        let dir = self.directory().await.map_err(|e| e.naming(prefix.as_str()))?;
         let mut at = Some(0);
         for part in prefix.segments() {
             at = at.and_then(|i| dir.tree[i].folders.get(part).copied());
@@ -655,6 +651,34 @@ impl Backend for ZipBackend {
 }
 
 impl ZipBackend {
+    async fn head_entry(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
+        let dir = self.directory().await?;
+        match dir.entries.get(key.as_str()) {
+            // As a GET of it would answer.
+            Some(e) => match refused(e) {
+                Some(error) => Err(error),
+                None => Ok(Some(Self::meta(&dir, e))),
+            },
+            None => Ok(None),
+        }
+    }
+
+    async fn get_object(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
+        let dir = self.directory().await?;
+        if let EntryRead::Read(got) = self.get_entry(&dir, key, range).await? {
+            return Ok(got);
+        }
+        // The archive was replaced since its directory was read: read it again, once.
+        self.forget(&dir).await;
+        let dir = self.directory().await?;
+        match self.get_entry(&dir, key, range).await? {
+            EntryRead::Read(got) => Ok(got),
+            EntryRead::ArchiveChanged => Err(StoreError::Io(
+                "zip: the archive keeps changing while it is read".into(),
+            )),
+        }
+    }
+
     /// Reads `range` of the entry `key` as `dir` locates it.
     async fn get_entry(
         &self,
