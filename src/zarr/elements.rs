@@ -29,8 +29,8 @@ impl Elements {
                     Elements::Fixed(one.repeat(n))
                 }
             }
-            FillValue::String(s) => Elements::Strings(vec![s.clone(); n]),
-            FillValue::Bytes(b) => Elements::Bytes(vec![b.clone(); n]),
+            FillValue::String(s) => Elements::Strings(vec![Some(s.clone()); n]),
+            FillValue::Bytes(b) => Elements::Bytes(vec![Some(b.clone()); n]),
             FillValue::Object(v) => Elements::Objects(vec![v.clone(); n]),
         }
     }
@@ -40,8 +40,8 @@ impl Elements {
     pub fn filled_size(fill: &FillValue, n: u64) -> u64 {
         let each = match fill {
             FillValue::Fixed(one) => one.len(),
-            FillValue::String(s) => ELEMENT_BYTES + s.content(),
-            FillValue::Bytes(b) => ELEMENT_BYTES + b.content(),
+            FillValue::String(s) => ELEMENT_BYTES + s.len(),
+            FillValue::Bytes(b) => ELEMENT_BYTES + b.len(),
             FillValue::Object(v) => VALUE_BYTES + v.content(),
         };
         n.saturating_mul(each as u64)

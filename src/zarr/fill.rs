@@ -17,10 +17,10 @@ use super::dtype::{DType, Kind};
 pub enum FillValue {
     /// One element of a fixed-size type, little-endian.
     Fixed(Vec<u8>),
-    /// For variable-length strings (`None`: null).
-    String(Option<String>),
-    /// For variable-length bytes (`None`: null).
-    Bytes(Option<Vec<u8>>),
+    /// For variable-length strings. A null fill reads as "", as zarr-python 3 reads it.
+    String(String),
+    /// For variable-length bytes. A null fill reads as empty bytes, as zarr-python 3 reads it.
+    Bytes(Vec<u8>),
     /// For object arrays: any JSON value.
     Object(Value),
 }
@@ -111,16 +111,16 @@ impl FillValue {
         match &dtype.kind {
             Kind::String => {
                 return match value {
-                    Value::Null => Ok(FillValue::String(None)),
-                    Value::String(s) => Ok(FillValue::String(Some(s.clone()))),
+                    Value::Null => Ok(FillValue::String(String::new())),
+                    Value::String(s) => Ok(FillValue::String(s.clone())),
                     _ => Err(bad()),
                 };
             }
             Kind::Bytes => {
                 return match value {
-                    Value::Null => Ok(FillValue::Bytes(None)),
+                    Value::Null => Ok(FillValue::Bytes(Vec::new())),
                     // v3 writers use "" (or base64) for bytes; an array of byte values is also allowed.
-                    v => base64_or_bytes(v).map(|b| FillValue::Bytes(Some(b))).ok_or_else(bad),
+                    v => base64_or_bytes(v).map(FillValue::Bytes).ok_or_else(bad),
                 };
             }
             Kind::Object => return Ok(FillValue::Object(value.clone())),
@@ -182,15 +182,21 @@ impl FillValue {
 
 impl FillValue {
     /// The fill as elements of the decoded type: v2 object arrays store their fill as a JSON
-    /// value, while their decoded elements are strings or bytes.
+    /// value, while their decoded elements are strings or bytes. As zarr-python 3 reads them:
+    /// null is "" (or no bytes), and another value is its text (0 is "0").
     pub fn for_decoded(self, decoded: &DType) -> FillValue {
+        let text = |v: Value| match v {
+            Value::Null => String::new(),
+            Value::String(s) => s,
+            v => v.to_string(),
+        };
         match (self, &decoded.kind) {
-            (FillValue::Object(v), Kind::String) => FillValue::String(v.as_str().map(str::to_owned)),
+            (FillValue::Object(v), Kind::String) => FillValue::String(text(v)),
             // Written as base64 (zarr-python 3); a string that is not base64 is its bytes.
-            (FillValue::Object(v), Kind::Bytes) => FillValue::Bytes(
-                v.as_str()
-                    .map(|s| BASE64.decode(s).unwrap_or_else(|_| s.as_bytes().to_vec())),
-            ),
+            (FillValue::Object(v), Kind::Bytes) => {
+                let s = text(v);
+                FillValue::Bytes(BASE64.decode(&s).unwrap_or_else(|_| s.into_bytes()))
+            }
             (fill, _) => fill,
         }
     }
@@ -261,12 +267,14 @@ mod tests {
     fn vlen_bytes_fills_are_base64() {
         let bytes = DType::new(Kind::Bytes);
         let fill = |v: Value| FillValue::Object(v).for_decoded(&bytes);
-        assert_eq!(fill(json!("YWI=")), FillValue::Bytes(Some(b"ab".to_vec())));
-        assert_eq!(
-            fill(json!("not base64!")),
-            FillValue::Bytes(Some(b"not base64!".to_vec()))
-        );
-        assert_eq!(fill(json!(null)), FillValue::Bytes(None));
+        assert_eq!(fill(json!("YWI=")), FillValue::Bytes(b"ab".to_vec()));
+        assert_eq!(fill(json!("not base64!")), FillValue::Bytes(b"not base64!".to_vec()));
+        assert_eq!(fill(json!(null)), FillValue::Bytes(vec![]));
+        let strings = DType::new(Kind::String);
+        let fill = |v: Value| FillValue::Object(v).for_decoded(&strings);
+        assert_eq!(fill(json!(null)), FillValue::String(String::new()));
+        assert_eq!(fill(json!(0)), FillValue::String("0".into()));
+        assert_eq!(fill(json!("x")), FillValue::String("x".into()));
     }
 
     #[test]
@@ -277,7 +285,7 @@ mod tests {
         let v = FillValue::parse(&json!(BASE64.encode([0x01, 0x02, 0x03])), &st, 2).unwrap();
         assert_eq!(v, FillValue::Fixed(vec![0x02, 0x01, 0x03]));
         let s = FillValue::parse(&json!(null), &DType::new(Kind::String), 2).unwrap();
-        assert_eq!(s, FillValue::String(None));
+        assert_eq!(s, FillValue::String(String::new()));
         assert!(FillValue::parse(&json!([1]), &DType::new(Kind::String), 3).is_err());
     }
 }

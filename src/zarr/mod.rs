@@ -11,7 +11,6 @@ use serde_json::{Map, Value};
 use crate::codec::chain::CodecChain;
 use crate::store::{Store, StoreError, StoreKey};
 use dtype::DType;
-use elements::Content;
 use fill::FillValue;
 
 /// Errors in metadata documents.
@@ -124,8 +123,8 @@ impl ArrayMeta {
     pub fn heap_weight(&self) -> usize {
         let fill = match &self.fill {
             FillValue::Fixed(b) => b.len(),
-            FillValue::String(s) => s.content(),
-            FillValue::Bytes(b) => b.content(),
+            FillValue::String(s) => s.len(),
+            FillValue::Bytes(b) => b.len(),
             FillValue::Object(v) => v.to_string().len(),
         };
         document_weight(self.doc_bytes).saturating_add(fill)

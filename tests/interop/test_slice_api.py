@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from conftest import ALL_CASES, URL, params, read_chunk_shape, regions, select_param
-from expected import kind, load, nested_to_object, same, same_dtype
+from expected import kind, load, nested_to_object, object_array, same, same_dtype
 
 SESSION = requests.Session()
 
@@ -43,10 +43,19 @@ def whole_and_regions(case):
     yield from regions(case.shape, read_chunk_shape(case.local)).items()
 
 
+def as_zarr3_reads(case, expected, k):
+    """zarr 2 reads the elements of a missing chunk of a variable-length string or bytes array
+    with fill_value null as None; zarr-python 3, and zarrgate with it, reads "" (b"")."""
+    if not case.reader.startswith("zarr 2") or k not in ("string", "bytes"):
+        return expected
+    empty = "" if k == "string" else b""
+    return object_array([empty if v is None else v for v in expected.ravel().tolist()], expected.shape)
+
+
 @pytest.mark.parametrize("case", params(ALL_CASES))
 def test_slice_api(case):
-    expected = load(case.expected_file)
     k = kind(case.expected_file)
+    expected = as_zarr3_reads(case, load(case.expected_file), k)
     for name, region in whole_and_regions(case):
         want = expected if region is None else expected[region]
         if k == "npy":

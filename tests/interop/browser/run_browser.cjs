@@ -224,7 +224,7 @@ async function runFixtureCases(ctx) {
       const dir = path.join(set.dataDir, c.path);
       let reason;
       try {
-        reason = unsupportedReason(dir, c.zarr_format);
+        reason = unsupportedReason(dir, c.zarr_format, c.reader);
       } catch (e) {
         record(name, "fail", `metadata: ${e.message}`);
         continue;

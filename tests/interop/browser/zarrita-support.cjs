@@ -21,8 +21,11 @@ const V3_CODECS = new Set([
 const V3_DTYPES = new Set(["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64", "string"]);
 const ARRAY_TO_BYTES = new Set(["bytes", "vlen-utf8", "sharding_indexed", "json2"]);
 
-/** Returns null when zarrita can read the array stored in directory `dir`, else the reason. */
-function unsupportedReason(dir, zarrFormat) {
+/**
+ * Returns null when zarrita can read the array stored in directory `dir` as `reader` (the
+ * manifest's reference reader) does, else the reason.
+ */
+function unsupportedReason(dir, zarrFormat, reader = "") {
   if (zarrFormat === 1) return "Zarr v1 (meta/attrs keys): zarrita.js reads v2 and v3 only";
   if (zarrFormat === 2) {
     const meta = JSON.parse(fs.readFileSync(path.join(dir, ".zarray"), "utf8"));
@@ -43,6 +46,12 @@ function unsupportedReason(dir, zarrFormat) {
     // base64, which zarrita does not decode (writing the base64 text overruns the item size).
     if (/^\|S\d+$/.test(meta.dtype) && meta.fill_value && hasMissingV2Chunk(dir, meta)) {
       return "v2 |S dtype with a base64 fill_value and a missing chunk: zarrita does not decode the fill_value";
+    }
+    // zarrita fills a missing chunk of an object array with the fill_value as stored (0, null);
+    // zarr-python 3 reads a vlen-utf8 array's fill as text ("0", "" for null), zarr 2 null as None.
+    if (meta.dtype === "|O" && typeof meta.fill_value !== "string" && hasMissingV2Chunk(dir, meta) &&
+        !(meta.fill_value === null && reader.startsWith("zarr 2"))) {
+      return "v2 object array with a fill_value that is not a string and a missing chunk: zarrita fills it as stored, zarr-python 3 as text";
     }
     if (meta.compressor && !V2_CODECS.has(meta.compressor.id)) return `v2 compressor '${meta.compressor.id}': not in zarrita's codec registry`;
     if (meta.dtype === "|O" && !(meta.filters || []).some((f) => f.id === "vlen-utf8" || f.id === "json2")) {
