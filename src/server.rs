@@ -17,14 +17,14 @@ use axum::serve::ListenerExt;
 use axum::{BoxError, Router};
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
-use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::error::ApiError;
 use crate::http::{api, raw, slice, zom};
 use crate::state::AppState;
 
 /// Headers a browser client may read from our responses.
-const EXPOSED: [&str; 9] = [
+const EXPOSED: [&str; 11] = [
     "content-range",
     "content-length",
     "etag",
@@ -34,6 +34,8 @@ const EXPOSED: [&str; 9] = [
     "x-zarr-dtype",
     "x-zarr-vmin",
     "x-zarr-vmax",
+    "retry-after",
+    "www-authenticate",
 ];
 
 fn cors(origins: &[String]) -> CorsLayer {
@@ -45,17 +47,10 @@ fn cors(origins: &[String]) -> CorsLayer {
     CorsLayer::new()
         .allow_origin(allow_origin)
         .allow_methods([Method::GET, Method::HEAD, Method::OPTIONS, Method::POST])
-        .allow_headers([
-            header::RANGE,
-            header::IF_MATCH,
-            header::IF_NONE_MATCH,
-            header::IF_MODIFIED_SINCE,
-            header::IF_UNMODIFIED_SINCE,
-            header::IF_RANGE,
-            header::AUTHORIZATION,
-            header::CONTENT_TYPE,
-            header::ACCEPT,
-        ])
+        // Whatever request headers the page asks for (Range, conditional headers, and those a
+        // client library adds of its own, such as Cache-Control): none of them changes what a
+        // read can do.
+        .allow_headers(AllowHeaders::mirror_request())
         .expose_headers(EXPOSED.map(HeaderName::from_static))
         .max_age(Duration::from_secs(3600))
 }

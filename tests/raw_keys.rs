@@ -257,6 +257,8 @@ async fn cors_on_every_response_and_preflight() {
             "x-zarr-dtype",
             "x-zarr-vmin",
             "x-zarr-vmax",
+            "retry-after",
+            "www-authenticate",
         ] {
             assert!(exposed.contains(h), "{uri} exposes {h}: {exposed}");
         }
@@ -268,7 +270,7 @@ async fn cors_on_every_response_and_preflight() {
         &[
             origin,
             ("access-control-request-method", "GET"),
-            ("access-control-request-headers", "range"),
+            ("access-control-request-headers", "range,cache-control,x-requested-with"),
         ],
     )
     .await;
@@ -276,8 +278,11 @@ async fn cors_on_every_response_and_preflight() {
     assert_eq!(r.header("access-control-allow-origin"), Some("*"));
     let methods = r.header("access-control-allow-methods").unwrap().to_ascii_uppercase();
     assert!(methods.contains("GET") && methods.contains("HEAD"), "{methods}");
+    // The headers a page asks for, its client library's own too.
     let allowed = r.header("access-control-allow-headers").unwrap().to_ascii_lowercase();
-    assert!(allowed.contains("range"), "{allowed}");
+    for h in ["range", "cache-control", "x-requested-with"] {
+        assert!(allowed.contains(h), "{h}: {allowed}");
+    }
     // OPTIONS without an Origin is answered the same way (by the CORS layer).
     let r = request(&app, "OPTIONS", CHUNK, &[]).await;
     assert!(r.status.is_success(), "{}", r.status);
@@ -608,5 +613,35 @@ async fn no_cors_origins_no_cors_headers() {
             !r.headers.keys().any(|k| k.as_str().starts_with("access-control-")),
             "{uri}"
         );
+    }
+}
+
+/// HTTP details of raw keys: they are revalidated rather than cached for a heuristic time
+/// (`Cache-Control: no-cache` on 200, 206 and 304); a 304 to HEAD says the length a 200 would;
+/// a last-pos past u64 is the end of the object; two Range field lines are no valid Range.
+#[tokio::test]
+async fn cache_control_304_lengths_and_odd_ranges() {
+    let app = fixture_app();
+    let whole = get(&app, CHUNK, &[]).await;
+    let (len, etag) = (whole.body.len(), whole.header("etag").unwrap().to_owned());
+    assert_eq!(whole.header("cache-control"), Some("no-cache"));
+    let r = get(&app, CHUNK, &[("range", "bytes=0-99999999999999999999")]).await;
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+    assert_eq!(
+        r.header("content-range"),
+        Some(format!("bytes 0-{}/{len}", len - 1).as_str())
+    );
+    assert_eq!(r.body, whole.body);
+    let r = get(&app, CHUNK, &[("range", "bytes=99999999999999999999-")]).await;
+    assert_eq!(r.status, 416);
+    let r = get(&app, CHUNK, &[("range", "bytes=0-1"), ("range", "bytes=4-5")]).await;
+    assert_eq!((r.status.as_u16(), r.body.len()), (200, len));
+    for method in ["GET", "HEAD"] {
+        let r = request(&app, method, CHUNK, &[("if-none-match", &etag)]).await;
+        assert_eq!(r.status, 304, "{method}");
+        assert_eq!(r.header("cache-control"), Some("no-cache"), "{method}");
+        assert_eq!(r.header("content-length"), Some(len.to_string().as_str()), "{method}");
+        assert!(r.body.is_empty(), "{method}");
     }
 }

@@ -111,11 +111,13 @@ pub fn parse_range(value: &str) -> Option<ByteRange> {
     }
     let (first, last) = spec.split_once('-')?;
     let (first, last) = (first.trim(), last.trim());
+    // Digits past u64 are a position past any object: saturated, not refused (RFC 9110
+    // section 14.1.1: a last-pos past the end means the end).
     let num = |s: &str| -> Option<u64> {
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             None
         } else {
-            s.parse().ok()
+            Some(s.parse().unwrap_or(u64::MAX))
         }
     };
     match (first.is_empty(), last.is_empty()) {
@@ -206,8 +208,11 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
 
 /// The headers every representation of a key carries.
 fn stored_headers(key: &StoreKey, etag: &str, last_modified: Option<SystemTime>) -> axum::http::response::Builder {
+    // Stores change under a key: caches (a browser's, for viewers) revalidate each use, which
+    // the ETag makes a 304, instead of keeping a copy for a heuristic lifetime.
     let mut response = Response::builder()
         .header(header::ACCEPT_RANGES, "bytes")
+        .header(header::CACHE_CONTROL, "no-cache")
         .header(header::CONTENT_TYPE, content_type(key));
     if !etag.is_empty() {
         response = response.header(header::ETAG, etag);
@@ -245,7 +250,11 @@ async fn serve(
     .iter()
     .any(|h| headers.contains_key(h));
     let synthesizable = mount.consolidated && matches!(key.name(), ".zmetadata" | "zarr.json");
-    let requested = header_str(headers, header::RANGE).and_then(parse_range);
+    // Range is one field: two field lines of it make it invalid, and it is ignored.
+    let requested = match headers.get_all(header::RANGE).iter().count() {
+        1 => header_str(headers, header::RANGE).and_then(parse_range),
+        _ => None,
+    };
     if *method == Method::GET
         && !conditional
         && !synthesizable
@@ -313,8 +322,10 @@ async fn serve(
         },
     };
     if not_modified {
+        // As a 200 would say (RFC 9110 section 8.6); left out, HEAD would get 0.
         return response
             .status(StatusCode::NOT_MODIFIED)
+            .header(header::CONTENT_LENGTH, HeaderValue::from(rep.size))
             .body(Body::empty())
             .map(Some)
             .map_err(|_| ApiError::Internal);
@@ -395,6 +406,17 @@ mod tests {
         ] {
             assert_eq!(parse_range(ignored), None, "{ignored}");
         }
+        // Positions past u64 are past any object.
+        let huge = "99999999999999999999";
+        assert_eq!(
+            parse_range(&format!("bytes=0-{huge}")),
+            Some(ByteRange::Bounded(0, u64::MAX))
+        );
+        assert_eq!(
+            parse_range(&format!("bytes=-{huge}")),
+            Some(ByteRange::Suffix(u64::MAX))
+        );
+        assert_eq!(parse_range(&format!("bytes={huge}-")), Some(ByteRange::From(u64::MAX)));
     }
 
     #[test]
