@@ -399,6 +399,85 @@ fn http_origins_behave_like_local_ones() {
     });
 }
 
+/// A raw GET with a Range on a remote mount is one ranged GET upstream (suffix and open ranges
+/// too), with no HEAD first; a range the object cannot satisfy is 416 naming its size; any
+/// range of an empty object is the whole (empty) object, and the origin's 200 to it does not
+/// make later ranges whole-object reads.
+#[test]
+fn ranged_raw_reads_are_one_upstream_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let blob: Vec<u8> = (0..100u8).collect();
+    std::fs::write(dir.path().join("blob"), &blob).unwrap();
+    std::fs::write(dir.path().join("empty"), b"").unwrap();
+    let origin = serve_in_background(app_for(&[("d", dir.path())]));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut mount = http_mount("web", format!("{origin}/zarr/d"), 5.0, 0);
+    mount.store = counted(mount.store, &calls);
+    let made = |before: usize| calls.load(Ordering::SeqCst) - before;
+    runtime().block_on(async {
+        let (app, _) = app_with(vec![mount]);
+        let ranged = [
+            ("bytes=10-19", 10..20),
+            ("bytes=-5", 95..100),
+            ("bytes=90-", 90..100),
+            ("bytes=-500", 0..100),
+            ("bytes=95-1000", 95..100),
+        ];
+        for round in ["", " after the empty object"] {
+            for (range, part) in ranged.clone() {
+                let before = calls.load(Ordering::SeqCst);
+                let r = get(&app, "/zarr/web/blob", &[("range", range)]).await;
+                assert_eq!(
+                    (r.status.as_u16(), &r.body[..]),
+                    (206, &blob[part.clone()]),
+                    "{range}{round}"
+                );
+                let want = format!("bytes {}-{}/100", part.start, part.end - 1);
+                assert_eq!(r.header("content-range"), Some(want.as_str()), "{range}{round}");
+                assert_eq!(made(before), 1, "{range}{round}: one ranged GET upstream");
+            }
+            for range in ["bytes=100-", "bytes=200-300"] {
+                let r = get(&app, "/zarr/web/blob", &[("range", range)]).await;
+                assert_eq!(r.status, 416, "{range}");
+                assert_eq!(r.header("content-range"), Some("bytes */100"), "{range}");
+            }
+            let r = get(&app, "/zarr/web/empty", &[("range", "bytes=0-9")]).await;
+            assert_eq!((r.status.as_u16(), r.body.len()), (200, 0));
+        }
+        let r = get(&app, "/zarr/web/nothing", &[("range", "bytes=-4")]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (404, "not_found"));
+    });
+}
+
+/// A body read slowly (here, not read at all) does not hold the mount's upstream requests: with
+/// `concurrency = 1`, another read goes ahead while the first body is still unread.
+#[test]
+fn unread_bodies_do_not_hold_the_mount_s_requests() {
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big"), vec![7u8; 1 << 20]).unwrap();
+    std::fs::write(dir.path().join("small"), b"small").unwrap();
+    let origin = serve_in_background(app_for(&[("d", dir.path())]));
+    let mut config = MountConfig::new(format!("{origin}/zarr/d"), "/");
+    config.allow_http = true;
+    config.concurrency = 1;
+    config.retries = 0;
+    let mut mount = http_mount("web", format!("{origin}/zarr/d"), 5.0, 0);
+    mount.store = zarrgate::store::open::open(&config.source("web").unwrap(), &config).unwrap();
+    runtime().block_on(async {
+        let (app, _) = app_with(vec![mount]);
+        let request = axum::http::Request::get("/zarr/web/big").body(axum::body::Body::empty()).unwrap();
+        let held = app.clone().oneshot(request).await.unwrap();
+        assert_eq!(held.status(), 200);
+        let second = tokio::time::timeout(Duration::from_secs(3), get(&app, "/zarr/web/small", &[])).await;
+        let r = second.expect("the second read waited for the first body");
+        assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"small"[..]));
+        // The first body is still whole.
+        let body = axum::body::to_bytes(held.into_body(), 2 << 20).await.unwrap();
+        assert_eq!(body.len(), 1 << 20);
+    });
+}
+
 /// A mount of an HTTP origin at `url`.
 fn http_mount(name: &str, url: String, timeout_s: f64, retries: usize) -> Mount {
     let mut config = MountConfig::new(url, "/");

@@ -39,13 +39,23 @@ pub struct ObjectStoreBackend {
     can_list: bool,
     /// Whether the store takes suffix ranges (Azure does not: HEAD, then a bounded range).
     suffix_ranges: bool,
-    /// Set once the upstream answered a range with the whole object (an HTTP origin that
-    /// does not do ranges): ranges are then cut out of whole-object reads.
-    ranges_refused: Arc<std::sync::atomic::AtomicBool>,
+    /// When the upstream last answered a range of part of an object with the whole object (an
+    /// HTTP origin that does not do ranges): for [`RANGES_REFUSED_FOR`] after that, ranges are
+    /// cut out of whole-object reads; then a range is asked for again (an origin behind a CDN
+    /// may answer so once, on a miss).
+    ranges_refused: Arc<std::sync::Mutex<Option<std::time::Instant>>>,
     /// Whether a refusal of a single key (403) means the key is missing: public buckets
     /// answer so for keys that do not exist to callers who may not list them.
     denied_is_missing: bool,
+    /// The mount's upstream requests in flight (`concurrency`), each held until its response
+    /// head arrives: a body then streams without one, so clients reading bodies slowly do not
+    /// hold the mount's requests (object_store's LimitStore keeps its permit in the body).
+    turns: Option<Arc<tokio::sync::Semaphore>>,
 }
+
+/// How long ranges are cut out of whole-object reads after an upstream answered one with the
+/// whole object, before a range is asked for again.
+const RANGES_REFUSED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Opens a local directory as a store. The directory must exist.
 pub fn open_local(dir: &FsPath) -> Result<ObjectStoreBackend, String> {
@@ -66,6 +76,7 @@ pub fn open_local(dir: &FsPath) -> Result<ObjectStoreBackend, String> {
         suffix_ranges: true,
         ranges_refused: Arc::default(),
         denied_is_missing: false,
+        turns: None,
     })
 }
 
@@ -80,7 +91,23 @@ impl ObjectStoreBackend {
             suffix_ranges: true,
             ranges_refused: Arc::default(),
             denied_is_missing: false,
+            turns: None,
         }
+    }
+
+    /// At most `n` upstream requests in flight, each until its response head (see `turns`).
+    pub fn with_concurrency(mut self, n: usize) -> Self {
+        self.turns = Some(Arc::new(tokio::sync::Semaphore::new(n)));
+        self
+    }
+
+    /// Runs an upstream request in one of the mount's turns.
+    async fn in_turn<T>(&self, request: impl std::future::Future<Output = T>) -> T {
+        let _turn = match &self.turns {
+            Some(turns) => turns.acquire().await.ok(),
+            None => None,
+        };
+        request.await
     }
 
     /// Takes a 403 for a single key as "missing" (anonymous mounts of public buckets, which
@@ -302,6 +329,13 @@ impl LocalFiles {
 impl ObjectStoreBackend {
     /// A read's error: `None` for a missing key (and for a refused one, where that means
     /// missing: [`Self::denied_is_missing`]).
+    /// Whether the upstream refused a range recently (see `ranges_refused`).
+    fn refusing_ranges(&self) -> bool {
+        self.ranges_refused
+            .lock()
+            .is_ok_and(|at| at.is_some_and(|at| at.elapsed() < RANGES_REFUSED_FOR))
+    }
+
     fn missing_or<T>(&self, e: object_store::Error) -> Result<Option<T>, StoreError> {
         match e {
             object_store::Error::NotFound { .. } => Ok(None),
@@ -448,7 +482,8 @@ impl Backend for ObjectStoreBackend {
         if let Some(local) = &self.local {
             return local.head(key).await;
         }
-        match self.store.head(&self.path(key)?).await {
+        let path = self.path(key)?;
+        match self.in_turn(self.store.head(&path)).await {
             Ok(m) => Ok(Some(meta_from(&m))),
             Err(e) => self.missing_or(e),
         }
@@ -476,23 +511,42 @@ impl Backend for ObjectStoreBackend {
             }),
             ..Default::default()
         };
-        use std::sync::atomic::Ordering;
         let path = self.path(key)?;
         // Whether this read asks for the whole object and cuts the range out itself: what it
         // sent decides, not the flag, which another read may set meanwhile.
-        let mut cutting = range.is_some() && self.ranges_refused.load(Ordering::Relaxed);
+        let mut cutting = range.is_some() && self.refusing_ranges();
         let sent = if cutting { GetOptions::default() } else { options };
-        let result = match self.store.get_opts(&path, sent).await {
+        let result = match self.in_turn(self.store.get_opts(&path, sent)).await {
             Ok(r) => r,
             // An origin that answered a range with the whole object: read it whole, and cut.
+            // Only a range of part of a non-empty object shows that the origin serves no ranges
+            // (of an empty object, or one the range covers whole, servers may answer 200).
             Err(object_store::Error::NotSupported { .. }) if range.is_some() && !cutting => {
-                tracing::info!(%key, "the upstream does not serve ranges: whole objects are read and cut");
-                self.ranges_refused.store(true, Ordering::Relaxed);
                 cutting = true;
-                match self.store.get_opts(&path, GetOptions::default()).await {
+                let whole = match self.in_turn(self.store.get_opts(&path, GetOptions::default())).await {
                     Ok(r) => r,
                     Err(e) => return self.missing_or(e),
+                };
+                let size = whole.meta.size;
+                if range
+                    .and_then(|r| r.resolve(size))
+                    .is_some_and(|part| part != (0..size))
+                {
+                    tracing::info!(%key, "the upstream does not serve ranges: whole objects are read and cut");
+                    if let Ok(mut at) = self.ranges_refused.lock() {
+                        *at = Some(std::time::Instant::now());
+                    }
                 }
+                whole
+            }
+            // A range the object cannot satisfy: the upstream answers 416, which object_store
+            // reports as a generic error. A HEAD, made only then, tells that from other failures
+            // and gives the size the client is told.
+            Err(e) if range.is_some() && !matches!(e, object_store::Error::NotFound { .. }) => {
+                if let Ok(Some(meta)) = self.head(key).await {
+                    super::resolve_range(range, meta.size)?;
+                }
+                return self.missing_or(e);
             }
             Err(e) => return self.missing_or(e),
         };
@@ -527,7 +581,7 @@ impl Backend for ObjectStoreBackend {
     }
 
     fn resolves_ranges(&self) -> bool {
-        self.local.is_some()
+        true
     }
 
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
@@ -544,11 +598,10 @@ impl Backend for ObjectStoreBackend {
                 .map_err(joined)?;
         }
         let path = self.path(prefix)?;
-        let listed = match self
+        let listing = self
             .store
-            .list_with_delimiter(if path.as_ref().is_empty() { None } else { Some(&path) })
-            .await
-        {
+            .list_with_delimiter(if path.as_ref().is_empty() { None } else { Some(&path) });
+        let listed = match self.in_turn(listing).await {
             Ok(l) => l,
             Err(object_store::Error::NotFound { .. }) => return Ok(Listing::default()),
             Err(e) => return Err(e.into()),

@@ -10,7 +10,6 @@ use object_store::aws::AmazonS3Builder;
 use object_store::azure::MicrosoftAzureBuilder;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::http::HttpBuilder;
-use object_store::limit::LimitStore;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
 use super::zip::ZipBackend;
@@ -120,8 +119,7 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
             (Arc::new(b.build().map_err(|e| e.to_string())?), "")
         }
     };
-    let limited: Arc<dyn ObjectStore> = Arc::new(LimitStore::new(store, config.concurrency));
-    let mut backend = ObjectStoreBackend::new(limited, prefix);
+    let mut backend = ObjectStoreBackend::new(store, prefix).with_concurrency(config.concurrency);
     // A public bucket read without credentials answers 403 for keys that do not exist (to a
     // caller who may not list it): they are missing (404), as clients probing keys expect.
     if config.anonymous {
