@@ -174,7 +174,9 @@ impl ReadContext {
     fn inner_id(&self, meta: &ArrayMeta, key: &StoreKey, number: u64, shard: &ObjectMeta) -> ChunkId {
         use std::hash::{Hash, Hasher};
         let mut h = std::hash::DefaultHasher::new();
-        (shard.size, &shard.version).hash(&mut h);
+        // All that tells one stored shard from another: origins with no ETag have only the
+        // size and the modification time.
+        (shard.size, &shard.version, shard.last_modified).hash(&mut h);
         ChunkId {
             object: h.finish(),
             ..self.id(meta, key, Some(number))
@@ -910,6 +912,9 @@ async fn read_and_decode(
     }
     let sized = |e: StoreError| match e {
         StoreError::TooLarge { size, .. } => too_large(size),
+        // A range the shard's index gave that runs past its end: the shard is another, shorter
+        // one now, and its index is read again.
+        StoreError::Range { .. } if is_inner => ReadError::Changed(key.to_string()),
         e => e.into(),
     };
     if !ctx.store.reads_locally() {
@@ -1243,10 +1248,15 @@ async fn read_shard_once(
         .map(|RangeGroup { span, members }| {
             let (meta, output) = (meta.clone(), output.clone());
             async move {
-                let Some((bytes, object)) = ctx
+                let fetched = ctx
                     .store
                     .get_range_bytes(key, ByteRange::Bounded(span.start, span.end))
-                    .await?
+                    .await;
+                let Some((bytes, object)) = fetched.map_err(|e| match e {
+                    // Past the end of the shard: another, shorter shard (as in read_and_decode).
+                    StoreError::Range { .. } => ReadError::Changed(key.to_string()),
+                    e => e.into(),
+                })?
                 else {
                     // The shard vanished between requests: fill.
                     for (i, _) in members {
@@ -1352,6 +1362,33 @@ mod tests {
         assert_eq!(
             spans(&[(0, 50), (50, 60)], 10, 30),
             [(0..50, vec![0]), (50..60, vec![1])]
+        );
+    }
+
+    /// Inner chunks are cached under what tells their shard from another: a shard rewritten
+    /// at the same size on an origin with no ETag differs only by its modification time.
+    #[test]
+    fn inner_chunk_ids_follow_the_shard_s_modification_time() {
+        let doc = json!({
+            "zarr_format": 2, "shape": [4], "chunks": [4], "dtype": "<u1",
+            "compressor": null, "fill_value": 0, "order": "C", "filters": null
+        });
+        let meta = parse_v2(&doc, None).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ReadContext::uncached(Store::new(crate::store::open_local(dir.path()).unwrap()));
+        let key = StoreKey::new("a/c/0").unwrap();
+        let at = |secs| ObjectMeta {
+            size: 100,
+            last_modified: Some(std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs)),
+            version: None,
+        };
+        assert_eq!(
+            ctx.inner_id(&meta, &key, 1, &at(5)),
+            ctx.inner_id(&meta, &key, 1, &at(5))
+        );
+        assert_ne!(
+            ctx.inner_id(&meta, &key, 1, &at(5)),
+            ctx.inner_id(&meta, &key, 1, &at(6))
         );
     }
 
