@@ -320,6 +320,33 @@ pub enum MountSource {
 }
 
 impl MountConfig {
+    /// An `endpoint` is for S3-compatible and Azure stores, an http(s) URL without credentials
+    /// (it would reach requests, errors and the log as the URL's do), plain http only with
+    /// `allow_http`.
+    fn check_endpoint(&self, endpoint: &str, remote: Remote) -> Result<(), String> {
+        let shown = redact(endpoint);
+        if !matches!(remote, Remote::S3 | Remote::Azure) {
+            return Err(format!(
+                "endpoint {shown}: only s3:// and az:// mounts take an endpoint"
+            ));
+        }
+        let (scheme, rest) = endpoint.split_once("://").unwrap_or(("", endpoint));
+        if endpoint.contains(['?', '#']) || rest.split('/').next().unwrap_or("").contains('@') {
+            return Err(format!(
+                "endpoint {shown} may not hold credentials (user@, ?query or #fragment); \
+                 give them through the environment (AWS_*, AZURE_*)"
+            ));
+        }
+        match scheme {
+            "https" => Ok(()),
+            "http" if self.allow_http => Ok(()),
+            "http" => Err(format!(
+                "endpoint {shown} is plain http: set allow_http = true to use it"
+            )),
+            _ => Err(format!("endpoint {shown} must be an http:// or https:// URL")),
+        }
+    }
+
     /// Resolves the URL to a source, checking what can be checked before start.
     pub fn source(&self, name: &str) -> Result<MountSource, ConfigError> {
         let invalid = |msg: String| ConfigError::Invalid(format!("mount '{name}': {msg}"));
@@ -361,6 +388,9 @@ impl MountConfig {
                     "{shown}: a mount URL may not hold credentials (user@, ?query or #fragment); \
                      give them through the environment (AWS_*, GOOGLE_*, AZURE_*)"
                 )));
+            }
+            if let Some(endpoint) = &self.endpoint {
+                self.check_endpoint(endpoint, remote).map_err(invalid)?;
             }
             if remote == Remote::Http && scheme == "http" && !self.allow_http {
                 return Err(invalid(format!(
@@ -773,6 +803,41 @@ mod tests {
         assert!(abfs.source("x").is_ok());
         assert_eq!(redact(&abfs.url), "abfs://container@account.dfs.core.windows.net/p");
         assert_eq!(redact("https://u:p@host/x?sig=1"), "https://host/x");
+    }
+
+    /// An endpoint is checked at start as a mount URL is: no credentials (not shown either),
+    /// plain http only with allow_http, and only where one is used (s3, azure).
+    #[test]
+    fn endpoints_are_checked_at_start() {
+        let with = |url: &str, endpoint: &str, allow_http: bool| {
+            let mut m = MountConfig::new(url, "/");
+            m.endpoint = Some(endpoint.into());
+            m.allow_http = allow_http;
+            m.source("x").map_err(|e| e.to_string())
+        };
+        for endpoint in [
+            "http://AKIA:hunter2@127.0.0.1:9000",
+            "https://minio.example?sig=hunter2",
+        ] {
+            let err = with("s3://b/p", endpoint, true).unwrap_err();
+            assert!(
+                err.contains("may not hold credentials") && !err.contains("hunter2"),
+                "{err}"
+            );
+        }
+        let err = with("s3://b/p", "http://127.0.0.1:9000", false).unwrap_err();
+        assert!(err.contains("allow_http"), "{err}");
+        assert!(with("s3://b/p", "http://127.0.0.1:9000", true).is_ok());
+        assert!(with("az://c/p", "https://acct.blob.example", false).is_ok());
+        assert!(
+            with("s3://b/p", "127.0.0.1:9000", true)
+                .unwrap_err()
+                .contains("http:// or https://")
+        );
+        for url in ["gs://b/p", "https://host/p"] {
+            let err = with(url, "https://storage.example", false).unwrap_err();
+            assert!(err.contains("only s3:// and az://"), "{url}: {err}");
+        }
     }
 
     #[test]
