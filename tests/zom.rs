@@ -741,3 +741,81 @@ async fn bare_non_finite_attributes_are_read() {
         );
     }
 }
+
+/// A store whose listings are refused (a public bucket that grants reads but not listing) or
+/// fail with `error`.
+#[derive(Debug)]
+struct RefusedListing {
+    inner: zarrgate::store::Store,
+    error: fn() -> zarrgate::store::StoreError,
+}
+
+#[async_trait::async_trait]
+impl zarrgate::store::Backend for RefusedListing {
+    async fn head(
+        &self,
+        key: &zarrgate::store::StoreKey,
+    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
+        self.inner.head(key).await
+    }
+
+    async fn get(
+        &self,
+        key: &zarrgate::store::StoreKey,
+        range: Option<zarrgate::store::ByteRange>,
+    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
+        self.inner.get(key, range).await
+    }
+
+    async fn list(
+        &self,
+        _prefix: &zarrgate::store::StoreKey,
+    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
+        Err((self.error)())
+    }
+}
+
+/// Where a listing is refused or fails, a group's members come from its consolidated metadata,
+/// as where the store cannot list (HTTP origins); a group without any keeps the listing's error.
+#[tokio::test]
+async fn refused_listings_fall_back_to_consolidated_metadata() {
+    use zarrgate::store::StoreError;
+    type MakeError = fn() -> StoreError;
+    let errors: [(MakeError, &str); 2] = [
+        (|| StoreError::Denied("403 on LIST".into()), "upstream_denied"),
+        (|| StoreError::Io("500 on LIST".into()), "upstream_error"),
+    ];
+    let local = fixture_app();
+    for (error, code) in errors {
+        let mount = zarrgate::state::Mount {
+            name: "m".into(),
+            kind: "s3",
+            url: "s3://bucket/fx".into(),
+            consolidated: true,
+            store: zarrgate::store::Store::new(RefusedListing {
+                inner: zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap()),
+                error,
+            }),
+            tokens: Vec::new(),
+        };
+        let app = zarrgate::app(zarrgate::AppState::with_mounts(Default::default(), vec![mount]));
+        let r = get(&app, "/api/v1/zom/m/v2/group_consolidated", &[]).await;
+        assert_eq!(r.status, 200, "{code}: {:?}", r.body);
+        // The same nodes as a listing finds (the documents as consolidated: zarr-python 3
+        // records an empty consolidated_metadata in the subgroup's .zgroup there).
+        let (got, want) = (
+            r.json(),
+            get(&local, "/api/v1/zom/fx/v2/group_consolidated", &[]).await.json(),
+        );
+        assert_eq!(got["attributes"], want["attributes"], "{code}");
+        assert_eq!(got["members"]["x"], want["members"]["x"], "{code}");
+        assert_eq!(
+            got["members"]["sub"]["members"], want["members"]["sub"]["members"],
+            "{code}"
+        );
+        let names = |v: &serde_json::Value| v["members"].as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(&got), ["sub", "x"], "{code}");
+        let r = get(&app, "/api/v1/zom/m/v2/group_nested", &[]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, code));
+    }
+}

@@ -200,6 +200,15 @@ fn members<'a>(
                     ))
                 });
             }
+            // A listing refused (a public bucket that grants reads but not listing) or failing:
+            // the group's consolidated metadata, where it has some, names its members all the
+            // same; without it, the listing's error stands.
+            Err(e @ (StoreError::Denied(_) | StoreError::Io(_))) => {
+                return match consolidated_members(store, path, node, depth).await {
+                    Ok(Some(members)) => Ok(members),
+                    _ => Err(e.into()),
+                };
+            }
             Err(e) => return Err(e.into()),
         };
         let found: Vec<Option<(String, Tree)>> = stream::iter(listing.prefixes)
