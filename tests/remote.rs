@@ -466,7 +466,9 @@ fn unread_bodies_do_not_hold_the_mount_s_requests() {
     mount.store = zarrgate::store::open::open(&config.source("web").unwrap(), &config).unwrap();
     runtime().block_on(async {
         let (app, _) = app_with(vec![mount]);
-        let request = axum::http::Request::get("/zarr/web/big").body(axum::body::Body::empty()).unwrap();
+        let request = axum::http::Request::get("/zarr/web/big")
+            .body(axum::body::Body::empty())
+            .unwrap();
         let held = app.clone().oneshot(request).await.unwrap();
         assert_eq!(held.status(), 200);
         let second = tokio::time::timeout(Duration::from_secs(3), get(&app, "/zarr/web/small", &[])).await;

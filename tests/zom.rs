@@ -819,3 +819,34 @@ async fn refused_listings_fall_back_to_consolidated_metadata() {
         assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, code));
     }
 }
+
+/// A stored zarr.json on a consolidating mount (an array's, here) is one read of the store
+/// for GET, HEAD and a revalidation alike (it was a HEAD, the document, and its body again:
+/// three requests to a bucket), and is served as stored with its own ETag.
+#[tokio::test]
+async fn a_stored_zarr_json_is_one_read() {
+    use std::sync::atomic::Ordering;
+    let (app, _, reads) = counting_app(&fixtures(), Default::default());
+    let key = "v3/blosc_lz4_shuffle_i4/zarr.json";
+    let uri = format!("/zarr/m/{key}");
+    let stored = std::fs::read(fixtures().join(key)).unwrap();
+    let before = reads.load(Ordering::SeqCst);
+    let r = get(&app, &uri, &[]).await;
+    assert_eq!((r.status.as_u16(), &r.body[..]), (200, &stored[..]));
+    assert_eq!(reads.load(Ordering::SeqCst) - before, 1, "GET");
+    let etag = r.header("etag").unwrap().to_owned();
+    for (method, headers, status) in [
+        ("HEAD", vec![], 200),
+        ("GET", vec![("if-none-match", etag.as_str())], 304),
+        ("GET", vec![("range", "bytes=-5")], 206),
+    ] {
+        let before = reads.load(Ordering::SeqCst);
+        let r = request(&app, method, &uri, &headers).await;
+        assert_eq!(r.status, status, "{method} {headers:?}");
+        assert_eq!(r.header("etag"), Some(etag.as_str()), "{method} {headers:?}");
+        assert_eq!(reads.load(Ordering::SeqCst) - before, 1, "{method} {headers:?}");
+        if status == 206 {
+            assert_eq!(&r.body[..], &stored[stored.len() - 5..]);
+        }
+    }
+}

@@ -168,34 +168,37 @@ fn content_etag(bytes: &[u8]) -> String {
 /// The representation of `key`: stored as is, or with consolidated metadata added when the
 /// mount synthesizes it and the store has none.
 async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Result<Option<Representation>, ApiError> {
-    let stored = mount.store.head(key).await?;
-    if mount.consolidated {
-        let synthesized = match (key.name(), &stored) {
-            (".zmetadata", None) => zom::synthesized_zmetadata(state, mount, &key.parent()).await,
-            ("zarr.json", Some(meta)) if meta.size <= zom::MAX_GROUP_DOC => {
-                zom::synthesized_zarr_json(state, mount, &key.parent()).await
-            }
-            _ => Ok(None),
-        };
-        // Consolidating is an addition: when the hierarchy cannot be walked (a store that cannot
-        // list, a member that does not parse, an upstream error), the key is what is stored,
-        // or missing.
-        let synthesized = synthesized.unwrap_or_else(|e| {
-            match &e {
-                ApiError::Unsupported(_) | ApiError::TooLarge(_) => {
-                    tracing::debug!(%key, error = %e, "not consolidating")
+    if mount.consolidated && key.name() == "zarr.json" {
+        // One read of the stored document (up to the size of a group's that is consolidated):
+        // it is what is served, unless it is a v3 group to consolidate. (A HEAD, then the
+        // document to see what it is, then its body again, were three trips to a bucket.)
+        let read = mount
+            .store
+            .fetch(key, Some(ByteRange::Bounded(0, zom::MAX_GROUP_DOC + 1)));
+        match read.await {
+            Ok(None) => return Ok(None),
+            Ok(Some((bytes, meta))) if bytes.len() as u64 == meta.size => {
+                let synthesized = zom::synthesized_zarr_json(state, mount, &key.parent(), &bytes).await;
+                if let Some(rep) = consolidated(mount, key, synthesized) {
+                    return Ok(Some(rep));
                 }
-                _ => tracing::warn!(mount = %mount.name, %key, error = %e, "not consolidating"),
+                return Ok(Some(Representation {
+                    size: meta.size,
+                    etag: etag_of(&meta),
+                    last_modified: meta.last_modified.and_then(http_time),
+                    content: Content::Memory(bytes),
+                }));
             }
-            None
-        });
-        if let Some(bytes) = synthesized {
-            return Ok(Some(Representation {
-                size: bytes.len() as u64,
-                etag: content_etag(&bytes),
-                last_modified: None,
-                content: Content::Memory(bytes),
-            }));
+            // Larger than any group's to consolidate (served as stored), or empty: below.
+            Ok(Some(_)) | Err(StoreError::Range { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let stored = mount.store.head(key).await?;
+    if mount.consolidated && key.name() == ".zmetadata" && stored.is_none() {
+        let synthesized = zom::synthesized_zmetadata(state, mount, &key.parent()).await;
+        if let Some(rep) = consolidated(mount, key, synthesized) {
+            return Ok(Some(rep));
         }
     }
     Ok(stored.map(|meta| Representation {
@@ -204,6 +207,27 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
         last_modified: meta.last_modified.and_then(http_time),
         content: Content::Stored,
     }))
+}
+
+/// A synthesized document's representation. Consolidating is an addition: when the hierarchy
+/// cannot be walked (a store that cannot list, a member that does not parse, an upstream
+/// error), `None`, and the key is what is stored, or missing.
+fn consolidated(mount: &Mount, key: &StoreKey, synthesized: Result<Option<Bytes>, ApiError>) -> Option<Representation> {
+    let bytes = synthesized.unwrap_or_else(|e| {
+        match &e {
+            ApiError::Unsupported(_) | ApiError::TooLarge(_) => {
+                tracing::debug!(%key, error = %e, "not consolidating")
+            }
+            _ => tracing::warn!(mount = %mount.name, %key, error = %e, "not consolidating"),
+        }
+        None
+    })?;
+    Some(Representation {
+        size: bytes.len() as u64,
+        etag: content_etag(&bytes),
+        last_modified: None,
+        content: Content::Memory(bytes),
+    })
 }
 
 /// The headers every representation of a key carries.

@@ -19,7 +19,7 @@ use crate::cache::{Caches, MAX_PENDING_WALKS, Rendered, Walked, remembered};
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
 use crate::store::{Store, StoreError, StoreKey};
-use crate::zarr::hierarchy::{HierarchyError, Node, Tree, find_node, pruned, walk};
+use crate::zarr::hierarchy::{HierarchyError, Node, Tree, find_node, pruned, v3_node, walk};
 
 /// Group documents larger than this are served as stored, never parsed for consolidation.
 pub const MAX_GROUP_DOC: u64 = 1 << 20;
@@ -187,11 +187,12 @@ pub async fn synthesized_zarr_json(
     state: &AppState,
     mount: &Mount,
     group: &StoreKey,
+    stored: &[u8],
 ) -> Result<Option<Bytes>, ApiError> {
-    // Look at the stored document first: arrays and already consolidated groups are served as
-    // stored without walking anything.
-    let stored = match find_node(&mount.store, group).await {
-        Ok(Some(n)) if n.zarr_format == 3 && n.is_group && !n.has_consolidated_metadata() => n,
+    // The stored document first: arrays, already consolidated groups and documents that do not
+    // parse are served as stored without walking anything.
+    let stored = match v3_node(stored) {
+        Some(n) if n.is_group && !n.has_consolidated_metadata() => n,
         _ => return Ok(None),
     };
     // The group's document as stored now goes into the consolidated one, so that a change to

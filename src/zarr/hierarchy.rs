@@ -111,6 +111,26 @@ async fn json_object(store: &Store, key: &StoreKey) -> Result<Option<Map<String,
     }
 }
 
+/// The node of a v3 `zarr.json` document.
+fn v3(doc: Map<String, Value>) -> Node {
+    let is_group = doc.get("node_type").and_then(Value::as_str) == Some("group");
+    Node {
+        zarr_format: 3,
+        is_group,
+        doc,
+        attrs: None,
+    }
+}
+
+/// The node a stored `zarr.json` describes, read as [`find_node`] reads it; `None` when it is
+/// not a JSON object.
+pub fn v3_node(stored: &[u8]) -> Option<Node> {
+    match super::parse_document(stored, NON_FINITE_JSON) {
+        Ok(Value::Object(doc)) => Some(v3(doc)),
+        _ => None,
+    }
+}
+
 fn child(path: &StoreKey, name: &str) -> Result<StoreKey, HierarchyError> {
     path.join(name).map_err(|e| HierarchyError::Invalid {
         key: format!("{path}/{name}"),
@@ -121,13 +141,7 @@ fn child(path: &StoreKey, name: &str) -> Result<StoreKey, HierarchyError> {
 /// Finds the node at `path`: v3, then v2, then v1. `None` when nothing is there.
 pub async fn find_node(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
     if let Some(doc) = json_object(store, &child(path, "zarr.json")?).await? {
-        let is_group = doc.get("node_type").and_then(Value::as_str) == Some("group");
-        return Ok(Some(Node {
-            zarr_format: 3,
-            is_group,
-            doc,
-            attrs: None,
-        }));
+        return Ok(Some(v3(doc)));
     }
     let (zarray_key, zgroup_key) = (child(path, ".zarray")?, child(path, ".zgroup")?);
     let (zarray, zgroup) = futures::try_join!(json_object(store, &zarray_key), json_object(store, &zgroup_key))?;
