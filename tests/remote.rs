@@ -134,6 +134,7 @@ fn counted(store: Store, gets: &Arc<AtomicUsize>) -> Store {
         inner: store,
         gets: gets.clone(),
         list_delay: Duration::ZERO,
+        list_error: None,
     })
 }
 

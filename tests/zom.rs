@@ -742,39 +742,6 @@ async fn bare_non_finite_attributes_are_read() {
     }
 }
 
-/// A store whose listings are refused (a public bucket that grants reads but not listing) or
-/// fail with `error`.
-#[derive(Debug)]
-struct RefusedListing {
-    inner: zarrgate::store::Store,
-    error: fn() -> zarrgate::store::StoreError,
-}
-
-#[async_trait::async_trait]
-impl zarrgate::store::Backend for RefusedListing {
-    async fn head(
-        &self,
-        key: &zarrgate::store::StoreKey,
-    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
-        self.inner.head(key).await
-    }
-
-    async fn get(
-        &self,
-        key: &zarrgate::store::StoreKey,
-        range: Option<zarrgate::store::ByteRange>,
-    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
-        self.inner.get(key, range).await
-    }
-
-    async fn list(
-        &self,
-        _prefix: &zarrgate::store::StoreKey,
-    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
-        Err((self.error)())
-    }
-}
-
 /// Where a listing is refused or fails, a group's members come from its consolidated metadata,
 /// as where the store cannot list (HTTP origins); a group without any keeps the listing's error.
 #[tokio::test]
@@ -792,9 +759,11 @@ async fn refused_listings_fall_back_to_consolidated_metadata() {
             kind: "s3",
             url: "s3://bucket/fx".into(),
             consolidated: true,
-            store: zarrgate::store::Store::new(RefusedListing {
+            store: zarrgate::store::Store::new(CountingStore {
                 inner: zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap()),
-                error,
+                gets: Default::default(),
+                list_delay: std::time::Duration::ZERO,
+                list_error: Some(error),
             }),
             tokens: Vec::new(),
         };

@@ -153,6 +153,8 @@ pub struct CountingStore {
     pub inner: zarrgate::store::Store,
     pub gets: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     pub list_delay: std::time::Duration,
+    /// When set, listings fail with this error (a bucket that refuses LIST).
+    pub list_error: Option<fn() -> zarrgate::store::StoreError>,
 }
 
 #[async_trait::async_trait]
@@ -180,7 +182,10 @@ impl zarrgate::store::Backend for CountingStore {
     ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
         self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         tokio::time::sleep(self.list_delay).await;
-        self.inner.list(prefix).await
+        match self.list_error {
+            Some(error) => Err(error()),
+            None => self.inner.list(prefix).await,
+        }
     }
 
     fn resolves_ranges(&self) -> bool {
@@ -221,6 +226,7 @@ pub fn slow_listing_app(
             inner,
             gets: gets.clone(),
             list_delay,
+            list_error: None,
         }),
         tokens: Vec::new(),
     };
