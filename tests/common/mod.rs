@@ -147,7 +147,7 @@ impl zarrgate::store::Backend for ReadHook {
 }
 
 /// A store wrapper that counts reads, to prove what the caches save, and can make listings
-/// slow (a remote store's), to show what waits for them.
+/// slow (a remote store's), to show what waits for them, or fail.
 #[derive(Debug)]
 pub struct CountingStore {
     pub inner: zarrgate::store::Store,
