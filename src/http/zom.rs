@@ -131,7 +131,7 @@ async fn rendered(
     group: &StoreKey,
     tree: Arc<Tree>,
     own: Option<Map<String, Value>>,
-) -> Result<Bytes, ApiError> {
+) -> Result<Option<Bytes>, ApiError> {
     let key = (Arc::from(mount.name.as_str()), group.clone(), own.is_some());
     let caches = &state.caches;
     if let Some(done) = caches.consolidated.get(&key).await
@@ -144,12 +144,17 @@ async fn rendered(
     caches.consolidated_counters.record(true);
     let own = own.map(Arc::new);
     let (from, with) = (tree.clone(), own.clone());
+    // A tree with a node zarr-python cannot open is not consolidated (the stored document is
+    // served), and that is remembered as a rendering is.
     let render = move || {
+        if !from.consolidatable() {
+            return None;
+        }
         let doc = match &with {
             Some(own) => from.consolidated_zarr_json(own),
             None => from.zmetadata(),
         };
-        Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string()))
+        Some(Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string())))
     };
     let bytes = if tree.node_count() > 100 {
         tokio::task::spawn_blocking(render)
@@ -174,9 +179,7 @@ pub async fn synthesized_zmetadata(
     group: &StoreKey,
 ) -> Result<Option<Bytes>, ApiError> {
     match synthesis_tree(state, mount, group).await? {
-        Some(t) if t.node.zarr_format == 2 && t.node.is_group => {
-            Ok(Some(rendered(state, mount, group, t, None).await?))
-        }
+        Some(t) if t.node.zarr_format == 2 && t.node.is_group => rendered(state, mount, group, t, None).await,
         _ => Ok(None),
     }
 }
@@ -198,7 +201,7 @@ pub async fn synthesized_zarr_json(
     // The group's document as stored now goes into the consolidated one, so that a change to
     // it (new attributes, say) shows at once rather than when the hierarchy is walked again.
     match synthesis_tree(state, mount, group).await? {
-        Some(t) => Ok(Some(rendered(state, mount, group, t, Some(stored.doc)).await?)),
+        Some(t) => rendered(state, mount, group, t, Some(stored.doc)).await,
         None => Ok(None),
     }
 }

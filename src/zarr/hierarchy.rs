@@ -140,20 +140,45 @@ fn child(path: &StoreKey, name: &str) -> Result<StoreKey, HierarchyError> {
 
 /// Finds the node at `path`: v3, then v2, then v1. `None` when nothing is there.
 pub async fn find_node(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
-    if let Some(doc) = json_object(store, &child(path, "zarr.json")?).await? {
-        return Ok(Some(v3(doc)));
+    if let Some(node) = find_v3(store, path).await? {
+        return Ok(Some(node));
     }
+    if let Some(node) = find_v2(store, path).await? {
+        return Ok(Some(node));
+    }
+    find_v1(store, path).await
+}
+
+/// The member at `path` of a group of `zarr_format`: a v3 group's members are v3 nodes, a v2
+/// group's v2 nodes (v1 has no groups). Documents of the other formats there (a leftover
+/// `.zarray`, a plain directory holding a file named `meta`) are not looked at.
+async fn find_member(store: &Store, path: &StoreKey, zarr_format: u8) -> Result<Option<Node>, HierarchyError> {
+    match zarr_format {
+        3 => find_v3(store, path).await,
+        _ => find_v2(store, path).await,
+    }
+}
+
+async fn find_v3(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
+    Ok(json_object(store, &child(path, "zarr.json")?).await?.map(v3))
+}
+
+async fn find_v2(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
     let (zarray_key, zgroup_key) = (child(path, ".zarray")?, child(path, ".zgroup")?);
     let (zarray, zgroup) = futures::try_join!(json_object(store, &zarray_key), json_object(store, &zgroup_key))?;
-    if let Some((doc, is_group)) = zarray.map(|d| (d, false)).or(zgroup.map(|d| (d, true))) {
-        let attrs = json_object(store, &child(path, ".zattrs")?).await?;
-        return Ok(Some(Node {
-            zarr_format: 2,
-            is_group,
-            doc,
-            attrs,
-        }));
-    }
+    let Some((doc, is_group)) = zarray.map(|d| (d, false)).or(zgroup.map(|d| (d, true))) else {
+        return Ok(None);
+    };
+    let attrs = json_object(store, &child(path, ".zattrs")?).await?;
+    Ok(Some(Node {
+        zarr_format: 2,
+        is_group,
+        doc,
+        attrs,
+    }))
+}
+
+async fn find_v1(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
     if let Some(doc) = json_object(store, &child(path, "meta")?).await?
         && doc.get("zarr_format").and_then(Value::as_u64) == Some(1)
     {
@@ -200,11 +225,6 @@ fn members<'a>(
     visited: &'a AtomicUsize,
 ) -> futures::future::BoxFuture<'a, Result<BTreeMap<String, Tree>, HierarchyError>> {
     Box::pin(async move {
-        if level > MAX_WALK_DEPTH {
-            return Err(HierarchyError::TooLarge(format!(
-                "'{path}' is more than {MAX_WALK_DEPTH} levels below the walk's start (a symlink loop?)"
-            )));
-        }
         let listing = match store.list(path).await {
             Ok(l) => l,
             Err(StoreError::NotSupported(_)) => {
@@ -237,12 +257,13 @@ fn members<'a>(
                 let Ok(key) = child(path, &name) else {
                     return Ok(None);
                 };
-                let Some(child_node) = find_node(store, &key).await? else {
+                let Some(child_node) = find_member(store, &key, node.zarr_format).await? else {
                     return Ok(None);
                 };
-                let same_family = (child_node.zarr_format == 3) == (node.zarr_format == 3);
-                if !same_family {
-                    return Ok(None);
+                if level > MAX_WALK_DEPTH {
+                    return Err(HierarchyError::TooLarge(format!(
+                        "'{key}' is more than {MAX_WALK_DEPTH} levels below the walk's start (a symlink loop?)"
+                    )));
                 }
                 let members = if child_node.is_group && depth != Some(0) {
                     members(store, &key, &child_node, depth.map(|d| d - 1), level + 1, visited).await?
@@ -481,6 +502,8 @@ impl Node {
                 out.entry("attributes").or_insert_with(|| json!({}));
             }
             _ => {
+                // zarr-python 3 writes an empty one into the .zgroup entries of .zmetadata.
+                out.remove("consolidated_metadata");
                 out.insert(
                     "attributes".into(),
                     Value::Object(self.attrs.clone().unwrap_or_default()),
@@ -489,9 +512,33 @@ impl Node {
         }
         out
     }
+
+    /// Whether zarr-python can open this node from consolidated metadata naming it: a group, or
+    /// an array whose document zarrgate's own parsers read (an unsupported codec or data type
+    /// is zarrgate's limit, not the document's fault).
+    fn opens(&self) -> bool {
+        if self.is_group {
+            return true;
+        }
+        let mut doc = Value::Object(self.doc.clone());
+        unmark_non_finite(&mut doc);
+        let parsed = match self.zarr_format {
+            3 if doc.get("node_type").and_then(Value::as_str) == Some("array") => super::parse_v3(&doc),
+            2 => super::parse_v2(&doc, None),
+            _ => return false,
+        };
+        !matches!(parsed, Err(super::MetaError::Invalid(_)))
+    }
 }
 
 impl Tree {
+    /// Whether every node below this one opens from consolidated metadata ([`Node::opens`]):
+    /// metadata that names one that does not makes zarr-python fail to open the whole group,
+    /// where without it the rest of the group reads.
+    pub fn consolidatable(&self) -> bool {
+        self.members.values().all(|m| m.node.opens() && m.consolidatable())
+    }
+
     /// Nodes in the tree, this one included.
     pub fn node_count(&self) -> usize {
         1 + self.members.values().map(Tree::node_count).sum::<usize>()
