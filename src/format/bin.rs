@@ -104,6 +104,27 @@ fn python_descr(descr: &Value) -> String {
 }
 
 /// The .npy header for `dtype` and `shape` (magic, version, length, padded dict).
+/// The longest header dictionary `numpy.load` reads without `max_header_size` (NumPy 1.24+;
+/// a safeguard against slow parsing of untrusted files).
+const NUMPY_MAX_HEADER: usize = 10_000;
+
+/// Whether a `.npy` of this type and shape is one `numpy.load(path, allow_pickle=False)`
+/// reads: structured types of hundreds of fields have a header longer than it takes.
+pub fn check_npy(dtype: &DType, shape: &[u64]) -> Result<(), FormatError> {
+    // Magic, version and a 2- or 4-byte length come before the dictionary.
+    let header = npy_header(dtype, shape);
+    let dict = header
+        .len()
+        .saturating_sub(if header.get(6) == Some(&1) { 10 } else { 12 });
+    if dict > NUMPY_MAX_HEADER {
+        return Err(FormatError::Unsupported(format!(
+            "the npy header of this type is {dict} bytes, more than the {NUMPY_MAX_HEADER} numpy.load \
+             reads without max_header_size; use format=bin (with X-Zarr-Dtype) or json"
+        )));
+    }
+    Ok(())
+}
+
 pub fn npy_header(dtype: &DType, shape: &[u64]) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
     let shape_text = match dims.len() {
@@ -146,6 +167,26 @@ pub fn encode_npy(region: Region) -> Result<(DType, Vec<u8>), FormatError> {
 
 #[cfg(test)]
 mod tests {
+
+    /// numpy.load refuses headers over 10,000 bytes without max_header_size: a type that needs
+    /// one is refused (422) before anything is read, a usual one is not.
+    #[test]
+    fn npy_headers_numpy_loads() {
+        let fields = |n: usize| {
+            let list: Vec<serde_json::Value> = (0..n)
+                .map(|i| serde_json::json!([format!("temperature_{i:03}"), "<f4"]))
+                .collect();
+            DType::from_v2(&serde_json::Value::Array(list)).unwrap()
+        };
+        assert!(check_npy(&fields(10), &[5]).is_ok());
+        assert!(check_npy(&DType::new(Kind::Float(8)), &[u64::MAX, u64::MAX]).is_ok());
+        let e = check_npy(&fields(400), &[5]).unwrap_err();
+        assert!(
+            matches!(&e, FormatError::Unsupported(m) if m.contains("format=bin")),
+            "{e:?}"
+        );
+    }
+
     use super::*;
     use serde_json::json;
 
