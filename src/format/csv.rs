@@ -54,14 +54,24 @@ fn push_separator(out: &mut Vec<u8>, index: u64, cols: u64) {
     });
 }
 
+/// Appends one value (what `write` writes) and its separator. An empty value alone on its line
+/// is written `""`: a blank line reads as no row at all (pandas and `numpy.loadtxt` skip it).
+fn push_value(out: &mut Vec<u8>, index: u64, cols: u64, write: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    write(out);
+    if out.len() == start && cols <= 1 {
+        out.extend_from_slice(b"\"\"");
+    }
+    push_separator(out, index, cols);
+}
+
 /// Appends fixed-size elements (C-order little-endian `bytes`), the first of them the
 /// `first`-th of the result, each followed by its separator. A result streamed in pieces is
 /// the one [`encode`] writes whole.
 pub fn push_fixed(out: &mut Vec<u8>, dtype: &DType, bytes: &[u8], first: u64, cols: u64) {
     let item = dtype.item_size().unwrap_or(0).max(1);
     for (k, b) in bytes.chunks_exact(item).enumerate() {
-        push_scalar(out, dtype, b, Text::Csv);
-        push_separator(out, first + k as u64, cols);
+        push_value(out, first + k as u64, cols, |out| push_scalar(out, dtype, b, Text::Csv));
     }
 }
 
@@ -75,14 +85,16 @@ pub fn encode(region: &Region) -> Result<Vec<u8>, FormatError> {
         Elements::Fixed(b) => push_fixed(&mut out, &region.dtype, b, 0, cols),
         Elements::Strings(v) => {
             for (i, s) in v.iter().enumerate().take(n) {
-                push_field(&mut out, s.as_deref().unwrap_or(""));
-                push_separator(&mut out, i as u64, cols);
+                push_value(&mut out, i as u64, cols, |out| {
+                    push_field(out, s.as_deref().unwrap_or(""))
+                });
             }
         }
         Elements::Bytes(v) => {
             for (i, b) in v.iter().enumerate().take(n) {
-                out.extend_from_slice(BASE64.encode(b.as_deref().unwrap_or(&[])).as_bytes());
-                push_separator(&mut out, i as u64, cols);
+                push_value(&mut out, i as u64, cols, |out| {
+                    out.extend_from_slice(BASE64.encode(b.as_deref().unwrap_or(&[])).as_bytes())
+                });
             }
         }
         Elements::Objects(_) => {
@@ -98,6 +110,30 @@ pub fn encode(region: &Region) -> Result<Vec<u8>, FormatError> {
 mod tests {
     use super::*;
     use crate::zarr::dtype::DType;
+
+    /// An empty value alone on its line is `""`, not a blank line (which CSV readers skip, and
+    /// the rows after it would move up); in a row of several values it stays empty.
+    #[test]
+    fn empty_values_alone_on_a_line_are_quoted() {
+        let strings = |shape: Vec<u64>, v: &[&str]| Region {
+            shape,
+            dtype: DType::new(Kind::String),
+            elements: Elements::Strings(v.iter().map(|s| Some(s.to_string())).collect()),
+            fill: None,
+        };
+        let text = |r: &Region| String::from_utf8(encode(r).unwrap()).unwrap();
+        assert_eq!(text(&strings(vec![3], &["a", "", "b"])), "a\n\"\"\nb\n");
+        assert_eq!(text(&strings(vec![2, 2], &["a", "", "", ""])), "a,\n,\n");
+        let fixed = Region {
+            shape: vec![2],
+            dtype: DType::new(Kind::FixedBytes(2)),
+            elements: Elements::Fixed(b"ab\0\0".to_vec()),
+            fill: None,
+        };
+        let lines: Vec<String> = text(&fixed).lines().map(str::to_owned).collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[1], "\"\"");
+    }
 
     #[test]
     fn rows_and_quoting() {
