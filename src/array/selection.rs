@@ -43,6 +43,20 @@ fn parse_int(s: &str, what: &str) -> Result<i64, SelectionError> {
         .map_err(|_| SelectionError(format!("'{s}' is not an integer {what}")))
 }
 
+/// A slice's start, stop or step: an integer, one past i64 saturating (NumPy clamps
+/// `a[0:10**20]` to the dimension).
+fn parse_bound(s: &str, what: &str) -> Result<i64, SelectionError> {
+    let t = s.trim();
+    t.parse::<i64>().or_else(|_| {
+        let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            Ok(if t.starts_with('-') { i64::MIN } else { i64::MAX })
+        } else {
+            Err(SelectionError(format!("'{s}' is not an integer {what}")))
+        }
+    })
+}
+
 impl Selection {
     /// Units of `unit` shape (chunks, or inner chunks) the selection touches, in all
     /// dimensions but `except`; saturating.
@@ -118,7 +132,7 @@ impl Selection {
         let opt = |s: Option<&&str>, what: &str| -> Result<Option<i128>, SelectionError> {
             match s.map(|s| s.trim()) {
                 None | Some("") => Ok(None),
-                Some(s) => parse_int(s, what).map(|v| Some(v as i128)),
+                Some(s) => parse_bound(s, what).map(|v| Some(v as i128)),
             }
         };
         let step = opt(parts.get(2), "step")?.unwrap_or(1);
@@ -251,6 +265,23 @@ mod tests {
         assert_eq!(Selection::parse("8:2", &shape).unwrap().0[0], s(8, 1, 0), "empty");
         assert_eq!(Selection::parse("-100:2", &shape).unwrap().0[0], s(0, 1, 2));
         assert_eq!(Selection::parse("0:10:3", &shape).unwrap().0[0], s(0, 3, 4));
+        // Bounds and steps past i64 saturate, as NumPy clamps a[0:10**20]; an index does not.
+        let huge = "99999999999999999999";
+        assert_eq!(
+            Selection::parse(&format!("0:{huge}"), &shape).unwrap().0[0],
+            s(0, 1, 10)
+        );
+        assert_eq!(
+            Selection::parse(&format!("-{huge}:2"), &shape).unwrap().0[0],
+            s(0, 1, 2)
+        );
+        assert_eq!(
+            Selection::parse(&format!("+{huge}:"), &shape).unwrap().0[0],
+            s(10, 1, 0)
+        );
+        assert_eq!(Selection::parse(&format!("::{huge}"), &shape).unwrap().shape()[0], 1);
+        assert!(Selection::parse(huge, &shape).is_err());
+        assert!(Selection::parse("0:1e20", &shape).is_err());
         let sel = Selection::parse("2, 3:5", &shape).unwrap();
         assert_eq!(sel.shape(), [2, 30]);
         assert_eq!(sel.full_shape(), [1, 2, 30]);
