@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use super::{FormatError, Region, as_f64};
-use crate::zarr::dtype::DType;
+use crate::zarr::dtype::{DType, Kind};
 use crate::zarr::elements::Elements;
 
 /// zlib level of rendered images (with adaptive row filters). On a 512 x 512 float32 tile of
@@ -128,29 +128,40 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
         let is_fill = region.fill.as_deref() == Some(b);
         as_f64(&region.dtype, b).filter(|v| !v.is_nan() && !is_fill)
     };
-    // The automatic range spans the finite values: infinities draw at its ends. One pass over
-    // the bytes, and none when both ends are given.
+    // The automatic range spans the finite values (bool: 0 to 1): infinities draw at its ends.
+    // One pass over the bytes, and none when both ends are given.
     let (lo, hi) = match (opts.vmin, opts.vmax) {
         (Some(lo), Some(hi)) => (lo, hi),
+        _ if region.dtype.kind == Kind::Bool => (0.0, 1.0),
         _ => bytes
             .chunks_exact(item)
             .filter_map(value)
             .filter(|v| v.is_finite())
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v))),
     };
-    let vmin = opts.vmin.unwrap_or(if lo.is_finite() { lo } else { 0.0 });
-    let vmax = opts.vmax.unwrap_or(if hi.is_finite() { hi } else { 1.0 });
+    let mut vmin = opts.vmin.unwrap_or(if lo.is_finite() { lo } else { 0.0 });
+    let mut vmax = opts.vmax.unwrap_or(if hi.is_finite() { hi } else { 1.0 });
+    if opts.vmin.is_none() && opts.vmax.is_none() && vmin == vmax {
+        // One value (besides fill and NaN), as in a mask: it draws in the middle of a range
+        // around it, not at the bottom colour (black, where the rest is transparent).
+        let half = (vmin.abs() * 4.0 * f64::EPSILON).max(0.5);
+        (vmin, vmax) = (vmin - half, vmax + half);
+    }
+    if vmin > vmax {
+        return Err(FormatError::BadRequest(format!(
+            "vmin ({vmin}) is above vmax ({vmax}); give both"
+        )));
+    }
     // The span of finite values can overflow (-1e308 to 1e308): then in halves, which cannot
     // (and which the smallest spans, 5e-324, cannot be taken in).
     let span = vmax - vmin;
     let halves = !span.is_finite();
-    let span = match (vmax > vmin, halves) {
-        (false, _) => 1.0,
-        (true, false) => span,
-        (true, true) => vmax / 2.0 - vmin / 2.0,
-    };
+    let span = if halves { vmax / 2.0 - vmin / 2.0 } else { span };
     let position = |v: f64| {
-        if halves {
+        if span == 0.0 {
+            // vmin = vmax, given: a step there.
+            if v > vmax { 1.0 } else { 0.0 }
+        } else if halves {
             (v / 2.0 - vmin / 2.0) / span
         } else {
             (v - vmin) / span
@@ -262,6 +273,55 @@ mod tests {
         };
         let (_, _, px) = decode(&encode(&tiny, &opts).unwrap().png);
         assert_eq!(px, [0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255]);
+    }
+
+    /// Bool draws on 0..1 (true white, false the fill: transparent); data of one value
+    /// besides the fill draws in the middle of a range around it, not black; a vmin given
+    /// alone above the data is refused, and vmin = vmax given is a step.
+    #[test]
+    fn bool_masks_single_values_and_one_sided_ranges() {
+        let auto = PngOptions {
+            vmin: None,
+            vmax: None,
+            cmap: Colormap::Gray,
+        };
+        let mask = Region {
+            shape: vec![1, 3],
+            dtype: DType::new(Kind::Bool),
+            elements: Elements::Fixed(vec![1, 0, 1]),
+            fill: Some(vec![0]),
+        };
+        let image = encode(&mask, &auto).unwrap();
+        assert_eq!((image.vmin, image.vmax), (0.0, 1.0));
+        let (_, _, px) = decode(&image.png);
+        assert_eq!(px, [255, 255, 255, 255, 0, 0, 0, 0, 255, 255, 255, 255]);
+        let labels = Region {
+            shape: vec![1, 3],
+            dtype: DType::new(Kind::Int(4)),
+            elements: Elements::Fixed([7i32, 0, 7].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            fill: Some(0i32.to_le_bytes().to_vec()),
+        };
+        let image = encode(&labels, &auto).unwrap();
+        assert_eq!((image.vmin, image.vmax), (6.5, 7.5));
+        let (_, _, px) = decode(&image.png);
+        assert_eq!(&px[..4], [128, 128, 128, 255]);
+        let above = PngOptions {
+            vmin: Some(100.0),
+            ..auto
+        };
+        assert!(matches!(encode(&labels, &above), Err(FormatError::BadRequest(m)) if m.contains("above")));
+        let step = PngOptions {
+            vmin: Some(7.0),
+            vmax: Some(7.0),
+            cmap: Colormap::Gray,
+        };
+        let values = Region {
+            elements: Elements::Fixed([7i32, 8, 6].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            fill: None,
+            ..labels
+        };
+        let (_, _, px) = decode(&encode(&values, &step).unwrap().png);
+        assert_eq!(px, [0, 0, 0, 255, 255, 255, 255, 255, 0, 0, 0, 255]);
     }
 
     #[test]
