@@ -47,11 +47,18 @@ fn main() -> ExitCode {
     tune_allocator();
     let args = Cli::parse().serve_args();
     let filter = std::env::var("ZARRGATE_LOG").unwrap_or_else(|_| "info".into());
+    let (filter, refused) = match EnvFilter::try_new(&filter) {
+        Ok(f) => (f, None),
+        Err(e) => (EnvFilter::new("info"), Some(e)),
+    };
     tracing_subscriber::fmt()
-        .with_env_filter(EnvFilter::try_new(&filter).unwrap_or_else(|_| EnvFilter::new("info")))
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    if let Some(e) = refused {
+        tracing::warn!(error = %e, "ZARRGATE_LOG is not a log filter (such as warn or zarrgate=debug): logging at info");
+    }
 
     let config = match Config::load(&args, |k| std::env::var(k).ok()) {
         Ok(c) => c,
@@ -112,7 +119,18 @@ async fn serve(config: Config) -> ExitCode {
             mount.name, mount.name, mount.kind, mount.url
         );
     }
-    if let Err(e) = server::run(listener, state, server::shutdown_signal()).await {
+    // The first signal stops accepting and lets responses under way finish (for up to
+    // server::DRAIN); a second one ends them at once.
+    let second_signal = async {
+        server::shutdown_signal().await;
+        server::shutdown_signal().await;
+        tracing::warn!("a second signal: closing the connections still open");
+    };
+    let served = tokio::select! {
+        served = server::run(listener, state, server::shutdown_signal()) => served,
+        () = second_signal => Ok(()),
+    };
+    if let Err(e) = served {
         eprintln!("zarrgate: {e}");
         return ExitCode::FAILURE;
     }

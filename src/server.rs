@@ -13,7 +13,6 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{any, get, post};
-use axum::serve::ListenerExt;
 use axum::{BoxError, Router};
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
@@ -74,10 +73,15 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .or_else(|| http_body::Body::size_hint(response.body()).exact());
+    // A path is logged up to 1 KiB: a request of a 64 KiB URL writes no 64 KiB line.
+    let logged: std::borrow::Cow<str> = match path.char_indices().nth(LOGGED_PATH_CHARS) {
+        Some((cut, _)) => format!("{}...", &path[..cut]).into(),
+        None => path.as_str().into(),
+    };
     tracing::info!(
         target: "zarrgate::access",
         %method,
-        path,
+        path = logged.as_ref(),
         range = range.as_deref().unwrap_or("-"),
         status = response.status().as_u16(),
         bytes = bytes.unwrap_or(0),
@@ -88,6 +92,9 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
         .observe(&path, response.status().as_u16(), start.elapsed());
     response
 }
+
+/// The longest path the access log writes whole, in characters.
+const LOGGED_PATH_CHARS: usize = 1024;
 
 /// The bearer token of a request, if it presents one.
 pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
@@ -242,27 +249,92 @@ pub async fn run_draining(
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
 ) -> std::io::Result<()> {
-    let (signalled, on_signal) = tokio::sync::oneshot::channel::<()>();
-    let shutdown = async move {
-        shutdown.await;
-        let _ = signalled.send(());
-    };
-    let listener = listener.tap_io(tune_connection);
-    let serving = axum::serve(listener, app(state)).with_graceful_shutdown(shutdown);
-    let deadline = async move {
-        match on_signal.await {
-            Ok(()) => tokio::time::sleep(drain).await,
-            Err(_) => std::future::pending().await,
-        }
-    };
+    serve_with(listener, state, shutdown, drain, HEADER_READ_TIMEOUT).await
+}
+
+/// [`run_draining`] giving a client `header_read` to send a request's head (and a keep-alive
+/// connection as long idle between requests).
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+    header_read: Duration,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+    use hyper_util::service::TowerToHyperService;
+
+    let router = app(state);
+    let mut builder = Builder::new(TokioExecutor::new());
+    // A client has `header_read` to send a request's head, and an idle keep-alive connection
+    // is closed after as long: half-sent requests (slowloris) and idle connections do not
+    // hold descriptors, nor the shutdown, for ever.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_read);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(header_read)
+        .keep_alive_timeout(header_read);
+    let builder = std::sync::Arc::new(builder);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let (stop, stopping) = tokio::sync::watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (mut tcp, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, say: the connections under way go on; try again soon.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        tune_connection(&mut tcp);
+        let (builder, service) = (builder.clone(), TowerToHyperService::new(router.clone()));
+        let (watcher, mut stopping) = (graceful.watcher(), stopping.clone());
+        tokio::spawn(async move {
+            // A connection that sends nothing is closed after `header_read` too (telling
+            // HTTP/1 from HTTP/2 waits for its first bytes, before hyper's timer), and at once
+            // on shutdown.
+            let mut first = [0u8; 1];
+            let sent = tokio::select! {
+                peeked = tokio::time::timeout(header_read, tcp.peek(&mut first)) => matches!(peeked, Ok(Ok(1))),
+                _ = stopping.changed() => false,
+            };
+            if !sent {
+                return;
+            }
+            let connection = builder
+                .serve_connection_with_upgrades(TokioIo::new(tcp), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(connection).await {
+                tracing::debug!(error = %e, "connection ended");
+            }
+        });
+    }
+    // Nothing more is accepted; the responses under way get `drain` to finish.
+    tracing::info!(drain_s = drain.as_secs_f64(), "shutting down");
+    drop(listener);
+    let _ = stop.send(());
     tokio::select! {
-        served = serving.into_future() => served,
-        () = deadline => {
+        () = graceful.shutdown() => Ok(()),
+        () = tokio::time::sleep(drain) => {
             tracing::warn!(seconds = drain.as_secs_f64(), "closing the connections still open after the shutdown signal");
             Ok(())
         }
     }
 }
+
+/// How long a client may take to send a request's head, and a keep-alive connection may stay
+/// idle between requests.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Resolves on Ctrl-C or SIGTERM.
 pub async fn shutdown_signal() {
@@ -286,5 +358,4 @@ pub async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
-    tracing::info!("shutting down");
 }

@@ -46,3 +46,82 @@ fn bad_config_stops_start_up_with_a_message() {
     assert!(!ok);
     assert!(err.contains("mount 'x'") && err.contains("s3x"), "{err}");
 }
+
+/// SIGTERM stops accepting and lets responses under way finish; a second signal ends them at
+/// once rather than after the drain time (30 s). The log says so of a ZARRGATE_LOG that is no
+/// filter, and writes a long URL's path cut at 1 KiB.
+#[cfg(unix)]
+#[test]
+fn a_second_signal_ends_the_drain() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big"), vec![7u8; 64 << 20]).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bind = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
+        .args(["serve", "--bind", &bind, "--mount", "d=."])
+        .current_dir(dir.path())
+        .env_remove("ZARRGATE_CONFIG")
+        .env_remove("ZARRGATE_BIND")
+        .env("ZARRGATE_LOG", "info,[")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut conn = loop {
+        match std::net::TcpStream::connect(&bind) {
+            Ok(c) => break c,
+            Err(_) if start.elapsed() < std::time::Duration::from_secs(10) => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            Err(e) => panic!("the server did not start: {e}"),
+        }
+    };
+    // A request of a long URL (414) is logged with its path cut at 1 KiB.
+    let mut long = std::net::TcpStream::connect(&bind).unwrap();
+    let path = format!("/zarr/d/{}", "x".repeat(9000));
+    write!(long, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut reply = String::new();
+    long.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 414"), "{reply}");
+    // A response under way that this client does not read: it stalls once the buffers fill.
+    conn.write_all(b"GET /zarr/d/big HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut head = [0u8; 12];
+    conn.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    let pid = child.id() as i32;
+    // SAFETY: signals sent to the child this test started.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the response under way is let finish"
+    );
+    let second = std::time::Instant::now();
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if second.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("still running 10 s after a second signal");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    drop(conn);
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    // A bad ZARRGATE_LOG is said, not silently replaced.
+    assert!(log.contains("ZARRGATE_LOG is not a log filter"), "{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("status=414"))
+        .expect("the 414 is logged");
+    assert!(line.len() < 1300 && line.contains("xxx..."), "{} chars", line.len());
+}

@@ -142,3 +142,69 @@ async fn accepted_connections_time_out_when_stalled() {
     stop.send(()).unwrap();
     server.await.unwrap().unwrap();
 }
+
+/// A client that sends half a request head (slowloris), one that sends nothing, and an idle
+/// keep-alive connection are closed after the header read timeout; and such a connection does
+/// not hold the shutdown for its drain time.
+#[tokio::test]
+async fn half_sent_requests_and_idle_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (_, state, _) = counting_app(&fixtures(), config_with(&[]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let header_read = std::time::Duration::from_millis(500);
+    let drain = std::time::Duration::from_secs(20);
+    let server = tokio::spawn(zarrgate::server::serve_with(
+        listener,
+        state,
+        async {
+            let _ = stopped.await;
+        },
+        drain,
+        header_read,
+    ));
+    let connect = || tokio::net::TcpStream::connect(addr);
+    let mut half = connect().await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let mut silent = connect().await.unwrap();
+    let mut idle = connect().await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = idle.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    // Each is closed by the server (end of stream, or a 408 first) within a few timeouts.
+    for (name, conn) in [("half", &mut half), ("silent", &mut silent), ("idle", &mut idle)] {
+        let closed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+            loop {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "{name}: still open");
+    }
+    // A half-sent request does not keep the server up for the drain time.
+    let mut another = connect().await.unwrap();
+    another.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
+    let start = std::time::Instant::now();
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("stops well within the drain time")
+        .unwrap()
+        .unwrap();
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+}
