@@ -332,6 +332,8 @@ async fn errors_have_codes() {
             "bad_request",
         ),
         ("/api/v1/slice/fx/v2/compressor_none_i4?bogus=1", 400, "bad_request"),
+        ("/api/v1/list/fx/v2?depth=1", 400, "bad_request"),
+        ("/api/v1/zom/fx/v2?bogus=1", 400, "bad_request"),
         ("/api/v1/slice/fx/v2/compressor_none_i4?_x=1", 400, "bad_request"),
         (
             "/api/v1/slice/fx/v2/compressor_none_i4?vmin=2&vmax=1&format=png",

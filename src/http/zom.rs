@@ -215,6 +215,20 @@ struct ZomQuery {
     _cache_buster: Option<String>,
 }
 
+/// The query of `/api/v1/list`: nothing but the cache buster.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    /// `_=<anything>`, ignored (see the slice query).
+    #[serde(rename = "_")]
+    _cache_buster: Option<String>,
+}
+
+/// A route's query: unknown parameters are 400, so that a misspelt one is not ignored.
+fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, ApiError> {
+    serde_urlencoded::from_str(uri.query().unwrap_or("")).map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))
+}
+
 /// Splits `/api/v1/{route}/{mount}[/{path}]` into the mount and the decoded key.
 fn mount_and_path<'a>(state: &'a AppState, uri: &Uri, route: &str) -> Result<(&'a Mount, StoreKey), ApiError> {
     let tail = uri.path().strip_prefix(route).unwrap_or("");
@@ -249,8 +263,7 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
 
 /// `GET /api/v1/zom/{mount}[/{path}]?depth=N`
 pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
-    let query: ZomQuery = serde_urlencoded::from_str(uri.query().unwrap_or(""))
-        .map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let query: ZomQuery = query(&uri)?;
     let depth = match query.depth.as_deref() {
         None | Some("") => None,
         Some(d) => Some(
@@ -294,6 +307,7 @@ fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value
 /// `GET /api/v1/list/{mount}[/{path}]`: the node at a path (if any) and the nodes and plain
 /// directories below it.
 pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
+    let ListQuery { .. } = query(&uri)?;
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/")?;
     let node = described(find_node(&mount.store, &path).await)?;
     let listing = mount.store.list(&path).await?;
@@ -348,8 +362,7 @@ struct SchemaQuery {
 
 /// `GET /api/v1/zom-schema?zarr_format=2|3`: the JSON Schema of ZOM nodes of that version.
 pub async fn zom_schema(uri: Uri) -> Result<Json<Value>, ApiError> {
-    let query: SchemaQuery = serde_urlencoded::from_str(uri.query().unwrap_or(""))
-        .map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let query: SchemaQuery = query(&uri)?;
     let text = match query.zarr_format.as_deref() {
         Some("2") => include_str!("../../schemas/zom-v2.json"),
         Some("3") | None => include_str!("../../schemas/zom-v3.json"),
