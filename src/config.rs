@@ -28,13 +28,24 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The options to serve with: those of `serve`, or those given without it.
-    pub fn serve_args(self) -> ServeArgs {
+    /// Whether to serve or to check a server, and the options (of `serve` or `healthcheck`, or
+    /// those given without a subcommand).
+    pub fn action(self) -> (Action, ServeArgs) {
         match self.command {
-            Some(Command::Serve(args)) => args,
-            None => self.serve,
+            Some(Command::Serve(args)) => (Action::Serve, args),
+            Some(Command::Healthcheck(args)) => (Action::Healthcheck, args),
+            None => (Action::Serve, self.serve),
         }
     }
+}
+
+/// What the binary does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Serve (`serve`, the default).
+    Serve,
+    /// Check a running server (`healthcheck`).
+    Healthcheck,
 }
 
 /// Subcommands.
@@ -42,6 +53,9 @@ impl Cli {
 pub enum Command {
     /// Serve the configured mounts over HTTP.
     Serve(ServeArgs),
+    /// Ask the server listening where `serve` with these options would listen for /healthz;
+    /// exit 0 when it answers 200 (a container's HEALTHCHECK: the image has no curl).
+    Healthcheck(ServeArgs),
 }
 
 /// Options of `zarrgate serve`.

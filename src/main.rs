@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use zarrgate::config::{Cli, Config};
+use zarrgate::config::{Action, Cli, Config};
 use zarrgate::{AppState, server};
 
 /// Tunes glibc's malloc for a server whose big buffers live long (decoded chunks in the cache)
@@ -45,7 +45,7 @@ fn tune_allocator() {}
 
 fn main() -> ExitCode {
     tune_allocator();
-    let args = Cli::parse().serve_args();
+    let (action, args) = Cli::parse().action();
     let filter = std::env::var("ZARRGATE_LOG").unwrap_or_else(|_| "info".into());
     let (filter, refused) = match EnvFilter::try_new(&filter) {
         Ok(f) => (f, None),
@@ -67,6 +67,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if action == Action::Healthcheck {
+        return healthcheck(&config);
+    }
     // The blocking pool runs local file reads and chunk decoding: its size bounds the memory of
     // that work in flight (tokio's default of 512 threads lets a burst hold hundreds of buffers).
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -135,4 +138,42 @@ async fn serve(config: Config) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// `zarrgate healthcheck`: GET /healthz of the server at the configured address (a wildcard
+/// address is asked on loopback), within 5 s; success when it answers 200.
+fn healthcheck(config: &Config) -> ExitCode {
+    use std::io::{Read, Write};
+    let check = || -> Result<String, String> {
+        let mut addr = config.bind_addr().map_err(|e| e.to_string())?;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let wait = std::time::Duration::from_secs(5);
+        let mut tcp = std::net::TcpStream::connect_timeout(&addr, wait).map_err(|e| format!("{addr}: {e}"))?;
+        tcp.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
+        tcp.write_all(b"GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .map_err(|e| format!("{addr}: {e}"))?;
+        let mut head = [0u8; 12];
+        tcp.read_exact(&mut head).map_err(|e| format!("{addr}: {e}"))?;
+        let status = String::from_utf8_lossy(&head).into_owned();
+        if status.ends_with(" 200") {
+            Ok(format!("{addr}: {status}"))
+        } else {
+            Err(format!("{addr}: {status}"))
+        }
+    };
+    match check() {
+        Ok(said) => {
+            println!("zarrgate: healthy ({said})");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("zarrgate: unhealthy: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

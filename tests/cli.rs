@@ -47,12 +47,13 @@ fn bad_config_stops_start_up_with_a_message() {
     assert!(err.contains("mount 'x'") && err.contains("s3x"), "{err}");
 }
 
-/// SIGTERM stops accepting and lets responses under way finish; a second signal ends them at
-/// once rather than after the drain time (30 s). The log says so of a ZARRGATE_LOG that is no
+/// A running server as a container sees it: `zarrgate healthcheck` finds it healthy; SIGTERM
+/// stops accepting and lets responses under way finish, and a second signal ends them at once
+/// rather than after the drain time (30 s). The log says so of a ZARRGATE_LOG that is no
 /// filter, and writes a long URL's path cut at 1 KiB.
 #[cfg(unix)]
 #[test]
-fn a_second_signal_ends_the_drain() {
+fn healthcheck_signals_and_the_log() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("big"), vec![7u8; 64 << 20]).unwrap();
@@ -82,6 +83,29 @@ fn a_second_signal_ends_the_drain() {
             Err(e) => panic!("the server did not start: {e}"),
         }
     };
+    // `zarrgate healthcheck` asks the server where `serve` with the same options listens (a
+    // wildcard address on loopback), and fails where nothing answers.
+    let check = |bind: &str| {
+        Command::new(env!("CARGO_BIN_EXE_zarrgate"))
+            .args(["healthcheck", "--bind", bind, "--mount", "d=."])
+            .current_dir(dir.path())
+            .env_remove("ZARRGATE_CONFIG")
+            .env_remove("ZARRGATE_BIND")
+            .output()
+            .unwrap()
+    };
+    for bind in [bind.clone(), format!("0.0.0.0:{port}")] {
+        let out = check(&bind);
+        assert!(out.status.success(), "{bind}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("healthy"));
+    }
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let out = check(&nobody.to_string());
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unhealthy"));
     // A request of a long URL (414) is logged with its path cut at 1 KiB.
     let mut long = std::net::TcpStream::connect(&bind).unwrap();
     let path = format!("/zarr/d/{}", "x".repeat(9000));
