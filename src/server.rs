@@ -15,7 +15,7 @@ use axum::response::Response;
 use axum::routing::{any, get, post};
 use axum::{BoxError, Router};
 use tokio::net::TcpListener;
-use tower::ServiceBuilder;
+use tower::{ServiceBuilder, ServiceExt};
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::error::ApiError;
@@ -199,14 +199,33 @@ pub fn app(state: AppState) -> Router {
         .fallback_service(limited)
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(state.clone());
+    let guarded = Router::new().fallback_service(
+        ServiceBuilder::new()
+            .layer(middleware::from_fn_with_state(state.clone(), guard))
+            .service(routes),
+    );
+    // The CORS layer answers every OPTIONS as a preflight; one that is not (no
+    // Access-Control-Request-Method) goes to the routes, which answer 204 with Allow.
+    let plain = guarded.clone();
+    let plain_options = middleware::from_fn(move |request: Request, next: Next| {
+        let plain = plain.clone();
+        async move {
+            if request.method() == Method::OPTIONS
+                && !request.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
+            {
+                return plain.oneshot(request).await.unwrap_or_else(|e| match e {});
+            }
+            next.run(request).await
+        }
+    });
     let service = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(state.clone(), access_log))
+        .layer(plain_options)
         // No origins, no CORS headers at all (nor answers to preflights).
         .layer(tower::util::option_layer(
             (!state.config.server.cors_origins.is_empty()).then(|| cors(&state.config.server.cors_origins)),
         ))
-        .layer(middleware::from_fn_with_state(state, guard))
-        .service(routes);
+        .service(guarded);
     Router::new().fallback_service(service)
 }
 
