@@ -103,7 +103,6 @@ fn python_descr(descr: &Value) -> String {
     }
 }
 
-/// The .npy header for `dtype` and `shape` (magic, version, length, padded dict).
 /// The longest header dictionary `numpy.load` reads without `max_header_size` (NumPy 1.24+;
 /// a safeguard against slow parsing of untrusted files).
 const NUMPY_MAX_HEADER: usize = 10_000;
@@ -125,6 +124,7 @@ pub fn check_npy(dtype: &DType, shape: &[u64]) -> Result<(), FormatError> {
     Ok(())
 }
 
+/// The .npy header for `dtype` and `shape` (magic, version, length, padded dict).
 pub fn npy_header(dtype: &DType, shape: &[u64]) -> Vec<u8> {
     let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
     let shape_text = match dims.len() {
@@ -167,16 +167,16 @@ pub fn encode_npy(region: Region) -> Result<(DType, Vec<u8>), FormatError> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use serde_json::json;
 
     /// numpy.load refuses headers over 10,000 bytes without max_header_size: a type that needs
     /// one is refused (422) before anything is read, a usual one is not.
     #[test]
     fn npy_headers_numpy_loads() {
         let fields = |n: usize| {
-            let list: Vec<serde_json::Value> = (0..n)
-                .map(|i| serde_json::json!([format!("temperature_{i:03}"), "<f4"]))
-                .collect();
-            DType::from_v2(&serde_json::Value::Array(list)).unwrap()
+            let list: Vec<Value> = (0..n).map(|i| json!([format!("temperature_{i:03}"), "<f4"])).collect();
+            DType::from_v2(&Value::Array(list)).unwrap()
         };
         assert!(check_npy(&fields(10), &[5]).is_ok());
         assert!(check_npy(&DType::new(Kind::Float(8)), &[u64::MAX, u64::MAX]).is_ok());
@@ -186,9 +186,6 @@ mod tests {
             "{e:?}"
         );
     }
-
-    use super::*;
-    use serde_json::json;
 
     #[test]
     fn field_names_are_python_literals_in_ascii() {

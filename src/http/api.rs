@@ -53,8 +53,8 @@ pub async fn not_found() -> ApiError {
     ApiError::NotFound("no such route".into())
 }
 
-/// Known routes, wrong method. Validation takes POST; every other route reads. OPTIONS (when
-/// the CORS layer, with no origins configured, does not answer it) gets the methods.
+/// Known routes, wrong method. Validation takes POST; every other route reads. OPTIONS (but
+/// for a CORS preflight, which the CORS layer answers) gets the methods.
 pub async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Response {
     let allow = if uri.path().starts_with("/api/v1/validate/") {
         "POST, OPTIONS"

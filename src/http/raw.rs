@@ -18,8 +18,8 @@ use crate::store::{ByteRange, ObjectMeta, StoreError, StoreKey};
 /// The methods of every route that reads (all but validation).
 pub(crate) const ALLOW: &str = "GET, HEAD, OPTIONS";
 
-/// The handler for every method on `/zarr/...`. OPTIONS reaches it only when no CORS origins
-/// are configured (the CORS layer answers it otherwise).
+/// The handler for every method on `/zarr/...`. OPTIONS reaches it unless it is a CORS
+/// preflight (which the CORS layer answers, when origins are configured).
 pub async fn raw_key(
     State(state): State<AppState>,
     method: Method,

@@ -327,8 +327,6 @@ impl LocalFiles {
 }
 
 impl ObjectStoreBackend {
-    /// A read's error: `None` for a missing key (and for a refused one, where that means
-    /// missing: [`Self::denied_is_missing`]).
     /// Whether the upstream refused a range recently (see `ranges_refused`).
     fn refusing_ranges(&self) -> bool {
         self.ranges_refused
@@ -336,6 +334,8 @@ impl ObjectStoreBackend {
             .is_ok_and(|at| at.is_some_and(|at| at.elapsed() < RANGES_REFUSED_FOR))
     }
 
+    /// A read's error: `None` for a missing key (and for a refused one, where that means
+    /// missing: [`Self::denied_is_missing`]).
     fn missing_or<T>(&self, e: object_store::Error) -> Result<Option<T>, StoreError> {
         match e {
             object_store::Error::NotFound { .. } => Ok(None),
