@@ -83,8 +83,7 @@ fn choose_format(query: &SliceQuery, headers: &HeaderMap) -> Result<Format, ApiE
 
 /// The handler.
 pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
-    let query: SliceQuery = serde_urlencoded::from_str(uri.query().unwrap_or(""))
-        .map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))?;
+    let query: SliceQuery = super::query(&uri)?;
     let format = choose_format(&query, &headers)?;
     let png_opts = PngOptions {
         vmin: parse_number(&query.vmin, "vmin")?,

@@ -15,6 +15,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::query;
 use crate::cache::{Caches, MAX_PENDING_WALKS, Rendered, Walked, remembered};
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
@@ -222,11 +223,6 @@ struct ListQuery {
     /// `_=<anything>`, ignored (see the slice query).
     #[serde(rename = "_")]
     _cache_buster: Option<String>,
-}
-
-/// A route's query: unknown parameters are 400, so that a misspelt one is not ignored.
-fn query<T: serde::de::DeserializeOwned>(uri: &Uri) -> Result<T, ApiError> {
-    serde_urlencoded::from_str(uri.query().unwrap_or("")).map_err(|e| ApiError::BadRequest(format!("bad query: {e}")))
 }
 
 /// Splits `/api/v1/{route}/{mount}[/{path}]` into the mount and the decoded key.
