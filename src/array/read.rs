@@ -912,9 +912,7 @@ async fn read_and_decode(
     }
     let sized = |e: StoreError| match e {
         StoreError::TooLarge { size, .. } => too_large(size),
-        // A range the shard's index gave that runs past its end: the shard is another, shorter
-        // one now, and its index is read again.
-        StoreError::Range { .. } if is_inner => ReadError::Changed(key.to_string()),
+        e if is_inner => inner_read_error(key, e),
         e => e.into(),
     };
     if !ctx.store.reads_locally() {
@@ -954,6 +952,15 @@ fn most_stored(ctx: &ReadContext) -> u64 {
         .max_chunk_bytes
         .max(ctx.opts.variable_chunk_limit as u64)
         .saturating_add(UNIT_SLACK)
+}
+
+/// The error of a read of inner chunks of the shard at `key`: a range its index gave that runs
+/// past its end means the shard is another, shorter one now, and its index is read again.
+fn inner_read_error(key: &StoreKey, e: StoreError) -> ReadError {
+    match e {
+        StoreError::Range { .. } => ReadError::Changed(key.to_string()),
+        e => e.into(),
+    }
 }
 
 fn too_large_unit(key: &str, size: u64, most: u64) -> ReadError {
@@ -1252,12 +1259,7 @@ async fn read_shard_once(
                     .store
                     .get_range_bytes(key, ByteRange::Bounded(span.start, span.end))
                     .await;
-                let Some((bytes, object)) = fetched.map_err(|e| match e {
-                    // Past the end of the shard: another, shorter shard (as in read_and_decode).
-                    StoreError::Range { .. } => ReadError::Changed(key.to_string()),
-                    e => e.into(),
-                })?
-                else {
+                let Some((bytes, object)) = fetched.map_err(|e| inner_read_error(key, e))? else {
                     // The shard vanished between requests: fill.
                     for (i, _) in members {
                         output.fill(&wanted[i].parts)?;
