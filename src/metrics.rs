@@ -8,6 +8,7 @@ use std::time::Duration;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -39,6 +40,9 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
+    body_bytes: Family<RouteLabels, Counter>,
+    aborted: Family<RouteLabels, Counter>,
+    in_flight: Gauge,
 }
 
 impl Default for Metrics {
@@ -90,20 +94,55 @@ impl Metrics {
             "Time to the response head, by route family",
             latency.clone(),
         );
+        let body_bytes = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "zarrgate_response_body_bytes",
+            "Bytes of response bodies sent, by route family (counted as they are sent)",
+            body_bytes.clone(),
+        );
+        let aborted = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "zarrgate_responses_aborted",
+            "Responses whose body was not sent to its end (the client left, or the body failed), by route family",
+            aborted.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "zarrgate_requests_in_flight",
+            "Requests received whose response body has not ended",
+            in_flight.clone(),
+        );
         Self {
             registry,
             requests,
             latency,
+            body_bytes,
+            aborted,
+            in_flight,
         }
     }
 
-    /// Records one request.
+    /// Records one request's response head: its status and the time it took.
     pub fn observe(&self, path: &str, status: u16, elapsed: Duration) {
         let route = route_of(path);
         self.requests.get_or_create(&RequestLabels { route, status }).inc();
         self.latency
             .get_or_create(&RouteLabels { route })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// A request has come in; [`Metrics::ended`] follows when its response is over.
+    pub fn started(&self) {
+        self.in_flight.inc();
+    }
+
+    /// A response is over: its body sent to the end (`complete`) or not, after `bytes` of it.
+    pub fn ended(&self, route: &'static str, bytes: u64, complete: bool) {
+        self.in_flight.dec();
+        self.body_bytes.get_or_create(&RouteLabels { route }).inc_by(bytes);
+        if !complete {
+            self.aborted.get_or_create(&RouteLabels { route }).inc();
+        }
     }
 
     /// The Prometheus text exposition.

@@ -54,10 +54,13 @@ fn cors(origins: &[String]) -> CorsLayer {
         .max_age(Duration::from_secs(3600))
 }
 
-/// One log line per request (method, path, Range, status, bytes, milliseconds) and the
-/// request metrics.
+/// One log line per request (method, path, Range, status, body bytes sent, milliseconds to the
+/// response head and to its end) and the request metrics. Status and latency are counted at the
+/// response head; the line is written, and the body bytes and aborted responses counted, when the
+/// body has been sent to its end or given up (the client left, or the body failed).
 async fn access_log(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let start = Instant::now();
+    state.metrics.started();
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     let range = request
@@ -66,35 +69,114 @@ async fn access_log(State(state): State<AppState>, request: Request, next: Next)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let response = next.run(request).await;
-    // Bodies built in memory get their Content-Length from hyper later; their size is exact.
-    let bytes = response
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        .or_else(|| http_body::Body::size_hint(response.body()).exact());
+    let head = start.elapsed();
+    let status = response.status().as_u16();
+    state.metrics.observe(&path, status, head);
     // A path is logged up to 1 KiB: a request of a 64 KiB URL writes no 64 KiB line.
-    let logged: std::borrow::Cow<str> = match path.char_indices().nth(LOGGED_PATH_CHARS) {
-        Some((cut, _)) => format!("{}...", &path[..cut]).into(),
-        None => path.as_str().into(),
+    let path = match path.char_indices().nth(LOGGED_PATH_CHARS) {
+        Some((cut, _)) => format!("{}...", &path[..cut]),
+        None => path,
     };
-    tracing::info!(
-        target: "zarrgate::access",
-        %method,
-        path = logged.as_ref(),
-        range = range.as_deref().unwrap_or("-"),
-        status = response.status().as_u16(),
-        bytes = bytes.unwrap_or(0),
-        ms = start.elapsed().as_secs_f64() * 1e3,
-    );
-    state
-        .metrics
-        .observe(&path, response.status().as_u16(), start.elapsed());
-    response
+    let done = Finished {
+        state,
+        head_only: method == Method::HEAD,
+        method,
+        path,
+        range,
+        status,
+        start,
+        head,
+        bytes: 0,
+        ended: false,
+    };
+    response.map(|body| axum::body::Body::new(LoggedBody { body, done }))
 }
 
 /// The longest path the access log writes whole, in characters.
 const LOGGED_PATH_CHARS: usize = 1024;
+
+/// What the access log writes of a request once its body is over ([`access_log`], [`LoggedBody`]).
+struct Finished {
+    state: AppState,
+    method: Method,
+    head_only: bool,
+    path: String,
+    range: Option<String>,
+    status: u16,
+    start: Instant,
+    head: Duration,
+    bytes: u64,
+    ended: bool,
+}
+
+impl Finished {
+    /// Writes the line and counts the body: it was sent to its end, or it was not (an aborted
+    /// response, unless nothing was to be sent: HEAD, 204, 304).
+    fn write(&self, empty: bool) {
+        let complete = self.ended || self.head_only || empty;
+        let route = crate::metrics::route_of(&self.path);
+        self.state.metrics.ended(route, self.bytes, complete);
+        tracing::info!(
+            target: "zarrgate::access",
+            method = %self.method,
+            path = self.path.as_str(),
+            range = self.range.as_deref().unwrap_or("-"),
+            status = self.status,
+            bytes = self.bytes,
+            ms = self.start.elapsed().as_secs_f64() * 1e3,
+            head_ms = self.head.as_secs_f64() * 1e3,
+            aborted = !complete,
+        );
+    }
+}
+
+/// A response body that counts what is sent of it and writes the access log line when it is
+/// over ([`Finished`]).
+struct LoggedBody {
+    body: axum::body::Body,
+    done: Finished,
+}
+
+impl http_body::Body for LoggedBody {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let this = &mut *self;
+        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    this.done.bytes += data.len() as u64;
+                }
+            }
+            std::task::Poll::Ready(None) => this.done.ended = true,
+            _ => {}
+        }
+        if this.body.is_end_stream() {
+            this.done.ended = true;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for LoggedBody {
+    /// The body is over when hyper drops it: after its end, or before (the client left).
+    fn drop(&mut self) {
+        self.done.write(http_body::Body::is_end_stream(&self.body));
+    }
+}
 
 /// The bearer token of a request, if it presents one.
 pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
@@ -140,6 +222,23 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
         return ApiError::Unauthorized.into_response();
     }
     next.run(request).await
+}
+
+/// The layer that turns a panic of a handler into a 500 `internal` JSON answer (logged with
+/// its message, which the client never sees), so that a bug costs one request, not the
+/// connection and whatever it had under way. Panics of decoding and encoding tasks on the
+/// blocking pool come back as failed tasks and are answered the same way.
+pub fn catch_panics() -> tower_http::catch_panic::CatchPanicLayer<fn(Box<dyn std::any::Any + Send>) -> Response> {
+    fn answer(panic: Box<dyn std::any::Any + Send>) -> Response {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        tracing::error!(panic = message, "a request handler panicked");
+        ApiError::Internal.into_response()
+    }
+    tower_http::catch_panic::CatchPanicLayer::custom(answer as fn(Box<dyn std::any::Any + Send>) -> Response)
 }
 
 /// Maps the errors of the limit layers to JSON responses.
@@ -220,6 +319,7 @@ pub fn app(state: AppState) -> Router {
     });
     let service = ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(state.clone(), access_log))
+        .layer(catch_panics())
         .layer(plain_options)
         // No origins, no CORS headers at all (nor answers to preflights).
         .layer(tower::util::option_layer(

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::json;
+use tower::ServiceExt;
 use zarrgate::config::{Config, MountConfig};
 use zarrgate::state::Mount;
 use zarrgate::store::{Backend, ByteRange, GetObject, Listing, ObjectMeta, Store, StoreError, StoreKey, open_local};
@@ -374,4 +375,126 @@ async fn shards_with_vast_indexes_are_refused_before_reading() {
     let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
     // (Read, the 64-byte shard would have been a corrupt shard, 500.)
     assert!(message.contains("index of 2147483648 bytes"), "{message}");
+}
+
+/// A writer the tests' log subscriber appends to.
+#[derive(Clone, Default)]
+struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuffer {
+    /// The access log lines written since the last call.
+    fn take(&self) -> Vec<String> {
+        let text = String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap();
+        text.lines()
+            .filter(|l| l.contains("zarrgate::access"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The value of a sample of /metrics.
+async fn sample(app: &axum::Router, name: &str) -> f64 {
+    let text = String::from_utf8(get(app, "/metrics", &[]).await.body.to_vec()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+/// The access log line and the body metrics are written when the body is over: with the bytes
+/// actually sent, and `aborted=true` for a body given up before its end; HEAD and 304 send
+/// none and are not aborted.
+#[tokio::test]
+async fn access_log_and_body_metrics_follow_the_body() {
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_env_filter("zarrgate::access=info")
+        .with_writer(move || writer.clone())
+        .finish();
+    // The test's runtime runs on this thread only: every line is written under this default.
+    let _default = tracing::subscriber::set_default(subscriber);
+    let app = fixture_app();
+    let uri = "/zarr/fx/v3/zstd_i4/c/0/0";
+    let len = std::fs::read(fixtures().join("v3/zstd_i4/c/0/0")).unwrap().len();
+    assert!(len > 0);
+
+    let r = get(&app, uri, &[]).await;
+    assert_eq!((r.status.as_u16(), r.body.len()), (200, len));
+    let etag = r.headers["etag"].to_str().unwrap().to_owned();
+    let lines = logs.take();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(&format!("bytes={len} ")), "{lines:?}");
+    assert!(
+        lines[0].contains("status=200") && lines[0].contains("aborted=false"),
+        "{lines:?}"
+    );
+
+    // Given up unread: nothing sent, aborted; the request stays in flight until then.
+    let held = app
+        .clone()
+        .oneshot(axum::http::Request::get(uri).body(axum::body::Body::empty()).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    // This /metrics request is in flight too.
+    assert_eq!(sample(&app, "zarrgate_requests_in_flight").await, 2.0);
+    drop(held);
+    assert_eq!(sample(&app, "zarrgate_requests_in_flight").await, 1.0);
+    let lines = logs.take();
+    let raw: Vec<_> = lines.iter().filter(|l| l.contains(uri)).collect();
+    assert_eq!(raw.len(), 1, "{lines:?}");
+    assert!(
+        raw[0].contains("bytes=0 ") && raw[0].contains("aborted=true"),
+        "{raw:?}"
+    );
+
+    for (method, headers) in [("HEAD", vec![]), ("GET", vec![("if-none-match", etag.as_str())])] {
+        let r = request(&app, method, uri, &headers).await;
+        assert!(r.body.is_empty());
+        let lines = logs.take();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("bytes=0 ") && lines[0].contains("aborted=false"),
+            "{lines:?}"
+        );
+    }
+    assert_eq!(
+        sample(&app, "zarrgate_response_body_bytes_total{route=\"raw\"}").await,
+        len as f64
+    );
+    assert_eq!(
+        sample(&app, "zarrgate_responses_aborted_total{route=\"raw\"}").await,
+        1.0
+    );
+}
+
+/// A handler that panics costs its request a 500 `internal` answer, without the panic's
+/// message; the service goes on answering.
+#[tokio::test]
+async fn a_panicking_handler_is_a_500() {
+    async fn boom() -> &'static str {
+        panic!("secret detail")
+    }
+    let app = axum::Router::new()
+        .route("/boom", axum::routing::get(boom))
+        .route("/fine", axum::routing::get(|| async { "fine" }))
+        .layer(zarrgate::server::catch_panics());
+    let r = get(&app, "/boom", &[]).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(r.error_code(), "internal");
+    assert!(!String::from_utf8_lossy(&r.body).contains("secret"));
+    assert_eq!(get(&app, "/fine", &[]).await.body.as_ref(), b"fine");
 }

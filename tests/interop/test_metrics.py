@@ -31,6 +31,9 @@ def test_metrics_parse_as_openmetrics():
         "zarrgate_chunks_decoded": "counter",
         "zarrgate_spare_buffer_bytes": "gauge",
         "zarrgate_spare_buffer_reuses": "counter",
+        "zarrgate_response_body_bytes": "counter",
+        "zarrgate_responses_aborted": "counter",
+        "zarrgate_requests_in_flight": "gauge",
     }
     assert {name: found[name].type for name in kinds if name in found} == kinds
 
