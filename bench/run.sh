@@ -306,6 +306,10 @@ for name in unsharded_chunk_1MiB sharded_inner_1MiB sharded_64x64_16KiB; do
         load slice_one "${name}_nginx_c64" "$NG" "$ref" 64
         load slice_one "${name}_c1" "$ZG" "$f" 1
         load slice_one "${name}_nginx_c1" "$NG" "$ref" 1
+        if [ "$name" = sharded_64x64_16KiB ]; then
+            WRK_PACE_MS=2 load slice_one "${name}_c64_paced2ms" "$ZG" "$f" 64
+            WRK_PACE_MS=2 load slice_one "${name}_nginx_c64_paced2ms" "$NG" "$ref" 64
+        fi
     done
     record memory "slice_one_${name}_64conn" vmhwm_mib "$(($(hwm_kib) / 1024))"
 done

@@ -1,7 +1,9 @@
 -- wrk script for bench/run.sh: GETs the paths listed in the file named by $WRK_KEYS
 -- (one per line) round-robin, each thread starting at a different place, and prints one line
 --   RESULT <requests/s> <p50 us> <p99 us> <errors> <bytes>
--- at the end. Non-2xx/3xx answers count as errors.
+-- at the end. Non-2xx/3xx answers count as errors. With $WRK_PACE_MS set, each connection waits
+-- that many milliseconds after a response before its next request (wrk's delay(), whole
+-- milliseconds): a load below saturation, where latency is not just the queue of a closed loop.
 
 local keys = {}
 for line in io.lines(os.getenv("WRK_KEYS")) do
@@ -14,6 +16,11 @@ local threads = {}
 function setup(thread)
     thread:set("offset", counter * 7919)
     counter = counter + 1
+end
+
+local pace = tonumber(os.getenv("WRK_PACE_MS") or "")
+if pace then
+    function delay() return pace end
 end
 
 local i = 0
