@@ -1763,3 +1763,25 @@ async fn an_array_at_a_mount_root_is_sliced() {
     let r = get(&app, "/api/v1/slice/nosuch?select=1:3", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (404, "unknown_mount"));
 }
+
+/// An aligned struct as zarr-python 2 stores it (padding as fields without a name): JSON names
+/// them as NumPy does (`f1`, `f4`), so no key repeats and no value is lost.
+#[tokio::test]
+async fn unnamed_struct_fields_are_named_as_numpy_names_them() {
+    let app = fixture_app();
+    let r = get(
+        &app,
+        "/api/v1/slice/fx/v2/dtype_struct_aligned_padding?select=1:3&format=json",
+        &[],
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert!(!String::from_utf8_lossy(&r.body).contains("\"\":"), "{:?}", r.body);
+    assert_eq!(
+        r.json()["data"],
+        serde_json::json!([
+            {"a": 2, "f1": "AAAA", "b": -20, "c": 6, "f4": "AAAA"},
+            {"a": 3, "f1": "AAAA", "b": 30, "c": 7, "f4": "AAAA"}
+        ])
+    );
+}

@@ -184,9 +184,15 @@ impl DType {
             Value::String(s) => parse_typestr(s)?.bounded(),
             Value::Array(fields) => {
                 let mut out = Vec::with_capacity(fields.len());
-                for f in fields {
+                for (index, f) in fields.iter().enumerate() {
                     let parts = f.as_array().ok_or_else(|| bad_dtype(value))?;
                     let name = parts.first().and_then(Value::as_str).ok_or_else(|| bad_dtype(value))?;
+                    // A field without a name (the padding of an aligned struct, `["", "|V3"]`)
+                    // is named as NumPy names it when zarr-python builds the dtype: `f{index}`.
+                    let name = match name {
+                        "" => format!("f{index}"),
+                        named => named.to_owned(),
+                    };
                     let dtype = DType::from_v2(parts.get(1).ok_or_else(|| bad_dtype(value))?)?;
                     let shape = match parts.get(2) {
                         None => Vec::new(),
@@ -203,11 +209,7 @@ impl DType {
                             "object field '{name}' in a structured type"
                         )));
                     }
-                    out.push(Field {
-                        name: name.to_owned(),
-                        dtype,
-                        shape,
-                    });
+                    out.push(Field { name, dtype, shape });
                 }
                 DType::new(Kind::Structured(out)).bounded()
             }
@@ -370,7 +372,34 @@ fn bad_dtype(value: &Value) -> MetaError {
     MetaError::Invalid(format!("invalid dtype {value}"))
 }
 
-/// Parses a NumPy type string such as `<i4`, `>f8`, `|b1`, `<M8[ns]`, `|S5`, `<U4`, `|O`.
+/// The type string of a NumPy type name or one-character code that NumPy (and so zarr-python)
+/// accepts in place of one (`int32`, `float64`, `bool`, `<q`, `d`), for a little-endian x86-64 /
+/// aarch64 build of NumPy (`l` is 8 bytes).
+fn alias(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "bool" | "?" => "b1",
+        "int8" | "b" => "i1",
+        "uint8" | "B" => "u1",
+        "int16" | "h" => "i2",
+        "uint16" | "H" => "u2",
+        "int32" | "i" => "i4",
+        "uint32" | "I" => "u4",
+        "int64" | "l" | "q" | "p" => "i8",
+        "uint64" | "L" | "Q" | "P" => "u8",
+        "float16" | "e" => "f2",
+        "float32" | "f" => "f4",
+        "float64" | "d" => "f8",
+        "complex64" | "F" => "c8",
+        "complex128" | "D" => "c16",
+        // A datetime64 / timedelta64 without a unit: NumPy's generic unit.
+        "M8" | "M" | "datetime64" => "M8[generic]",
+        "m8" | "m" | "timedelta64" => "m8[generic]",
+        _ => return None,
+    })
+}
+
+/// Parses a NumPy type string such as `<i4`, `>f8`, `|b1`, `<M8[ns]`, `|S5`, `<U4`, `|O`, or a
+/// NumPy type name or code standing for one ([`alias`]).
 fn parse_typestr(s: &str) -> Result<DType, MetaError> {
     let bad = || MetaError::Invalid(format!("invalid dtype '{s}'"));
     let mut chars = s.chars();
@@ -380,6 +409,7 @@ fn parse_typestr(s: &str) -> Result<DType, MetaError> {
         '>' => (true, &s[1..]),
         _ => (false, s),
     };
+    let rest = alias(rest).unwrap_or(rest);
     let code = rest.chars().next().ok_or_else(bad)?;
     let tail = &rest[code.len_utf8()..];
     let size = || tail.parse::<usize>().map_err(|_| bad());
@@ -455,6 +485,41 @@ fn ascii_time_unit(unit: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn numpy_names_and_codes_stand_for_type_strings() {
+        for (alias, typestr) in [
+            ("int32", "<i4"),
+            ("float64", "<f8"),
+            ("bool", "|b1"),
+            ("<q", "<i8"),
+            ("<d", "<f8"),
+            ("|b", "|i1"),
+            ("B", "|u1"),
+            ("complex128", "<c16"),
+            ("<M8", "<M8[generic]"),
+            ("float16", "<f2"),
+        ] {
+            let parsed = DType::from_v2(&json!(alias)).unwrap_or_else(|e| panic!("{alias}: {e}"));
+            assert_eq!(parsed.typestr(), typestr, "{alias}");
+            assert!(!parsed.big_endian, "{alias}");
+        }
+        let big = DType::from_v2(&json!(">d")).unwrap();
+        assert!(big.big_endian && big.kind == Kind::Float(8));
+        for bad in ["int31", "foo", "<x4", ""] {
+            assert!(DType::from_v2(&json!(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unnamed_fields_are_named_as_numpy_names_them() {
+        let padded = json!([["a", "|u1"], ["", "|V3"], ["b", "<i4"], ["c", "|u1"], ["", "|V3"]]);
+        let Kind::Structured(fields) = DType::from_v2(&padded).unwrap().kind else {
+            panic!("not structured");
+        };
+        let names: Vec<&str> = fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["a", "f1", "b", "c", "f4"]);
+    }
 
     #[test]
     fn element_sizes_are_bounded() {
@@ -537,7 +602,7 @@ mod tests {
         assert_eq!(v3("ms", 10).unwrap().typestr(), "<M8[10ms]");
         assert!(v3("1.5s", 1).is_err() && v3("s", 0).is_err());
         assert_eq!(v3("generic", 1).unwrap().typestr(), "<M8[generic]");
-        for bad in ["", "<i3", "<x4", "<M8", "<M8[", "i", "<f16x"] {
+        for bad in ["", "<i3", "<x4", "<M8[", "<f16x"] {
             assert!(DType::from_v2(&json!(bad)).is_err(), "{bad}");
         }
         assert!(matches!(DType::from_v2(&json!("<f16")), Err(MetaError::Unsupported(_))));
