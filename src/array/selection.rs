@@ -99,10 +99,11 @@ impl Selection {
         let body = body.strip_suffix(',').unwrap_or(body);
         let terms: Vec<&str> = body.split(',').collect();
         if terms.len() > shape.len() {
+            let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
             return Err(SelectionError(format!(
-                "{} terms for an array of {} dimensions",
-                terms.len(),
-                shape.len()
+                "{} for an array of {}",
+                plural(terms.len(), "term"),
+                plural(shape.len(), "dimension")
             )));
         }
         let mut dims = Vec::with_capacity(shape.len());
@@ -245,6 +246,21 @@ mod tests {
 
     fn s(start: u64, step: u64, count: u64) -> DimSelection {
         Slice { start, step, count }
+    }
+
+    #[test]
+    fn too_many_terms_are_counted_in_words() {
+        let err = |text: &str, shape: &[u64]| Selection::parse(text, shape).unwrap_err().to_string();
+        assert!(
+            err("0", &[]).contains("1 term for an array of 0 dimensions"),
+            "{}",
+            err("0", &[])
+        );
+        assert!(
+            err("0,1", &[5]).contains("2 terms for an array of 1 dimension"),
+            "{}",
+            err("0,1", &[5])
+        );
     }
 
     #[test]

@@ -4,9 +4,11 @@
 //! and numcodecs [`gzip`](https://numcodecs.readthedocs.io/en/stable/compression/gzip.html), which
 //! writes with Python's `gzip.GzipFile`: the header carries the current time as mtime, so equal
 //! chunks are not equal bytes. Decoding ignores the header fields and reads every member in turn,
-//! as `GzipFile` does.
+//! and zero bytes after the last one, as `GzipFile` does.
 
-use flate2::bufread::MultiGzDecoder;
+use std::io::Read;
+
+use flate2::bufread::GzDecoder;
 use serde_json::Value;
 
 use super::{BytesToBytes, CodecError, config_object, numcodecs_object, optional_int, read_limited};
@@ -34,9 +36,40 @@ impl BytesToBytes for Gzip {
         if input.is_empty() {
             return Err(CodecError::Corrupt("gzip: empty input".to_string()));
         }
-        read_limited(MultiGzDecoder::new(input), limit, input.len().saturating_mul(4), |e| {
+        read_limited(Members::new(input), limit, input.len().saturating_mul(4), |e| {
             CodecError::Corrupt(format!("gzip: {e}"))
         })
+    }
+}
+
+/// The data of the gzip members of `input` one after another, up to the end or to zero bytes
+/// only (padding, which Python's `gzip` skips); anything else after a member must be another.
+struct Members<'a> {
+    member: Option<GzDecoder<&'a [u8]>>,
+}
+
+impl<'a> Members<'a> {
+    fn new(input: &'a [u8]) -> Self {
+        Self {
+            member: Some(GzDecoder::new(input)),
+        }
+    }
+}
+
+impl Read for Members<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(member) = self.member.as_mut() {
+            let n = member.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            // The member has ended: what follows it is another member, or padding.
+            let rest = self.member.take().map(GzDecoder::into_inner).unwrap_or_default();
+            if rest.iter().any(|&b| b != 0) {
+                self.member = Some(GzDecoder::new(rest));
+            }
+        }
+        Ok(0)
     }
 }
 
@@ -59,6 +92,17 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn zero_padding_after_the_members_is_skipped() {
+        let mut padded = vector("gzip", "two_members");
+        padded.extend_from_slice(&[0; 13]);
+        assert_eq!(Gzip.decode(&padded, 1 << 20).unwrap(), expected());
+        // Other bytes after a member are a member, or bad data.
+        let mut garbage = vector("gzip", "level1");
+        garbage.extend_from_slice(b"\0\0junk");
+        assert!(matches!(Gzip.decode(&garbage, 1 << 20), Err(CodecError::Corrupt(_))));
     }
 
     #[test]

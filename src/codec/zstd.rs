@@ -78,6 +78,29 @@ fn decode_sized(input: &[u8], limit: usize) -> Option<Vec<u8>> {
     })
 }
 
+/// Decodes a chunk that is one frame stating no content size but asking for a window larger
+/// than the streaming decoder allows (`zstd --long`, `--ultra -22`): in one call into an
+/// allocation of `limit` bytes, which is the decoder's whole memory (a one-shot decode keeps
+/// its history in the output, with no window of its own). `None` when it is not one frame.
+fn decode_one_shot(input: &[u8], limit: usize) -> Option<Result<Vec<u8>, CodecError>> {
+    if zstd::zstd_safe::find_frame_compressed_size(input).ok()? != input.len() {
+        return None;
+    }
+    let mut decoder = zstd::bulk::Decompressor::new().ok()?;
+    let mut out = Vec::with_capacity(limit);
+    // An output over the limit shows as a destination too small: bad data either way.
+    Some(
+        decoder
+            .decompress_to_buffer(input, &mut out)
+            .map(|_| {
+                // Decoded chunks are weighed by their length: no spare capacity is kept.
+                out.shrink_to_fit();
+                out
+            })
+            .map_err(|e| CodecError::Corrupt(format!("zstd: {e}"))),
+    )
+}
+
 impl BytesToBytes for Zstd {
     fn decode(&self, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
         if input.is_empty() {
@@ -89,15 +112,16 @@ impl BytesToBytes for Zstd {
         let corrupt = |e: std::io::Error| CodecError::Corrupt(format!("zstd: {e}"));
         let mut decoder = zstd::stream::read::Decoder::with_buffer(input).map_err(corrupt)?;
         decoder.window_log_max(window_log_max(limit)).map_err(corrupt)?;
-        read_limited(decoder, limit, input.len().saturating_mul(4), |e| {
-            // libzstd's message for a window beyond the cap: the frame would need more memory
-            // than this limit allows, which is a size problem rather than bad bytes.
-            if e.to_string().contains("too much memory") {
-                CodecError::TooLarge { limit }
-            } else {
-                corrupt(e)
-            }
-        })
+        let mut window_too_large = false;
+        let streamed = read_limited(decoder, limit, input.len().saturating_mul(4), |e| {
+            // libzstd's message for a window beyond the cap.
+            window_too_large = e.to_string().contains("too much memory");
+            corrupt(e)
+        });
+        match streamed {
+            Err(_) if window_too_large => decode_one_shot(input, limit).unwrap_or(Err(CodecError::TooLarge { limit })),
+            other => other,
+        }
     }
 }
 
@@ -117,6 +141,34 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    /// A frame without a content size whose window is over what the streaming decoder allows
+    /// for the limit (`zstd --long=27`): decoded in one call into the limit, as libzstd's own
+    /// tools and zarr-python decode it.
+    #[test]
+    fn unsized_frames_with_large_windows_decode() {
+        use std::io::Write;
+        let data: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 251).to_le_bytes()).collect();
+        let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 19).unwrap();
+        encoder.include_contentsize(false).unwrap();
+        encoder.window_log(27).unwrap();
+        encoder.long_distance_matching(true).unwrap();
+        encoder.write_all(&data).unwrap();
+        let frame = encoder.finish().unwrap();
+        assert_eq!(zstd::zstd_safe::get_frame_content_size(&frame).unwrap(), None);
+        // The streaming decoder alone refuses it.
+        let mut streaming = zstd::stream::read::Decoder::with_buffer(&frame[..]).unwrap();
+        streaming.window_log_max(window_log_max(data.len())).unwrap();
+        assert!(std::io::Read::read_to_end(&mut streaming, &mut Vec::new()).is_err());
+        let out = Zstd.decode(&frame, data.len()).unwrap();
+        assert_eq!(out, data);
+        assert_eq!(out.capacity(), data.len());
+        // Larger than the limit: refused as bad data.
+        assert!(matches!(
+            Zstd.decode(&frame, data.len() - 1),
+            Err(CodecError::Corrupt(_))
+        ));
     }
 
     #[test]

@@ -125,9 +125,9 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
     let limit = state.config.limits.max_slice_bytes;
     if asked > limit {
         return Err(ApiError::TooLarge(format!(
-            "the selection holds {} decoded ({} elements); the limit is {limit}",
+            "the selection holds {} decoded ({}); the limit is {limit}",
             bytes_text(asked),
-            sel.len()
+            count_text(sel.len(), "elements")
         )));
     }
     // JSON writes a structured element's field names with every element: they count too.
@@ -301,12 +301,17 @@ fn field_name_bytes(dtype: &DType) -> u64 {
     }
 }
 
-/// A byte count for a message; a saturated count is "more than" the largest.
+/// A byte count for a message ([`count_text`]).
 fn bytes_text(bytes: u64) -> String {
-    if bytes == u64::MAX {
-        format!("more than {bytes} bytes")
+    count_text(bytes, "bytes")
+}
+
+/// A count of `what` for a message; a count saturated at the largest u64 is "2^64 or more".
+fn count_text(n: u64, what: &str) -> String {
+    if n == u64::MAX {
+        format!("2^64 {what} or more")
     } else {
-        format!("{bytes} bytes")
+        format!("{n} {what}")
     }
 }
 
@@ -672,6 +677,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn saturated_counts_are_not_printed_as_numbers() {
+        assert_eq!(bytes_text(12), "12 bytes");
+        assert_eq!(bytes_text(u64::MAX), "2^64 bytes or more");
+        assert_eq!(count_text(u64::MAX, "elements"), "2^64 elements or more");
+    }
 
     /// The metadata of a v3 array of uncompressed chunks.
     fn raw_array(shape: &[u64], chunks: &[u64], data_type: &str) -> ArrayMeta {

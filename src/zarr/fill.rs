@@ -108,6 +108,12 @@ impl FillValue {
     /// `zarr_format` selects the encoding rules of that spec version.
     pub fn parse(value: &Value, dtype: &DType, zarr_format: u8) -> Result<FillValue, MetaError> {
         let bad = || invalid(value, dtype);
+        if zarr_format == 3 && value.is_null() {
+            // v2 lets a fill be null (no fill); v3 requires one, as zarr-python checks.
+            return Err(MetaError::Invalid(
+                "fill_value is null; Zarr v3 requires a fill value".into(),
+            ));
+        }
         match &dtype.kind {
             Kind::String => {
                 return match value {

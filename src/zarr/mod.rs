@@ -262,8 +262,36 @@ pub fn parse_v1(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaErr
     Ok(meta)
 }
 
+/// The fields of a v3 array's metadata this server reads.
+const V3_ARRAY_FIELDS: [&str; 11] = [
+    "zarr_format",
+    "node_type",
+    "shape",
+    "data_type",
+    "chunk_grid",
+    "chunk_key_encoding",
+    "fill_value",
+    "codecs",
+    "attributes",
+    "storage_transformers",
+    "dimension_names",
+];
+
 /// Parses a v3 `zarr.json` array document.
 pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
+    // Any other field is an extension: unless it says it may be ignored (an object with
+    // `"must_understand": false`), an array with it must not be read, for it may change what
+    // the stored bytes mean.
+    if let Some(fields) = doc.as_object() {
+        for (name, value) in fields {
+            let ignorable = value.get("must_understand") == Some(&Value::Bool(false));
+            if !V3_ARRAY_FIELDS.contains(&name.as_str()) && !ignorable {
+                return Err(MetaError::Unsupported(format!(
+                    "metadata field '{name}' (an extension this server does not know, which does not say must_understand: false)"
+                )));
+            }
+        }
+    }
     let shape = shape_of(field(doc, "shape")?, "shape")?;
     let grid = field(doc, "chunk_grid")?;
     match grid.get("name").and_then(Value::as_str) {
@@ -473,6 +501,38 @@ mod tests {
         assert!(parse_v2(&doc, None).is_err());
         assert!(check_grid(&[10, 10], &[5]).is_err());
         assert!(check_grid(&[1 << 40], &[1 << 20]).is_ok());
+    }
+
+    #[test]
+    fn v3_extension_fields_must_be_understood_unless_they_say_otherwise() {
+        let base = serde_json::json!({
+            "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "int32",
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": 0,
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "attributes": {}, "storage_transformers": [], "dimension_names": ["x"]
+        });
+        assert!(parse_v3(&base).is_ok());
+        let with = |name: &str, value: Value| {
+            let mut doc = base.clone();
+            doc[name] = value;
+            parse_v3(&doc)
+        };
+        assert!(with("foo_ext", serde_json::json!({"name": "foo", "must_understand": false})).is_ok());
+        for refused in [
+            serde_json::json!({"name": "foo"}),
+            serde_json::json!({"name": "foo", "must_understand": true}),
+            serde_json::json!(1),
+            serde_json::json!("must_understand"),
+        ] {
+            let err = with("foo_ext", refused.clone()).unwrap_err();
+            assert!(
+                matches!(&err, MetaError::Unsupported(m) if m.contains("foo_ext")),
+                "{refused}: {err}"
+            );
+        }
+        // v3 requires a fill value.
+        assert!(matches!(with("fill_value", Value::Null), Err(MetaError::Invalid(_))));
     }
 
     #[test]
