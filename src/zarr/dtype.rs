@@ -287,6 +287,34 @@ impl DType {
                 Kind::FixedBytes(cfg_usize("length_bytes")?)
             }
             "raw_bytes" => Kind::Raw(cfg_usize("length_bytes")?),
+            // zarr-python's extension: `{"fields": [[name, data type], ...]}`, packed, each field
+            // in the byte order of the bytes codec.
+            "structured" => {
+                let bad = || MetaError::Invalid(format!("data type structured: bad fields in {value}"));
+                let fields = config
+                    .and_then(|c| c.get("fields"))
+                    .and_then(Value::as_array)
+                    .ok_or_else(bad)?;
+                let mut out = Vec::with_capacity(fields.len());
+                for field in fields {
+                    let [name, dtype] = field.as_array().map(Vec::as_slice).ok_or_else(bad)? else {
+                        return Err(bad());
+                    };
+                    let name = name.as_str().ok_or_else(bad)?.to_owned();
+                    let dtype = DType::from_v3(dtype)?;
+                    if dtype.is_variable() {
+                        return Err(MetaError::Unsupported(format!(
+                            "variable-length field '{name}' in a structured type"
+                        )));
+                    }
+                    out.push(Field {
+                        name,
+                        dtype,
+                        shape: Vec::new(),
+                    });
+                }
+                Kind::Structured(out)
+            }
             r if r.starts_with('r') && r.len() > 1 && r[1..].bytes().all(|b| b.is_ascii_digit()) => {
                 let bits: usize = r[1..].parse().map_err(|_| bad_dtype(value))?;
                 if bits == 0 || !bits.is_multiple_of(8) {
@@ -509,6 +537,25 @@ mod tests {
         for bad in ["int31", "foo", "<x4", ""] {
             assert!(DType::from_v2(&json!(bad)).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn v3_structured_types() {
+        let ok = json!({"name": "structured", "configuration": {"fields": [
+            ["a", "int32"], ["c", {"name": "null_terminated_bytes", "configuration": {"length_bytes": 3}}]
+        ]}});
+        let parsed = DType::from_v3(&ok).unwrap();
+        assert_eq!(parsed.item_size(), Some(7));
+        assert_eq!(parsed.descr(), json!([["a", "<i4"], ["c", "|S3"]]));
+        for bad in [
+            json!({"name": "structured"}),
+            json!({"name": "structured", "configuration": {"fields": [["a"]]}}),
+            json!({"name": "structured", "configuration": {"fields": [[1, "int8"]]}}),
+        ] {
+            assert!(matches!(DType::from_v3(&bad), Err(MetaError::Invalid(_))), "{bad}");
+        }
+        let vlen = json!({"name": "structured", "configuration": {"fields": [["s", "string"]]}});
+        assert!(matches!(DType::from_v3(&vlen), Err(MetaError::Unsupported(_))));
     }
 
     #[test]
