@@ -154,9 +154,10 @@ pub struct Caches {
     /// no node there), or why it stopped when it will stop there again (too large, a store
     /// that cannot list).
     pub hierarchies: Cache<(Arc<str>, StoreKey), Walked>,
-    /// Turns to walk a whole hierarchy, [`WALKS`] of them. A walk runs in a task of its own
-    /// and ends even when its requests have gone (it is cached for the next one), so this, not
-    /// the request limit, bounds the walks running and the trees being built.
+    /// Turns to walk a hierarchy (whole, or to a ZOM request's depth), [`WALKS`] of them. A
+    /// whole walk runs in a task of its own and ends even when its requests have gone (it is
+    /// cached for the next one), so this, not the request limit, bounds the walks running and
+    /// the trees being built.
     pub walks: tokio::sync::Semaphore,
     /// The walks under way or waiting for a turn, at most [`MAX_PENDING_WALKS`]; requests for
     /// the same hierarchy share one.

@@ -900,3 +900,34 @@ async fn walks_reach_64_levels() {
     let r = get(&app_for(&[("m", dir.path())]), "/api/v1/zom/m/deep", &[]).await;
     assert_eq!(r.status, 413, "{:?}", r.body);
 }
+
+/// A ZOM request with a depth walks in a walk turn too: with every turn taken it waits, and it
+/// answers once one is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn depth_walks_take_walk_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("g/sub")).unwrap();
+    std::fs::write(dir.path().join("g/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(dir.path().join("g/sub/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let state = zarrgate::AppState::from_config(config_with(&[("m", dir.path())])).unwrap();
+    let app = zarrgate::app(state.clone());
+    let all = state
+        .caches
+        .walks
+        .acquire_many(zarrgate::cache::WALKS as u32)
+        .await
+        .unwrap();
+    let request = tokio::spawn({
+        let app = app.clone();
+        async move { get(&app, "/api/v1/zom/m/g?depth=1", &[]).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!request.is_finished(), "waits for a walk turn");
+    drop(all);
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), request)
+        .await
+        .expect("answers once a turn is free")
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.json()["members"]["sub"].is_object(), "{:?}", r.json());
+}

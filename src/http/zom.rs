@@ -247,8 +247,13 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
             match cached {
                 Some(Ok(Some(t))) => Arc::new(pruned(&t, d)),
                 Some(Ok(None)) => return Err(not_found()),
-                // Not walked yet, or too large as a whole: walk down to the depth asked.
-                Some(Err(_)) | None => Arc::new(walk(&mount.store, path, Some(d)).await?.ok_or_else(not_found)?),
+                // Not walked yet, or too large as a whole: walk down to the depth asked, in a
+                // walk turn as whole walks are (the request limit alone lets as many walks run
+                // as requests).
+                Some(Err(_)) | None => {
+                    let _turn = state.caches.walks.acquire().await.ok();
+                    Arc::new(walk(&mount.store, path, Some(d)).await?.ok_or_else(not_found)?)
+                }
             }
         }
     };
