@@ -97,13 +97,13 @@ impl Metrics {
         let body_bytes = Family::<RouteLabels, Counter>::default();
         registry.register(
             "zarrgate_response_body_bytes",
-            "Bytes of response bodies sent, by route family (counted as they are sent)",
+            "Bytes of response bodies handed to the connections, by route family",
             body_bytes.clone(),
         );
         let aborted = Family::<RouteLabels, Counter>::default();
         registry.register(
             "zarrgate_responses_aborted",
-            "Responses whose body was not sent to its end (the client left, or the body failed), by route family",
+            "Responses whose body was not sent to its end, or requests given up before their response (the client left, or the body failed), by route family",
             aborted.clone(),
         );
         let in_flight = Gauge::default();

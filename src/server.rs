@@ -54,84 +54,100 @@ fn cors(origins: &[String]) -> CorsLayer {
         .max_age(Duration::from_secs(3600))
 }
 
-/// One log line per request (method, path, Range, status, body bytes sent, milliseconds to the
+/// One log line per request (method, path, Range, status, body bytes, milliseconds to the
 /// response head and to its end) and the request metrics. Status and latency are counted at the
 /// response head; the line is written, and the body bytes and aborted responses counted, when the
-/// body has been sent to its end or given up (the client left, or the body failed).
+/// body is over: sent to its end, or given up (the client left, or the body failed). A request
+/// whose client leaves before the head is logged with status 499 (nginx's "client closed
+/// request") and counted as aborted.
 async fn access_log(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let start = Instant::now();
-    state.metrics.started();
-    let method = request.method().clone();
-    let path = request.uri().path().to_owned();
+    let path = request.uri().path();
+    // A path is logged up to 1 KiB: a request of a 64 KiB URL writes no 64 KiB line.
+    let path = match path.char_indices().nth(LOGGED_PATH_CHARS) {
+        Some((cut, _)) => format!("{}...", &path[..cut]),
+        None => path.to_owned(),
+    };
     let range = request
         .headers()
         .get(header::RANGE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let response = next.run(request).await;
-    let head = start.elapsed();
-    let status = response.status().as_u16();
-    state.metrics.observe(&path, status, head);
-    // A path is logged up to 1 KiB: a request of a 64 KiB URL writes no 64 KiB line.
-    let path = match path.char_indices().nth(LOGGED_PATH_CHARS) {
-        Some((cut, _)) => format!("{}...", &path[..cut]),
-        None => path,
-    };
-    let done = Finished {
+    state.metrics.started();
+    // Written when dropped: with the body, or here if the request is cancelled first.
+    let mut done = Finished {
         state,
-        head_only: method == Method::HEAD,
-        method,
+        head_only: request.method() == Method::HEAD,
+        method: request.method().clone(),
         path,
         range,
-        status,
-        start,
-        head,
+        start: Instant::now(),
+        head: None,
+        length: None,
         bytes: 0,
         ended: false,
     };
+    let response = next.run(request).await;
+    let (status, head) = (response.status().as_u16(), done.start.elapsed());
+    done.state.metrics.observe(&done.path, status, head);
+    done.head = Some((status, head));
+    // A streamed body has no exact size hint, but its Content-Length header.
+    done.length = http_body::Body::size_hint(response.body()).exact().or_else(|| {
+        response
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    });
     response.map(|body| axum::body::Body::new(LoggedBody { body, done }))
 }
 
 /// The longest path the access log writes whole, in characters.
 const LOGGED_PATH_CHARS: usize = 1024;
 
-/// What the access log writes of a request once its body is over ([`access_log`], [`LoggedBody`]).
+/// What the access log writes of a request once it is over ([`access_log`], [`LoggedBody`]):
+/// the line is written when this is dropped.
 struct Finished {
     state: AppState,
     method: Method,
     head_only: bool,
     path: String,
     range: Option<String>,
-    status: u16,
     start: Instant,
-    head: Duration,
+    /// The response's status and the time to its head, once there is one.
+    head: Option<(u16, Duration)>,
+    /// The body's length, when known before it is sent.
+    length: Option<u64>,
+    /// Body bytes handed to the connection.
     bytes: u64,
+    /// Whether the body reached its end.
     ended: bool,
 }
 
-impl Finished {
-    /// Writes the line and counts the body: it was sent to its end, or it was not (an aborted
-    /// response, unless nothing was to be sent: HEAD, 204, 304).
-    fn write(&self, empty: bool) {
-        let complete = self.ended || self.head_only || empty;
+impl Drop for Finished {
+    fn drop(&mut self) {
+        // A body of known length is over once that much is handed on (hyper stops polling it
+        // there); HEAD, 204 and 304 bodies send nothing.
+        let complete =
+            self.head.is_some() && (self.ended || self.head_only || self.length.is_some_and(|n| n == self.bytes));
         let route = crate::metrics::route_of(&self.path);
         self.state.metrics.ended(route, self.bytes, complete);
+        let (status, head) = self.head.unwrap_or((499, self.start.elapsed()));
         tracing::info!(
             target: "zarrgate::access",
             method = %self.method,
             path = self.path.as_str(),
             range = self.range.as_deref().unwrap_or("-"),
-            status = self.status,
+            status,
             bytes = self.bytes,
             ms = self.start.elapsed().as_secs_f64() * 1e3,
-            head_ms = self.head.as_secs_f64() * 1e3,
+            head_ms = head.as_secs_f64() * 1e3,
             aborted = !complete,
         );
     }
 }
 
-/// A response body that counts what is sent of it and writes the access log line when it is
-/// over ([`Finished`]).
+/// A response body that counts what is handed on of it; the access log line is written when
+/// it is dropped ([`Finished`]).
 struct LoggedBody {
     body: axum::body::Body,
     done: Finished,
@@ -156,9 +172,6 @@ impl http_body::Body for LoggedBody {
             std::task::Poll::Ready(None) => this.done.ended = true,
             _ => {}
         }
-        if this.body.is_end_stream() {
-            this.done.ended = true;
-        }
         polled
     }
 
@@ -172,9 +185,12 @@ impl http_body::Body for LoggedBody {
 }
 
 impl Drop for LoggedBody {
-    /// The body is over when hyper drops it: after its end, or before (the client left).
+    /// The body is over when hyper drops it: after its end, or before (the client left). An
+    /// empty body (or one read to its end without a last poll) is at its end here.
     fn drop(&mut self) {
-        self.done.write(http_body::Body::is_end_stream(&self.body));
+        if http_body::Body::is_end_stream(&self.body) {
+            self.done.ended = true;
+        }
     }
 }
 

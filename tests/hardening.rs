@@ -479,6 +479,26 @@ async fn access_log_and_body_metrics_follow_the_body() {
         sample(&app, "zarrgate_responses_aborted_total{route=\"raw\"}").await,
         1.0
     );
+
+    // A request given up before its response head (the client left while a walk went on):
+    // logged as 499 and aborted, and no longer in flight.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let (slow, _, _) = slow_listing_app(dir.path(), config_with(&[]), Duration::from_secs(3600));
+    let cancelled = tokio::time::timeout(Duration::from_millis(200), get(&slow, "/api/v1/zom/m", &[])).await;
+    assert!(cancelled.is_err(), "the walk does not end");
+    assert_eq!(sample(&slow, "zarrgate_requests_in_flight").await, 1.0);
+    let lines = logs.take();
+    let zom: Vec<_> = lines.iter().filter(|l| l.contains("/api/v1/zom/m")).collect();
+    assert_eq!(zom.len(), 1, "{lines:?}");
+    assert!(
+        zom[0].contains("status=499") && zom[0].contains("aborted=true"),
+        "{zom:?}"
+    );
+    assert_eq!(
+        sample(&slow, "zarrgate_responses_aborted_total{route=\"zom\"}").await,
+        1.0
+    );
 }
 
 /// A handler that panics costs its request a 500 `internal` answer, without the panic's

@@ -1785,3 +1785,41 @@ async fn unnamed_struct_fields_are_named_as_numpy_names_them() {
         ])
     );
 }
+
+/// A v3 structured type behind a big-endian bytes codec: every field, nested ones too, is
+/// stored big-endian.
+#[tokio::test]
+async fn nested_structured_fields_follow_the_bytes_codec_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("s");
+    std::fs::create_dir_all(a.join("c")).unwrap();
+    std::fs::write(
+        a.join("zarr.json"),
+        serde_json::to_vec(&json!({
+            "zarr_format": 3, "node_type": "array", "shape": [2], "attributes": {},
+            "data_type": {"name": "structured", "configuration": {"fields": [
+                ["a", "int16"],
+                ["n", {"name": "structured", "configuration": {"fields": [["x", "int16"], ["y", "float64"]]}}]
+            ]}},
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+            "chunk_key_encoding": {"name": "default"}, "fill_value": "AAAAAAAAAAAAAAAA",
+            "codecs": [{"name": "bytes", "configuration": {"endian": "big"}}]
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut chunk = Vec::new();
+    for (a, x, y) in [(1i16, 3i16, 1.5f64), (-2, 768, -0.25)] {
+        chunk.extend(a.to_be_bytes());
+        chunk.extend(x.to_be_bytes());
+        chunk.extend(y.to_be_bytes());
+    }
+    std::fs::write(a.join("c/0"), chunk).unwrap();
+    let app = app_for(&[("t", dir.path())]);
+    let r = get(&app, "/api/v1/slice/t/s?format=json", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(
+        r.json()["data"],
+        json!([{"a": 1, "n": {"x": 3, "y": 1.5}}, {"a": -2, "n": {"x": 768, "y": -0.25}}])
+    );
+}

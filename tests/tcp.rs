@@ -208,3 +208,52 @@ async fn half_sent_requests_and_idle_connections_are_closed() {
         start.elapsed()
     );
 }
+
+/// Bodies hyper sends to their stated length (and then drops without a last poll: a streamed
+/// npy slice, a ranged raw key) are complete, not aborted, and nothing stays in flight.
+#[tokio::test]
+async fn bodies_sent_whole_are_not_counted_aborted() {
+    let state = zarrgate::AppState::from_config(config_with(&[("fx", &fixtures())])).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(zarrgate::run(listener, state, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    for (url, range) in [
+        ("/api/v1/slice/fx/v2/compressor_none_i4?format=npy", None),
+        ("/api/v1/slice/fx/v3/sharding_start_i4?format=bin", None),
+        ("/zarr/fx/v3/sharding_start_i4/c/0/0", Some("bytes=2-9")),
+        ("/zarr/fx/v3/sharding_start_i4/c/0/0", None),
+    ] {
+        let mut request = client.get(format!("{base}{url}"));
+        if let Some(r) = range {
+            request = request.header("range", r);
+        }
+        let r = request.send().await.unwrap();
+        assert!(r.status().is_success(), "{url}");
+        let length: usize = r.headers()["content-length"].to_str().unwrap().parse().unwrap();
+        assert_eq!(r.bytes().await.unwrap().len(), length, "{url}");
+    }
+    // The server drops each body after its last bytes: wait until nothing but /metrics is in flight.
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains("zarrgate_requests_in_flight 1\n") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(text.contains("zarrgate_requests_in_flight 1\n"), "{text}");
+    assert!(!text.contains("zarrgate_responses_aborted_total{"), "{text}");
+    stop.send(()).unwrap();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), server).await;
+}

@@ -847,6 +847,15 @@ async fn members_are_of_the_group_s_format_and_consolidate_only_when_they_open()
         "bad/odd/zarr.json",
         br#"{"zarr_format": 3, "node_type": "array", "shape": [2]}"#,
     );
+    // An extension field zarr-python must understand: it refuses the array, and so would
+    // refuse consolidated metadata naming it.
+    write("ext/zarr.json", group3);
+    write("ext/a/zarr.json", array3);
+    let with_extension =
+        String::from_utf8(array3.to_vec())
+            .unwrap()
+            .replacen('{', r#"{"foo_ext": {"name": "foo"}, "#, 1);
+    write("ext/odd/zarr.json", with_extension.as_bytes());
     write("bad2/.zgroup", br#"{"zarr_format": 2}"#);
     write("bad2/a/.zarray", array2);
     write("bad2/odd/.zarray", br#"{"zarr_format": 2, "shape": [2]}"#);
@@ -856,6 +865,7 @@ async fn members_are_of_the_group_s_format_and_consolidate_only_when_they_open()
         ("g3", vec!["a"]),
         ("g2", vec!["a"]),
         ("bad", vec!["a", "odd"]),
+        ("ext", vec!["a", "odd"]),
         ("bad2", vec!["a", "odd"]),
     ] {
         let r = get(&app, &format!("/api/v1/zom/m/{group}"), &[]).await;
@@ -873,8 +883,10 @@ async fn members_are_of_the_group_s_format_and_consolidate_only_when_they_open()
     );
     assert!(r.json()["metadata"]["a/.zarray"].is_object());
     // Not consolidated: the stored document, and no .zmetadata.
-    let r = get(&app, "/zarr/m/bad/zarr.json", &[]).await;
-    assert_eq!(&r.body[..], &group3[..]);
+    for group in ["bad", "ext"] {
+        let r = get(&app, &format!("/zarr/m/{group}/zarr.json"), &[]).await;
+        assert_eq!(&r.body[..], &group3[..], "{group}");
+    }
     let r = get(&app, "/zarr/m/bad2/.zmetadata", &[]).await;
     assert_eq!(r.status, 404);
 }

@@ -222,11 +222,17 @@ impl CodecChain {
                         Some("little") | None => false,
                         Some(other) => return Err(MetaError::Invalid(format!("unknown endian '{other}'"))),
                     };
-                    if let Kind::Structured(fields) = &mut stored.kind {
-                        for f in fields {
-                            f.dtype.big_endian = stored.big_endian;
+                    // Every field, nested ones too, is in the codec's byte order.
+                    fn set_order(dtype: &mut DType, big: bool) {
+                        dtype.big_endian = big;
+                        if let Kind::Structured(fields) = &mut dtype.kind {
+                            for f in fields {
+                                set_order(&mut f.dtype, big);
+                            }
                         }
                     }
+                    let big = stored.big_endian;
+                    set_order(&mut stored, big);
                     if stored.is_variable() {
                         return Err(MetaError::Invalid(format!(
                             "the bytes codec cannot encode {} elements",

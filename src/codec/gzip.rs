@@ -42,8 +42,8 @@ impl BytesToBytes for Gzip {
     }
 }
 
-/// The data of the gzip members of `input` one after another, up to the end or to zero bytes
-/// only (padding, which Python's `gzip` skips); anything else after a member must be another.
+/// The data of the gzip members of `input` one after another; zero bytes after a member are
+/// padding, skipped as Python's `gzip` skips them, and anything else must be another member.
 struct Members<'a> {
     member: Option<GzDecoder<&'a [u8]>>,
 }
@@ -63,10 +63,10 @@ impl Read for Members<'_> {
             if n > 0 || buf.is_empty() {
                 return Ok(n);
             }
-            // The member has ended: what follows it is another member, or padding.
+            // The member has ended: zero bytes of padding may follow, then another member.
             let rest = self.member.take().map(GzDecoder::into_inner).unwrap_or_default();
-            if rest.iter().any(|&b| b != 0) {
-                self.member = Some(GzDecoder::new(rest));
+            if let Some(next) = rest.iter().position(|&b| b != 0) {
+                self.member = Some(GzDecoder::new(&rest[next..]));
             }
         }
         Ok(0)
@@ -99,6 +99,13 @@ mod tests {
         let mut padded = vector("gzip", "two_members");
         padded.extend_from_slice(&[0; 13]);
         assert_eq!(Gzip.decode(&padded, 1 << 20).unwrap(), expected());
+        // Padding between members, and after the last.
+        let one = vector("gzip", "level1");
+        let between = [&one[..], &[0; 5], &one, &[0; 3]].concat();
+        assert_eq!(
+            Gzip.decode(&between, 1 << 20).unwrap(),
+            [expected(), expected()].concat()
+        );
         // Other bytes after a member are a member, or bad data.
         let mut garbage = vector("gzip", "level1");
         garbage.extend_from_slice(b"\0\0junk");

@@ -132,6 +132,11 @@ fn raw_filters(filters: Option<&Value>) -> Result<Vec<RawFilter>, CodecError> {
         }
         chain.push(filter);
     }
+    // What liblzma refuses (a preset past 9) is the configuration's
+    // fault, told now rather than as bad data of every chunk.
+    liblzma_filters(&chain)
+        .and_then(|filters| Stream::new_raw_decoder(&filters))
+        .map_err(|e| config(format!("the raw filter chain is not one liblzma decodes: {e}")))?;
     Ok(chain)
 }
 
@@ -413,6 +418,7 @@ mod tests {
             json!({ "id": "lzma", "format": 3, "filters": [{ "dist": 1 }, { "id": 33 }] }),
             json!({ "id": "lzma", "format": 3, "filters": [{ "id": 3, "dist": 300 }, { "id": 33 }] }),
             json!({ "id": "lzma", "format": 3, "filters": [{ "id": 33, "lc": 9 }] }),
+            json!({ "id": "lzma", "format": 3, "filters": [{ "id": 33, "preset": 10 }] }),
             json!({ "id": "lzma", "format": 3, "filters": [{ "id": 3 }, { "id": 3 }, { "id": 3 }, { "id": 3 }, { "id": 33 }] }),
         ] {
             assert!(matches!(Lzma::from_v2(&bad), Err(CodecError::Config(_))), "{bad}");

@@ -87,7 +87,12 @@ fn decode_one_shot(input: &[u8], limit: usize) -> Option<Result<Vec<u8>, CodecEr
         return None;
     }
     let mut decoder = zstd::bulk::Decompressor::new().ok()?;
-    let mut out = Vec::with_capacity(limit);
+    // Reserved, not written: only what the frame decodes to is touched. A reservation the
+    // system refuses is an answer, not an abort of the process.
+    let mut out = Vec::new();
+    if out.try_reserve_exact(limit).is_err() {
+        return Some(Err(CodecError::TooLarge { limit }));
+    }
     // An output over the limit shows as a destination too small: bad data either way.
     Some(
         decoder

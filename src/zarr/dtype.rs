@@ -211,7 +211,7 @@ impl DType {
                     }
                     out.push(Field { name, dtype, shape });
                 }
-                DType::new(Kind::Structured(out)).bounded()
+                structured(out)?.bounded()
             }
             _ => Err(bad_dtype(value)),
         }
@@ -313,7 +313,7 @@ impl DType {
                         shape: Vec::new(),
                     });
                 }
-                Kind::Structured(out)
+                structured(out)?.kind
             }
             r if r.starts_with('r') && r.len() > 1 && r[1..].bytes().all(|b| b.is_ascii_digit()) => {
                 let bits: usize = r[1..].parse().map_err(|_| bad_dtype(value))?;
@@ -396,13 +396,26 @@ impl DType {
     }
 }
 
+/// A structured type of `fields`, whose names must differ (NumPy refuses a repeated one, and
+/// JSON would write a key twice and lose a value).
+fn structured(fields: Vec<Field>) -> Result<DType, MetaError> {
+    let mut names = std::collections::HashSet::new();
+    if let Some(twice) = fields.iter().find(|f| !names.insert(f.name.as_str())) {
+        return Err(MetaError::Invalid(format!(
+            "structured type with two fields named '{}'",
+            twice.name
+        )));
+    }
+    Ok(DType::new(Kind::Structured(fields)))
+}
+
 fn bad_dtype(value: &Value) -> MetaError {
     MetaError::Invalid(format!("invalid dtype {value}"))
 }
 
 /// The type string of a NumPy type name or one-character code that NumPy (and so zarr-python)
-/// accepts in place of one (`int32`, `float64`, `bool`, `<q`, `d`), for a little-endian x86-64 /
-/// aarch64 build of NumPy (`l` is 8 bytes).
+/// accepts in place of one (`int32`, `float64`, `bool`, `<q`, `d`, `double`), for NumPy 2 on
+/// 64-bit Linux (`l`, `long` and `int` are 8 bytes).
 fn alias(name: &str) -> Option<&'static str> {
     Some(match name {
         "bool" | "?" => "b1",
@@ -417,8 +430,20 @@ fn alias(name: &str) -> Option<&'static str> {
         "float16" | "e" => "f2",
         "float32" | "f" => "f4",
         "float64" | "d" => "f8",
-        "complex64" | "F" => "c8",
-        "complex128" | "D" => "c16",
+        "complex64" | "F" | "csingle" => "c8",
+        "complex128" | "D" | "complex" | "cdouble" => "c16",
+        "bool_" => "b1",
+        "byte" => "i1",
+        "ubyte" => "u1",
+        "short" => "i2",
+        "ushort" => "u2",
+        "intc" => "i4",
+        "uintc" => "u4",
+        "int" | "int_" | "intp" | "long" | "longlong" => "i8",
+        "uint" | "uintp" | "ulong" | "ulonglong" => "u8",
+        "half" => "f2",
+        "single" => "f4",
+        "float" | "double" => "f8",
         // A datetime64 / timedelta64 without a unit: NumPy's generic unit.
         "M8" | "M" | "datetime64" => "M8[generic]",
         "m8" | "m" | "timedelta64" => "m8[generic]",
@@ -527,6 +552,15 @@ mod tests {
             ("complex128", "<c16"),
             ("<M8", "<M8[generic]"),
             ("float16", "<f2"),
+            ("int", "<i8"),
+            ("float", "<f8"),
+            ("complex", "<c16"),
+            ("uint", "<u8"),
+            ("double", "<f8"),
+            ("half", "<f2"),
+            ("short", "<i2"),
+            ("bool_", "|b1"),
+            ("longlong", "<i8"),
         ] {
             let parsed = DType::from_v2(&json!(alias)).unwrap_or_else(|e| panic!("{alias}: {e}"));
             assert_eq!(parsed.typestr(), typestr, "{alias}");
@@ -556,6 +590,15 @@ mod tests {
         }
         let vlen = json!({"name": "structured", "configuration": {"fields": [["s", "string"]]}});
         assert!(matches!(DType::from_v3(&vlen), Err(MetaError::Unsupported(_))));
+    }
+
+    #[test]
+    fn repeated_field_names_are_invalid() {
+        for doc in [json!([["a", "<i4"], ["a", "<f8"]]), json!([["f1", "<i4"], ["", "<i4"]])] {
+            assert!(matches!(DType::from_v2(&doc), Err(MetaError::Invalid(_))), "{doc}");
+        }
+        let v3 = json!({"name": "structured", "configuration": {"fields": [["a", "int8"], ["a", "int8"]]}});
+        assert!(matches!(DType::from_v3(&v3), Err(MetaError::Invalid(_))));
     }
 
     #[test]

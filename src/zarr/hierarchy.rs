@@ -523,6 +523,9 @@ impl Node {
         let mut doc = Value::Object(self.doc.clone());
         unmark_non_finite(&mut doc);
         let parsed = match self.zarr_format {
+            // An extension field it must understand: zarr-python refuses the array, and so the
+            // group's consolidated metadata (a codec it knows and this server does not is fine).
+            3 if super::unknown_extension(&doc).is_some() => return false,
             3 if doc.get("node_type").and_then(Value::as_str) == Some("array") => super::parse_v3(&doc),
             2 => super::parse_v2(&doc, None),
             _ => return false,

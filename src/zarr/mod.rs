@@ -277,20 +277,25 @@ const V3_ARRAY_FIELDS: [&str; 11] = [
     "dimension_names",
 ];
 
+/// The first field of a v3 array document that is an extension which must be understood: any
+/// field but [`V3_ARRAY_FIELDS`], unless it says it may be ignored (an object with
+/// `"must_understand": false`). An array with one must not be read (zarr-python refuses to
+/// open it), for it may change what the stored bytes mean.
+pub fn unknown_extension(doc: &Value) -> Option<&str> {
+    doc.as_object()?
+        .iter()
+        .find(|(name, value)| {
+            !V3_ARRAY_FIELDS.contains(&name.as_str()) && value.get("must_understand") != Some(&Value::Bool(false))
+        })
+        .map(|(name, _)| name.as_str())
+}
+
 /// Parses a v3 `zarr.json` array document.
 pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
-    // Any other field is an extension: unless it says it may be ignored (an object with
-    // `"must_understand": false`), an array with it must not be read, for it may change what
-    // the stored bytes mean.
-    if let Some(fields) = doc.as_object() {
-        for (name, value) in fields {
-            let ignorable = value.get("must_understand") == Some(&Value::Bool(false));
-            if !V3_ARRAY_FIELDS.contains(&name.as_str()) && !ignorable {
-                return Err(MetaError::Unsupported(format!(
-                    "metadata field '{name}' (an extension this server does not know, which does not say must_understand: false)"
-                )));
-            }
-        }
+    if let Some(name) = unknown_extension(doc) {
+        return Err(MetaError::Unsupported(format!(
+            "metadata field '{name}' (an extension this server does not know, which does not say must_understand: false)"
+        )));
     }
     let shape = shape_of(field(doc, "shape")?, "shape")?;
     let grid = field(doc, "chunk_grid")?;
