@@ -137,6 +137,8 @@ pub struct LimitsConfig {
     pub request_timeout_s: f64,
     /// Longest request target (path and query) in bytes; longer is 414.
     pub max_url_bytes: usize,
+    /// Client connections open at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
 }
 
 impl Default for LimitsConfig {
@@ -147,6 +149,7 @@ impl Default for LimitsConfig {
             max_concurrent_requests: 1024,
             request_timeout_s: 60.0,
             max_url_bytes: 8192,
+            max_connections: 1024,
         }
     }
 }
@@ -565,7 +568,11 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.bind_addr()?;
         let l = &self.limits;
-        if l.max_slice_bytes == 0 || l.max_chunks_per_slice == 0 || l.max_concurrent_requests == 0 {
+        if l.max_slice_bytes == 0
+            || l.max_chunks_per_slice == 0
+            || l.max_concurrent_requests == 0
+            || l.max_connections == 0
+        {
             return Err(ConfigError::Invalid("limits must be positive".into()));
         }
         if l.max_url_bytes < MIN_URL_BYTES {
@@ -576,6 +583,11 @@ impl Config {
         if l.max_concurrent_requests > MAX_CONCURRENT_REQUESTS {
             return Err(ConfigError::Invalid(format!(
                 "limits.max_concurrent_requests must be at most {MAX_CONCURRENT_REQUESTS}"
+            )));
+        }
+        if l.max_connections > MAX_CONCURRENT_REQUESTS {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_connections must be at most {MAX_CONCURRENT_REQUESTS}"
             )));
         }
         if !(1..=MAX_TTL_SECONDS).contains(&self.cache.ttl_seconds) {

@@ -43,6 +43,7 @@ pub struct Metrics {
     body_bytes: Family<RouteLabels, Counter>,
     aborted: Family<RouteLabels, Counter>,
     in_flight: Gauge,
+    connections: Gauge,
 }
 
 impl Default for Metrics {
@@ -112,6 +113,12 @@ impl Metrics {
             "Requests received whose response body has not ended",
             in_flight.clone(),
         );
+        let connections = Gauge::default();
+        registry.register(
+            "zarrgate_connections_open",
+            "Client connections open (at most limits.max_connections)",
+            connections.clone(),
+        );
         Self {
             registry,
             requests,
@@ -119,6 +126,7 @@ impl Metrics {
             body_bytes,
             aborted,
             in_flight,
+            connections,
         }
     }
 
@@ -134,6 +142,16 @@ impl Metrics {
     /// A request has come in; [`Metrics::ended`] follows when its response is over.
     pub fn started(&self) {
         self.in_flight.inc();
+    }
+
+    /// A client connection was accepted.
+    pub fn connection_opened(&self) {
+        self.connections.inc();
+    }
+
+    /// A client connection closed.
+    pub fn connection_closed(&self) {
+        self.connections.dec();
     }
 
     /// A response is over: its body sent to the end (`complete`) or not, after `bytes` of it.

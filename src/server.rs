@@ -360,6 +360,26 @@ fn tune_connection(tcp: &mut tokio::net::TcpStream) {
     }
 }
 
+/// An accepted connection: its turn ([`crate::config::LimitsConfig::max_connections`]) and its
+/// count in the metrics, given back when it closes.
+struct OpenConnection {
+    state: AppState,
+    _turn: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl OpenConnection {
+    fn new(state: AppState, turn: tokio::sync::OwnedSemaphorePermit) -> Self {
+        state.metrics.connection_opened();
+        Self { state, _turn: turn }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.state.metrics.connection_closed();
+    }
+}
+
 /// How long responses under way may finish after the shutdown signal ([`run`]).
 pub const DRAIN: Duration = Duration::from_secs(30);
 
@@ -400,6 +420,10 @@ pub async fn serve_with(
     use hyper_util::server::conn::auto::Builder;
     use hyper_util::service::TowerToHyperService;
 
+    // Each connection holds a turn: at the limit, new ones wait in the listen backlog, so
+    // what connections hold (buffers, bodies under way, descriptors) is bounded.
+    let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(state.config.limits.max_connections));
+    let open = state.clone();
     let router = app(state);
     let mut builder = Builder::new(TokioExecutor::new());
     // A client has `header_read` to send a request's head, and an idle keep-alive connection
@@ -419,6 +443,13 @@ pub async fn serve_with(
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
+        let turn = tokio::select! {
+            turn = connections.clone().acquire_owned() => match turn {
+                Ok(turn) => turn,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let (mut tcp, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
@@ -434,7 +465,9 @@ pub async fn serve_with(
         tune_connection(&mut tcp);
         let (builder, service) = (builder.clone(), TowerToHyperService::new(router.clone()));
         let (watcher, mut stopping) = (graceful.watcher(), stopping.clone());
+        let open = OpenConnection::new(open.clone(), turn);
         tokio::spawn(async move {
+            let _open = open;
             // A connection that sends nothing is closed after `header_read` too (telling
             // HTTP/1 from HTTP/2 waits for its first bytes, before hyper's timer), and at once
             // on shutdown.

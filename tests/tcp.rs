@@ -257,3 +257,45 @@ async fn bodies_sent_whole_are_not_counted_aborted() {
     stop.send(()).unwrap();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(10), server).await;
 }
+
+/// At `limits.max_connections` open connections, the next one is not served until one closes;
+/// /metrics counts the connections open.
+#[tokio::test]
+async fn connections_beyond_the_limit_wait_for_one_to_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut config = config_with(&[("fx", &fixtures())]);
+    config.limits.max_connections = 1;
+    let state = zarrgate::AppState::from_config(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(zarrgate::run(listener, state, async {
+        let _ = stopped.await;
+    }));
+    // One connection, kept open after its response.
+    let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+    first
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("# EOF") {
+        let n = first.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the server closed the first connection");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&seen).contains("zarrgate_connections_open 1\n"));
+    let second = tokio::spawn(reqwest::get(format!("http://{addr}/healthz")));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!second.is_finished(), "the second connection waits");
+    drop(first);
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), second)
+        .await
+        .expect("served once the first closed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    stop.send(()).unwrap();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), server).await;
+}

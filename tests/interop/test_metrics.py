@@ -34,6 +34,7 @@ def test_metrics_parse_as_openmetrics():
         "zarrgate_response_body_bytes": "counter",
         "zarrgate_responses_aborted": "counter",
         "zarrgate_requests_in_flight": "gauge",
+        "zarrgate_connections_open": "gauge",
     }
     assert {name: found[name].type for name in kinds if name in found} == kinds
 
