@@ -52,6 +52,11 @@ impl Default for Metrics {
     }
 }
 
+/// The route families, the values of the `route` label ([`route_of`]).
+pub const ROUTES: [&str; 9] = [
+    "raw", "slice", "zom", "validate", "mounts", "metrics", "health", "page", "other",
+];
+
 /// The route family of a path (bounded label values).
 pub fn route_of(path: &str) -> &'static str {
     if path.starts_with("/zarr/") || path == "/zarr" {
@@ -113,6 +118,12 @@ impl Metrics {
             "Requests received whose response body has not ended",
             in_flight.clone(),
         );
+        // Every route's series exist from the start (at 0), so that rates and alerts on them
+        // have samples before the first aborted response.
+        for route in ROUTES {
+            body_bytes.get_or_create(&RouteLabels { route }).inc_by(0);
+            aborted.get_or_create(&RouteLabels { route }).inc_by(0);
+        }
         let connections = Gauge::default();
         registry.register(
             "zarrgate_connections_open",
@@ -260,5 +271,29 @@ impl Metrics {
         );
         // An OpenMetrics exposition ends with "# EOF" (the registry's part does not write it).
         out + &text + "# EOF\n"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_family_is_a_declared_route() {
+        for path in [
+            "/zarr/m/k",
+            "/zarr",
+            "/api/v1/slice/m/a",
+            "/api/v1/zom/m",
+            "/api/v1/list/m/",
+            "/api/v1/validate/m",
+            "/api/v1/mounts",
+            "/metrics",
+            "/healthz",
+            "/",
+            "/nothing",
+        ] {
+            assert!(ROUTES.contains(&route_of(path)), "{path}");
+        }
     }
 }
