@@ -6,15 +6,45 @@ mod common;
 use common::*;
 use tokio::sync::oneshot;
 
-#[tokio::test]
-async fn serves_over_tcp_and_shuts_down_gracefully() {
-    let state = zarrgate::AppState::from_config(config_with(&[("fx", &fixtures())])).unwrap();
+/// zarrgate serving `config` on a free port of 127.0.0.1 until [`Served::stop`].
+struct Served {
+    addr: std::net::SocketAddr,
+    base: String,
+    stop: oneshot::Sender<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn serve(config: zarrgate::config::Config) -> Served {
+    let state = zarrgate::AppState::from_config(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
+    let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(zarrgate::run(listener, state, async {
         let _ = stopped.await;
     }));
+    Served {
+        addr,
+        base: format!("http://{addr}"),
+        stop,
+        server,
+    }
+}
+
+impl Served {
+    /// Sends the shutdown signal and waits (up to 10 s) for the server to stop.
+    async fn stop(self) -> std::io::Result<()> {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), self.server)
+            .await
+            .expect("server stops after the shutdown signal")
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn serves_over_tcp_and_shuts_down_gracefully() {
+    let served = serve(config_with(&[("fx", &fixtures())])).await;
+    let base = served.base.clone();
     let client = reqwest::Client::new();
     let file = std::fs::read(fixtures().join("v3/sharding_start_i4/c/0/0")).unwrap();
     let url = format!("{base}/zarr/fx/v3/sharding_start_i4/c/0/0");
@@ -50,12 +80,7 @@ async fn serves_over_tcp_and_shuts_down_gracefully() {
     let v: serde_json::Value = r.json().await.unwrap();
     assert_eq!(v["error"]["code"], "not_found");
 
-    stop.send(()).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(10), server)
-        .await
-        .expect("server stops after the shutdown signal")
-        .unwrap()
-        .unwrap();
+    served.stop().await.unwrap();
     assert!(client.get(&url).send().await.is_err(), "nothing listens after shutdown");
 }
 
@@ -108,13 +133,8 @@ async fn shutdown_stops_waiting_for_stuck_requests() {
 #[tokio::test]
 async fn accepted_connections_time_out_when_stalled() {
     use std::os::fd::BorrowedFd;
-    let state = zarrgate::AppState::from_config(config_with(&[("fx", &fixtures())])).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(zarrgate::run(listener, state, async {
-        let _ = stopped.await;
-    }));
+    let served = serve(config_with(&[("fx", &fixtures())])).await;
+    let addr = served.addr;
     let client = reqwest::Client::new();
     let r = client.get(format!("http://{addr}/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -139,8 +159,7 @@ async fn accepted_connections_time_out_when_stalled() {
         accepted.iter().all(|t| *t == Some(zarrgate::server::STALLED)),
         "{accepted:?}"
     );
-    stop.send(()).unwrap();
-    server.await.unwrap().unwrap();
+    served.stop().await.unwrap();
 }
 
 /// A client that sends half a request head (slowloris), one that sends nothing, and an idle
@@ -213,13 +232,8 @@ async fn half_sent_requests_and_idle_connections_are_closed() {
 /// npy slice, a ranged raw key) are complete, not aborted, and nothing stays in flight.
 #[tokio::test]
 async fn bodies_sent_whole_are_not_counted_aborted() {
-    let state = zarrgate::AppState::from_config(config_with(&[("fx", &fixtures())])).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(zarrgate::run(listener, state, async {
-        let _ = stopped.await;
-    }));
+    let served = serve(config_with(&[("fx", &fixtures())])).await;
+    let base = served.base.clone();
     let client = reqwest::Client::new();
     for (url, range) in [
         ("/api/v1/slice/fx/v2/compressor_none_i4?format=npy", None),
@@ -259,8 +273,7 @@ async fn bodies_sent_whole_are_not_counted_aborted() {
         .collect();
     assert!(aborted.iter().any(|l| l.contains("route=\"slice\"")), "{text}");
     assert!(aborted.iter().all(|l| l.ends_with(" 0")), "{aborted:?}");
-    stop.send(()).unwrap();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), server).await;
+    served.stop().await.unwrap();
 }
 
 /// At `limits.max_connections` open connections, the next one is not served until one closes;
@@ -270,13 +283,8 @@ async fn connections_beyond_the_limit_wait_for_one_to_close() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut config = config_with(&[("fx", &fixtures())]);
     config.limits.max_connections = 1;
-    let state = zarrgate::AppState::from_config(config).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(zarrgate::run(listener, state, async {
-        let _ = stopped.await;
-    }));
+    let served = serve(config).await;
+    let addr = served.addr;
     // One connection, kept open after its response.
     let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
     first
@@ -301,6 +309,5 @@ async fn connections_beyond_the_limit_wait_for_one_to_close() {
         .unwrap()
         .unwrap();
     assert_eq!(r.status(), 200);
-    stop.send(()).unwrap();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), server).await;
+    served.stop().await.unwrap();
 }
