@@ -499,12 +499,34 @@ fn valid_mount_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
+/// The mount whose table (`[mounts.NAME]`, or a table below it) holds byte `at` of a config
+/// file's text, for naming it in a parse error.
+fn mount_at(text: &str, at: usize) -> Option<String> {
+    let before = text.get(..at)?;
+    // An error in a table header itself belongs to no table yet.
+    let line_start = before.rfind('\n').map_or(0, |n| n + 1);
+    if text.get(line_start..)?.trim_start().starts_with('[') {
+        return None;
+    }
+    let header = before.lines().rev().map(str::trim).find(|l| l.starts_with('['))?;
+    let name = header
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .trim()
+        .strip_prefix("mounts.")?;
+    let name = name.split('.').next()?.trim().trim_matches('"');
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
 impl Config {
     /// Parses a config file's text. Relative mount paths are taken relative to `base_dir`.
     pub fn from_toml(text: &str, path: &Path, base_dir: &Path) -> Result<Self, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            message: e.to_string(),
+            message: match e.span().and_then(|span| mount_at(text, span.start)) {
+                Some(mount) => format!("mount '{mount}': {e}"),
+                None => e.to_string(),
+            },
         })?;
         for mount in config.mounts.values_mut() {
             mount.base_dir = base_dir.to_owned();
@@ -645,6 +667,30 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::from_toml(text, Path::new("test.toml"), Path::new("/"))
+    }
+
+    #[test]
+    fn parse_errors_in_a_mount_s_table_name_the_mount() {
+        let text = "[server]\nbind = \"127.0.0.1:1\"\n\n[mounts.foo]\nurl = \"/\"\nconsolidated = tru\n";
+        let err = Config::from_toml(text, Path::new("e.toml"), Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mount 'foo'") && err.contains("line 6"), "{err}");
+        let text = "[server]\nbind = 7\n[mounts.foo]\nurl = \"/\"\n";
+        let err = Config::from_toml(text, Path::new("e.toml"), Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("mount '"), "{err}");
+        assert_eq!(mount_at("[mounts.\"a b\"]\nx = 1\n", 16).as_deref(), Some("a b"));
+        assert_eq!(
+            mount_at("[mounts.s3data.extra]\nx = 1\n", 23).as_deref(),
+            Some("s3data")
+        );
+        let text = "[mounts.foo]\nurl = \"/\"\n[limits\n";
+        let err = Config::from_toml(text, Path::new("e.toml"), Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("mount '"), "{err}");
     }
 
     #[test]
