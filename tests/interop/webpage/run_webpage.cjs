@@ -167,6 +167,16 @@ async function expandTreeItem(key) {
   }, key, { timeout: STEP_TIMEOUT });
   return page.$$eval(`#tree li[data-key="${key}"] > ul > li[role=treeitem]`, (els) => els.map((e) => e.dataset.key));
 }
+/** The cells of the table view of fx/`p` (switched to from an image or plot view when the
+    array opens in one). */
+async function tableOf(p) {
+  await page.goto(base + "/#/fx/" + p);
+  await page.locator('[data-testid=table], button[data-mode="table"]').first().waitFor({ timeout: STEP_TIMEOUT });
+  const button = page.locator('button[data-mode="table"]');
+  if (await button.count()) await button.click();
+  await waitUntil((k) => document.querySelector(`[data-testid=table][data-path="${k}"]`)?.dataset.state === "ready", "fx/" + p, `the table of ${p}`, "[data-testid=table]");
+  return page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
+}
 async function openInTree(key) {
   await page.locator(`#tree li[data-key="${key}"] > .row a`).click();
   await page.waitForFunction((k) => location.hash === "#/" + k.split("/").map(encodeURIComponent).join("/"), key, { timeout: STEP_TIMEOUT });
@@ -857,11 +867,6 @@ async function main() {
 
     await check("bytes values are shown as b\"...\" literals, not base64 (fx |S, vlen bytes, v3 bytes types)", async () => {
       await needFx();
-      const tableOf = async (p) => {
-        await page.goto(base + "/#/fx/" + p);
-        await waitUntil((k) => document.querySelector(`[data-testid=table][data-path="${k}"]`)?.dataset.state === "ready", "fx/" + p, `the table of ${p}`, "[data-testid=table]");
-        return page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
-      };
       // The values written by tests/fixtures/data/make_fixtures*.py, as Python shows them.
       const vlen = ['b"a"', 'b"b\\x00c"', 'b""', 'b"\\xff\\xfe"', 'b"longer bytes value"', 'b"x"', 'b"yz"'];
       assertEq(await tableOf("v3/vlen_bytes"), vlen, "v3 variable_length_bytes");
@@ -920,15 +925,6 @@ async function main() {
 
     await check("64-bit integers beyond 2^53 are shown exactly (fx/v3/dtype_uint64, dtype_int64)", async () => {
       await needFx();
-      const tableOf = async (p) => {
-        await page.goto(base + "/#/fx/" + p);
-        // 2-D numbers open as an image: switch the view to the table.
-        const button = page.locator('button[data-mode="table"]');
-        await button.waitFor({ timeout: STEP_TIMEOUT });
-        await button.click();
-        await waitUntil((k) => document.querySelector(`[data-testid=table][data-path="${k}"]`)?.dataset.state === "ready", "fx/" + p, `the table of ${p}`, "[data-testid=table]");
-        return page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
-      };
       // The first row of each, as zarr-python reads them (tests/fixtures/expected/v3/*.npy).
       const u = await tableOf("v3/dtype_uint64");
       assertEq(u.slice(0, 3), ["0", "16881266741821394515", "9557562849825770989"], "uint64 row 0");
