@@ -110,6 +110,23 @@ pub struct ServerConfig {
     /// Most threads reading local files and decoding chunks at once (tokio's blocking pool);
     /// more work waits for a free thread. Bounds the memory of work in flight.
     pub blocking_threads: usize,
+    /// Seconds the responses under way may take to finish after SIGTERM (or Ctrl-C) before the
+    /// connections still open are closed; 0 closes them at once.
+    pub drain_s: f64,
+    /// How log lines are written to stderr: `text` (one line per event) or `json` (one JSON
+    /// object per line, for log collectors). Env `ZARRGATE_LOG_FORMAT` outranks it.
+    pub log_format: LogFormat,
+}
+
+/// `server.log_format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 impl Default for ServerConfig {
@@ -119,6 +136,8 @@ impl Default for ServerConfig {
             cors_origins: vec!["*".into()],
             metrics_token: None,
             blocking_threads: 64,
+            drain_s: 30.0,
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -560,6 +579,17 @@ impl Config {
         if let Some(bind) = env("ZARRGATE_BIND") {
             config.server.bind = bind;
         }
+        if let Some(format) = env("ZARRGATE_LOG_FORMAT") {
+            config.server.log_format = match format.as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                _ => {
+                    return Err(ConfigError::Invalid(format!(
+                        "ZARRGATE_LOG_FORMAT must be text or json, got '{format}'"
+                    )));
+                }
+            };
+        }
         if let Some(bind) = &args.bind {
             config.server.bind.clone_from(bind);
         }
@@ -616,6 +646,11 @@ impl Config {
             return Err(ConfigError::Invalid(format!(
                 "cache.ttl_seconds must be between 1 and {MAX_TTL_SECONDS} (ten years), got {}",
                 self.cache.ttl_seconds
+            )));
+        }
+        if !(0.0..=MAX_TIMEOUT_S).contains(&self.server.drain_s) {
+            return Err(ConfigError::Invalid(format!(
+                "server.drain_s must be between 0 and {MAX_TIMEOUT_S} s (a day)"
             )));
         }
         if self.server.blocking_threads == 0 {
@@ -845,10 +880,17 @@ mod tests {
             ("[mounts.a]\nurl = \"/\"\ntimeout_s = 0.0000001\n", "timeout_s"),
             ("[server]\ncors_origins = [\"https://a.example/\"]\n", "cors_origins"),
             ("[server]\ncors_origins = [\"a.example\"]\n", "cors_origins"),
+            ("[server]\ndrain_s = -1\n", "drain_s"),
+            ("[server]\ndrain_s = nan\n", "drain_s"),
+            ("[server]\ndrain_s = inf\n", "drain_s"),
         ] {
             let err = parse(toml).unwrap().validate().unwrap_err().to_string();
             assert!(err.contains(named), "{toml}: {err}");
         }
+        let c = parse("[server]\ndrain_s = 0\nlog_format = \"json\"\n").unwrap();
+        assert!(c.validate().is_ok());
+        assert_eq!(c.server.log_format, LogFormat::Json);
+        assert!(parse("[server]\nlog_format = \"yaml\"\n").is_err());
         for origins in [
             "[\"*\"]",
             "[]",

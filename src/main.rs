@@ -3,7 +3,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
-use zarrgate::config::{Action, Cli, Config};
+use zarrgate::config::{Action, Cli, Config, LogFormat};
 use zarrgate::{AppState, server};
 
 /// Tunes glibc's malloc for a server whose big buffers live long (decoded chunks in the cache)
@@ -46,20 +46,6 @@ fn tune_allocator() {}
 fn main() -> ExitCode {
     tune_allocator();
     let (action, args) = Cli::parse().action();
-    let filter = std::env::var("ZARRGATE_LOG").unwrap_or_else(|_| "info".into());
-    let (filter, refused) = match EnvFilter::try_new(&filter) {
-        Ok(f) => (f, None),
-        Err(e) => (EnvFilter::new("info"), Some(e)),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-    if let Some(e) = refused {
-        tracing::warn!(error = %e, "ZARRGATE_LOG is not a log filter (such as warn or zarrgate=debug): logging at info");
-    }
-
     let config = match Config::load(&args, |k| std::env::var(k).ok()) {
         Ok(c) => c,
         Err(e) => {
@@ -67,6 +53,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    init_logging(config.server.log_format);
     if action == Action::Healthcheck {
         return healthcheck(&config);
     }
@@ -89,6 +76,26 @@ fn main() -> ExitCode {
             eprintln!("zarrgate: cannot start the runtime: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Log lines to stderr, filtered by `ZARRGATE_LOG` (`info` when unset or not a filter), as text
+/// or as one JSON object per line.
+fn init_logging(format: LogFormat) {
+    let filter = std::env::var("ZARRGATE_LOG").unwrap_or_else(|_| "info".into());
+    let (filter, refused) = match EnvFilter::try_new(&filter) {
+        Ok(f) => (f, None),
+        Err(e) => (EnvFilter::new("info"), Some(e)),
+    };
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => logs.json().flatten_event(true).with_current_span(false).init(),
+    }
+    if let Some(e) = refused {
+        tracing::warn!(error = %e, "ZARRGATE_LOG is not a log filter (such as warn or zarrgate=debug): logging at info");
     }
 }
 
@@ -123,7 +130,7 @@ async fn serve(config: Config) -> ExitCode {
         );
     }
     // The first signal stops accepting and lets responses under way finish (for up to
-    // server::DRAIN); a second one ends them at once.
+    // `server.drain_s`); a second one ends them at once.
     let second_signal = async {
         server::shutdown_signal().await;
         server::shutdown_signal().await;

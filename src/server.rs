@@ -380,17 +380,16 @@ impl Drop for OpenConnection {
     }
 }
 
-/// How long responses under way may finish after the shutdown signal ([`run`]).
-pub const DRAIN: Duration = Duration::from_secs(30);
-
 /// Serves `app(state)` on `listener` until `shutdown` resolves, then lets the responses under
-/// way finish for up to [`DRAIN`].
+/// way finish for up to `server.drain_s`.
 pub async fn run(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    run_draining(listener, state, shutdown, DRAIN).await
+    // Validated at load: finite, 0 to a day.
+    let drain = Duration::try_from_secs_f64(state.config.server.drain_s).unwrap_or(Duration::ZERO);
+    run_draining(listener, state, shutdown, drain).await
 }
 
 /// [`run`], letting responses under way finish for up to `drain` after `shutdown`, then

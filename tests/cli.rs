@@ -3,11 +3,17 @@
 use std::process::Command;
 
 fn zarrgate(args: &[&str], dir: &std::path::Path) -> (bool, String) {
+    zarrgate_with(args, dir, &[])
+}
+
+fn zarrgate_with(args: &[&str], dir: &std::path::Path, envs: &[(&str, &str)]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
         .args(args)
         .current_dir(dir)
         .env_remove("ZARRGATE_CONFIG")
         .env_remove("ZARRGATE_BIND")
+        .env_remove("ZARRGATE_LOG_FORMAT")
+        .envs(envs.iter().copied())
         .output()
         .expect("the binary runs");
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
@@ -47,6 +53,61 @@ fn bad_config_stops_start_up_with_a_message() {
     assert!(err.contains("mount 'x'") && err.contains("s3x"), "{err}");
 }
 
+/// Starts `zarrgate serve` on a free port in `dir`, mounting it as `d`, with `args` and `envs`
+/// added and stderr written to `dir/log`; returns the child, its address and a connection to it.
+fn spawn_server(
+    dir: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (std::process::Child, String, std::net::TcpStream) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bind = format!("127.0.0.1:{port}");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
+        .args(["serve", "--bind", &bind, "--mount", "d=."])
+        .args(args)
+        .current_dir(dir)
+        .env_remove("ZARRGATE_CONFIG")
+        .env_remove("ZARRGATE_BIND")
+        .env_remove("ZARRGATE_LOG_FORMAT")
+        .envs(envs.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join("log")).unwrap())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        match std::net::TcpStream::connect(&bind) {
+            Ok(c) => return (child, bind, c),
+            Err(_) if start.elapsed() < std::time::Duration::from_secs(10) => {
+                std::thread::sleep(std::time::Duration::from_millis(50))
+            }
+            Err(e) => {
+                let _ = child.kill();
+                panic!("the server did not start: {e}")
+            }
+        }
+    }
+}
+
+/// Waits up to `most` for the child to exit.
+fn exit_within(child: &mut std::process::Child, most: std::time::Duration) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if start.elapsed() > most {
+            let _ = child.kill();
+            panic!("still running {most:?} later");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// A running server as a container sees it: `zarrgate healthcheck` finds it healthy; SIGTERM
 /// stops accepting and lets responses under way finish, and a second signal ends them at once
 /// rather than after the drain time (30 s). The log says so of a ZARRGATE_LOG that is no
@@ -57,32 +118,8 @@ fn healthcheck_signals_and_the_log() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("big"), vec![7u8; 64 << 20]).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bind = format!("127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
-        .args(["serve", "--bind", &bind, "--mount", "d=."])
-        .current_dir(dir.path())
-        .env_remove("ZARRGATE_CONFIG")
-        .env_remove("ZARRGATE_BIND")
-        .env("ZARRGATE_LOG", "info,[")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    let mut conn = loop {
-        match std::net::TcpStream::connect(&bind) {
-            Ok(c) => break c,
-            Err(_) if start.elapsed() < std::time::Duration::from_secs(10) => {
-                std::thread::sleep(std::time::Duration::from_millis(50))
-            }
-            Err(e) => panic!("the server did not start: {e}"),
-        }
-    };
+    let (mut child, bind, mut conn) = spawn_server(dir.path(), &[], &[("ZARRGATE_LOG", "info,[")]);
+    let port = conn.peer_addr().unwrap().port();
     // `zarrgate healthcheck` asks the server where `serve` with the same options listens (a
     // wildcard address on loopback), and fails where nothing answers.
     let check = |bind: &str| {
@@ -126,18 +163,8 @@ fn healthcheck_signals_and_the_log() {
         child.try_wait().unwrap().is_none(),
         "the response under way is let finish"
     );
-    let second = std::time::Instant::now();
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if second.elapsed() > std::time::Duration::from_secs(10) {
-            let _ = child.kill();
-            panic!("still running 10 s after a second signal");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = exit_within(&mut child, std::time::Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
     drop(conn);
     let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
@@ -148,4 +175,64 @@ fn healthcheck_signals_and_the_log() {
         .find(|l| l.contains("status=414"))
         .expect("the 414 is logged");
     assert!(line.len() < 1300 && line.contains("xxx..."), "{} chars", line.len());
+}
+
+/// `server.drain_s` bounds the drain: a response its client does not read is given up after it,
+/// with no second signal. `ZARRGATE_LOG_FORMAT=json` writes each log line as one JSON object,
+/// the access line's fields at its top level; a value other than text or json stops start-up.
+#[cfg(unix)]
+#[test]
+fn drain_time_and_json_logs() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("big"), vec![7u8; 64 << 20]).unwrap();
+    std::fs::write(dir.path().join("small"), b"0123456789").unwrap();
+    std::fs::write(dir.path().join("zg.toml"), "[server]\ndrain_s = 1.5\n").unwrap();
+    let (mut child, _, mut conn) = spawn_server(
+        dir.path(),
+        &["--config", "zg.toml"],
+        &[("ZARRGATE_LOG_FORMAT", "json"), ("ZARRGATE_LOG", "info")],
+    );
+    conn.write_all(b"GET /zarr/d/small HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut reply = [0u8; 512];
+    let n = conn.read(&mut reply).unwrap();
+    assert!(reply[..n].starts_with(b"HTTP/1.1 200"));
+    // A response under way that this client does not read.
+    conn.write_all(b"GET /zarr/d/big HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let signalled = std::time::Instant::now();
+    // SAFETY: a signal sent to the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert!(child.try_wait().unwrap().is_none(), "the drain lasts drain_s");
+    let status = exit_within(&mut child, std::time::Duration::from_secs(10));
+    let took = signalled.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(took >= std::time::Duration::from_millis(1400), "{took:?}");
+    drop(conn);
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let access = lines
+        .iter()
+        .find(|l| l["target"] == "zarrgate::access" && l["path"] == "/zarr/d/small")
+        .unwrap_or_else(|| panic!("no access line for /zarr/d/small: {log}"));
+    assert_eq!(access["status"], 200, "{access}");
+    assert_eq!(access["bytes"], 10, "{access}");
+    assert_eq!(access["method"], "GET", "{access}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+
+    let (ok, err) = zarrgate_with(
+        &["serve", "--mount", "d=."],
+        dir.path(),
+        &[("ZARRGATE_LOG_FORMAT", "yaml")],
+    );
+    assert!(!ok && err.contains("ZARRGATE_LOG_FORMAT"), "{err}");
 }
