@@ -174,6 +174,10 @@ impl IntoResponse for ApiError {
         let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
         let mut response = (status, axum::Json(body)).into_response();
         let headers = response.headers_mut();
+        // What is missing or refused now may not be later (a chunk written, a walk finished, a
+        // busy server): a shared cache asks again rather than keep an error (404s are
+        // heuristically cacheable, and some caches keep them for minutes).
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         match &self {
             ApiError::RangeNotSatisfiable { size } => {
                 if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
@@ -207,6 +211,14 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(v["error"]["code"], "unknown_mount");
         assert_eq!(v["error"]["message"], "no mount named 'nope'");
+    }
+
+    #[test]
+    fn errors_are_not_kept_by_caches() {
+        for e in [ApiError::NotFound("x".into()), ApiError::Overloaded, ApiError::Upstream] {
+            let resp = e.into_response();
+            assert_eq!(resp.headers()[header::CACHE_CONTROL], "no-cache");
+        }
     }
 
     #[test]

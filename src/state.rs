@@ -156,10 +156,13 @@ impl AppState {
     }
 
     /// The mount of that name, or a 404.
-    pub fn mount(&self, name: &str) -> Result<&Mount, ApiError> {
+    /// The mount named by a URL's mount segment, percent-decoded once as the rest of the path
+    /// is (`/zarr/f%78/` is `/zarr/fx/`).
+    pub fn mount(&self, segment: &str) -> Result<&Mount, ApiError> {
+        let name = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
         self.mounts
-            .get(name)
-            .ok_or_else(|| ApiError::UnknownMount(name.to_owned()))
+            .get(name.as_ref())
+            .ok_or_else(|| ApiError::UnknownMount(name.into_owned()))
     }
 }
 

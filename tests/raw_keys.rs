@@ -205,6 +205,13 @@ async fn conditional_requests() {
     assert_eq!(r.status, 200);
     let r = request(&app, "HEAD", CHUNK, &[("if-none-match", "*")]).await;
     assert_eq!(r.status, 304);
+    // Repeated field lines are one list (RFC 9110 section 5.3), as a proxy may split them.
+    let r = get(&app, CHUNK, &[("if-none-match", "\"a\""), ("if-none-match", &etag)]).await;
+    assert_eq!(r.status, 304, "the second If-None-Match line is read");
+    let r = get(&app, CHUNK, &[("if-match", "\"a\""), ("if-match", &etag)]).await;
+    assert_eq!(r.status, 200, "the second If-Match line is read");
+    let r = get(&app, CHUNK, &[("if-match", "\"a\""), ("if-match", "\"b\"")]).await;
+    assert_eq!(r.status, 412);
 
     let r = get(&app, CHUNK, &[("if-match", "\"other\"")]).await;
     assert_eq!(r.status, 412);
@@ -368,6 +375,16 @@ async fn symlinks_leaving_the_root_are_not_followed() {
     let r = get(&app, "/zarr/m/alias", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(&r.body[..], b"inside");
+    // The listing shows what can be read: not the link to a directory outside.
+    let r = get(&app, "/api/v1/list/m", &[]).await;
+    assert_eq!(r.status, 200);
+    let names: Vec<String> = r.json()["children"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["sub"], "{}", r.json());
 }
 
 #[cfg(unix)]
@@ -477,6 +494,8 @@ async fn mounts_and_health() {
         .collect();
     assert_eq!(names, ["demo", "fx"]);
     assert_eq!(v["mounts"][0]["kind"], "local");
+    // The list depends on the bearer token (protected mounts are left out without it).
+    assert_eq!(r.header("vary"), Some("authorization"));
     let r = get(&app, "/healthz", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["status"], "ok");
@@ -486,6 +505,24 @@ async fn mounts_and_health() {
     let r = request(&app, "POST", "/api/v1/mounts", &[]).await;
     assert_eq!(r.status, 405);
     assert_eq!(r.error_code(), "method_not_allowed");
+    // The mount segment is percent-decoded once, as the rest of the path is.
+    let plain = get(&app, "/zarr/fx/v2/compressor_zlib_i4/.zarray", &[]).await;
+    assert_eq!(plain.status, 200);
+    for uri in [
+        "/zarr/f%78/v2/compressor_zlib_i4/.zarray",
+        "/api/v1/zom/f%78/v2/compressor_zlib_i4",
+        "/api/v1/list/%66x/v2",
+        "/api/v1/slice/f%78/v2/compressor_zlib_i4?select=0",
+    ] {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(r.status, 200, "{uri}");
+    }
+    assert_eq!(
+        get(&app, "/zarr/f%78/v2/compressor_zlib_i4/.zarray", &[]).await.body,
+        plain.body
+    );
+    let r = get(&app, "/zarr/f%2578/v2/compressor_zlib_i4/.zarray", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (404, "unknown_mount"));
 }
 
 proptest! {

@@ -380,6 +380,15 @@ async fn example_schemas_pass_and_fail() {
     let r = validate(&app, "demo/v2.zarr", b"not json").await;
     assert_eq!(r.status, 400);
     assert_eq!(validate(&app, "demo/nothing", &xarray).await.status, 404);
+    // A body over the limit is a JSON 413; an unknown parameter is 400, as on the other routes.
+    let mut huge = b"{\"description\": \"".to_vec();
+    huge.resize(3 << 20, b'x');
+    huge.extend_from_slice(b"\"}");
+    let r = validate(&app, "demo/v2.zarr", &huge).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
+    let r = validate(&app, "demo/v2.zarr?strict=1", &xarray).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (400, "bad_request"));
+    assert_eq!(validate(&app, "demo/v2.zarr?_=1", &xarray).await.json()["valid"], true);
 }
 
 /// A symlink back up a local tree makes the hierarchy endless: walks stop at a bound with 413,

@@ -9,8 +9,9 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::state::AppState;
 
-/// `GET /api/v1/mounts`: the mounts this caller may read (protected ones need their token).
-pub async fn mounts(State(state): State<AppState>, headers: axum::http::HeaderMap) -> Json<Value> {
+/// `GET /api/v1/mounts`: the mounts this caller may read (protected ones need their token), so
+/// the answer varies with `Authorization`.
+pub async fn mounts(State(state): State<AppState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
     let token = crate::server::bearer(&headers);
     let list: Vec<Value> = state
         .mounts
@@ -18,7 +19,7 @@ pub async fn mounts(State(state): State<AppState>, headers: axum::http::HeaderMa
         .filter(|m| m.allows(token))
         .map(|m| json!({"name": m.name, "kind": m.kind, "url": m.url, "consolidated": m.consolidated}))
         .collect();
-    Json(json!({ "mounts": list }))
+    ([(header::VARY, "authorization")], Json(json!({ "mounts": list })))
 }
 
 /// `GET /metrics`: OpenMetrics text (what the registry writes; Prometheus reads it).

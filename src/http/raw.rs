@@ -142,6 +142,14 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// A list-valued header (`If-Match`, `If-None-Match`) as one list: its field lines joined, as
+/// RFC 9110 section 5.3 reads repeated lines. `None` when it is absent.
+fn header_list(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
+    let mut lines = headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).peekable();
+    lines.peek()?;
+    Some(lines.collect::<Vec<_>>().join(","))
+}
+
 /// What a raw-key response serves: a stored object, or a document zarrgate synthesized.
 enum Content {
     /// Stream the stored object.
@@ -321,7 +329,7 @@ async fn serve(
     let mut response = stored_headers(&key, &etag, last_modified);
 
     // Preconditions, in the order RFC 9110 section 13.2.2 evaluates them.
-    match header_str(headers, header::IF_MATCH) {
+    match header_list(headers, header::IF_MATCH).as_deref() {
         Some(list) if !etag_matches(list, &etag, false) => return Err(ApiError::PreconditionFailed),
         Some(_) => {}
         None => {
@@ -335,7 +343,7 @@ async fn serve(
             }
         }
     }
-    let not_modified = match header_str(headers, header::IF_NONE_MATCH) {
+    let not_modified = match header_list(headers, header::IF_NONE_MATCH).as_deref() {
         Some(list) => etag_matches(list, &etag, true),
         None => match (
             header_str(headers, header::IF_MODIFIED_SINCE).and_then(|v| httpdate::parse_http_date(v).ok()),

@@ -10,7 +10,8 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::http::Uri;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{StatusCode, Uri};
 use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -216,10 +217,10 @@ struct ZomQuery {
     _cache_buster: Option<String>,
 }
 
-/// The query of `/api/v1/list`: nothing but the cache buster.
+/// The query of `/api/v1/list` and `/api/v1/validate`: nothing but the cache buster.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListQuery {
+struct PlainQuery {
     /// `_=<anything>`, ignored (see the slice query).
     #[serde(rename = "_")]
     _cache_buster: Option<String>,
@@ -308,7 +309,7 @@ fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value
 /// `GET /api/v1/list/{mount}[/{path}]`: the node at a path (if any) and the nodes and plain
 /// directories below it.
 pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
-    let ListQuery { .. } = query(&uri)?;
+    let PlainQuery { .. } = query(&uri)?;
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/")?;
     let node = described(find_node(&mount.store, &path).await)?;
     let listing = mount.store.list(&path).await?;
@@ -437,7 +438,17 @@ pub fn schema_fanout(schema: &Value) -> u64 {
 /// JSON against it. Validation runs on the blocking pool, one at a time in the server (a
 /// schema can make it long, and it cannot be stopped once started), after a schema whose
 /// [`schema_fanout`] passes [`MAX_SCHEMA_FANOUT`] is refused.
-pub async fn validate(State(state): State<AppState>, uri: Uri, body: Bytes) -> Result<Json<Value>, ApiError> {
+pub async fn validate(
+    State(state): State<AppState>,
+    uri: Uri,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let PlainQuery { .. } = query(&uri)?;
+    // axum's own answer to a body over its limit (2 MiB) is plain text: errors here are JSON.
+    let body = body.map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge("the schema is larger than 2 MiB".into()),
+        _ => ApiError::BadRequest(format!("cannot read the body: {}", e.body_text())),
+    })?;
     let schema: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::BadRequest(format!("the body is not a JSON Schema: {e}")))?;
     let fanout = schema_fanout(&schema);

@@ -592,8 +592,8 @@ impl Backend for ObjectStoreBackend {
             return Ok(Listing::default());
         }
         if let Some(root) = self.local_root() {
-            let dir = root.join(prefix.as_str());
-            return tokio::task::spawn_blocking(move || list_local(&dir))
+            let (root, dir) = (root.to_owned(), root.join(prefix.as_str()));
+            return tokio::task::spawn_blocking(move || list_local(&root, &dir))
                 .await
                 .map_err(joined)?;
         }
@@ -617,10 +617,10 @@ impl Backend for ObjectStoreBackend {
     }
 }
 
-/// The entries of a local directory, following symlinks. An entry that cannot be a key (a
-/// name that is not UTF-8 or not a valid key segment, a dangling link, a FIFO) is left out
-/// rather than failing the whole listing.
-fn list_local(dir: &FsPath) -> Result<Listing, StoreError> {
+/// The entries of directory `dir` below `root`, following symlinks that stay below `root`. An
+/// entry that cannot be a key (a name that is not UTF-8 or not a valid key segment, a dangling
+/// link, a link out of the root, a FIFO) is left out rather than failing the whole listing.
+fn list_local(root: &FsPath, dir: &FsPath) -> Result<Listing, StoreError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if names_nothing(&e) => return Ok(Listing::default()),
@@ -632,6 +632,12 @@ fn list_local(dir: &FsPath) -> Result<Listing, StoreError> {
             continue;
         };
         if StoreKey::new(&name).is_err() {
+            continue;
+        }
+        // Reads refuse what a link leads to outside the root: so does the listing.
+        let escapes = entry.file_type().is_ok_and(|t| t.is_symlink())
+            && !std::fs::canonicalize(entry.path()).is_ok_and(|real| real.starts_with(root));
+        if escapes {
             continue;
         }
         match std::fs::metadata(entry.path()) {
