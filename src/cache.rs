@@ -195,6 +195,17 @@ pub fn remembered(walked: &Walked) -> bool {
     }
 }
 
+/// Whether an entry of about `bytes` fits in `cache` at all. One that does not is better not
+/// inserted: moka admits it and lets it go only at its next maintenance, which may be long
+/// in coming on a quiet cache, and its memory with it.
+pub fn fits<K, V>(cache: &Cache<K, V>, bytes: usize) -> bool
+where
+    K: std::hash::Hash + Eq + Send + Sync + 'static,
+    V: Clone + Send + Sync + 'static,
+{
+    cache.policy().max_capacity().is_none_or(|max| bytes as u64 <= max)
+}
+
 /// How many whole hierarchies are walked at once ([`Caches::walks`]).
 pub const WALKS: usize = 4;
 

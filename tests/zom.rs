@@ -952,3 +952,77 @@ async fn depth_walks_take_walk_turns() {
     assert_eq!(r.status, 200);
     assert!(r.json()["members"]["sub"].is_object(), "{:?}", r.json());
 }
+
+/// A walk to a depth, and a listing, run as tasks of their own: a walk of many documents read
+/// without waiting (a symlink loop of three links, 3^31 paths) still meets the request timeout
+/// (504), where before it ran on to its node bound.
+#[cfg(unix)]
+#[tokio::test]
+async fn walks_to_a_depth_meet_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("loop");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("zarr.json"), br#"{"zarr_format": 3, "node_type": "group"}"#).unwrap();
+    for name in ["a", "b", "c"] {
+        std::os::unix::fs::symlink(".", root.join(name)).unwrap();
+    }
+    let mut config = config_with(&[("m", &root)]);
+    config.limits.request_timeout_s = 0.05;
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let r = get(&app, "/api/v1/zom/m?depth=31", &[]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.error_code().as_str()),
+        (504, "timeout"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    // A small depth is answered in time.
+    let r = get(&app, "/api/v1/zom/m?depth=1", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["members"].as_object().unwrap().len(), 3);
+}
+
+/// A walk or listing reads at most 128 MiB of metadata documents (413 beyond, the document
+/// past the bound not read); the documents here are one 40 MB attribute document that five
+/// groups link to.
+#[cfg(unix)]
+#[tokio::test]
+async fn walks_read_a_bounded_amount_of_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("fat");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let mut attrs = b"{\"a\": \"".to_vec();
+    attrs.resize(40 << 20, b'x');
+    attrs.extend_from_slice(b"\"}");
+    std::fs::write(dir.path().join("attrs.json"), &attrs).unwrap();
+    for i in 0..5 {
+        let g = root.join(format!("m{i}"));
+        std::fs::create_dir_all(&g).unwrap();
+        std::fs::write(g.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("attrs.json"), g.join(".zattrs")).unwrap();
+    }
+    let app = app_for(&[("m", dir.path())]);
+    for uri in ["/api/v1/zom/m/fat", "/api/v1/list/m/fat"] {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (413, "too_large"),
+            "{uri}"
+        );
+        assert!(
+            r.json()["error"]["message"].as_str().unwrap().contains("128 MiB"),
+            "{}",
+            r.json()
+        );
+    }
+    // Fewer of them are within the bound.
+    std::fs::remove_dir_all(root.join("m3")).unwrap();
+    std::fs::remove_dir_all(root.join("m4")).unwrap();
+    let r = get(&app, "/api/v1/zom/m/fat?depth=1", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["members"]["m0"]["attributes"]["a"].as_str().unwrap().len(),
+        (40 << 20) - 7
+    );
+}

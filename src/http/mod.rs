@@ -10,3 +10,16 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &axum::http::Uri) -> Re
     serde_urlencoded::from_str(uri.query().unwrap_or(""))
         .map_err(|e| crate::error::ApiError::BadRequest(format!("bad query: {e}")))
 }
+
+/// Runs a request's `work` as a task of its own, aborted when the request is dropped (its
+/// timeout, or its client gone). Work that reads without waiting (local documents in the page
+/// cache) uses up tokio's cooperative budget as it goes: run in the request's own task, it
+/// would leave none for the request timeout's timer, which could then not fire until the work
+/// was done.
+pub(crate) async fn own_task<T: Send + 'static>(
+    work: impl Future<Output = Result<T, crate::error::ApiError>> + Send + 'static,
+) -> Result<T, crate::error::ApiError> {
+    tokio_util::task::AbortOnDropHandle::new(tokio::spawn(work))
+        .await
+        .unwrap_or_else(|_| Err(crate::error::ApiError::Internal))
+}

@@ -16,12 +16,12 @@ use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::query;
-use crate::cache::{Caches, MAX_PENDING_WALKS, Rendered, Walked, remembered};
+use super::{own_task, query};
+use crate::cache::{Caches, MAX_PENDING_WALKS, Rendered, Walked, fits, remembered};
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
 use crate::store::{Store, StoreError, StoreKey};
-use crate::zarr::hierarchy::{HierarchyError, Node, Tree, find_node, pruned, v3_node, walk};
+use crate::zarr::hierarchy::{HierarchyError, Node, Reads, Tree, find_node, pruned, v3_node, walk};
 
 /// Group documents larger than this are served as stored, never parsed for consolidation.
 pub const MAX_GROUP_DOC: u64 = 1 << 20;
@@ -96,7 +96,11 @@ async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, Store
         let _turn = done.0.walks.acquire().await.ok();
         walk(&store, &done.1.1, None).await.map(|t| t.map(Arc::new))
     };
-    if remembered(&walked) {
+    let weight = match &walked {
+        Ok(Some(tree)) => tree.heap_weight(),
+        _ => 0,
+    };
+    if remembered(&walked) && fits(&done.0.hierarchies, weight) {
         done.0.hierarchies.insert(done.1.clone(), walked.clone()).await;
     }
     walked
@@ -170,7 +174,9 @@ async fn rendered(
         own,
         bytes: bytes.clone(),
     };
-    caches.consolidated.insert(key, done).await;
+    if fits(&caches.consolidated, bytes.as_ref().map_or(0, Bytes::len)) {
+        caches.consolidated.insert(key, done).await;
+    }
     Ok(bytes)
 }
 
@@ -273,8 +279,11 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>,
                 .map_err(|_| ApiError::BadRequest(format!("depth must be a non-negative integer, got '{d}'")))?,
         ),
     };
-    let (mount, path) = mount_and_path(&state, &uri, "/api/v1/zom/")?;
-    Ok(Json(zom_value(&state, mount, &path, depth).await?))
+    own_task(async move {
+        let (mount, path) = mount_and_path(&state, &uri, "/api/v1/zom/")?;
+        Ok(Json(zom_value(&state, mount, &path, depth).await?))
+    })
+    .await
 }
 
 /// Children `/api/v1/list` describes at most: each is looked up in the store (a few reads), so
@@ -310,8 +319,14 @@ fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value
 /// directories below it.
 pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
     let PlainQuery { .. } = query(&uri)?;
+    own_task(listing(state, uri)).await
+}
+
+async fn listing(state: AppState, uri: Uri) -> Result<Json<Value>, ApiError> {
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/")?;
-    let node = described(find_node(&mount.store, &path).await)?;
+    // One bound on the documents read for the node and all it lists.
+    let reads = Reads::default();
+    let node = described(find_node(&mount.store, &path, &reads).await)?;
     let listing = mount.store.list(&path).await?;
     if node.is_none() && !path.is_root() && listing.prefixes.is_empty() && listing.objects.is_empty() {
         return Err(ApiError::NotFound(format!(
@@ -327,7 +342,7 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
             listing.prefixes.len()
         )));
     }
-    let store = &mount.store;
+    let (store, reads) = (&mount.store, &reads);
     let children: Vec<Value> = stream::iter(listing.prefixes)
         .filter_map(|name| {
             // A name that cannot be a key (stores list what they hold) is not listed.
@@ -336,7 +351,7 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
         })
         .map(|(name, key)| async move {
             let mut entry =
-                described(find_node(store, &key).await)?.unwrap_or_else(|| json!({"node_type": "directory"}));
+                described(find_node(store, &key, reads).await)?.unwrap_or_else(|| json!({"node_type": "directory"}));
             entry["name"] = Value::from(name);
             Ok::<Value, ApiError>(entry)
         })
@@ -457,12 +472,20 @@ pub async fn validate(
             "the schema can apply {fanout} subschemas to one value (its references multiply); at most {MAX_SCHEMA_FANOUT} are validated"
         )));
     }
-    let validator =
-        jsonschema::validator_for(&schema).map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/validate/")?;
+    // Compiling a schema (its regular expressions above all) and validating are CPU work of
+    // any length: both run on the blocking pool, one validation's at a time, and never on the
+    // async workers that serve everything else. The permit goes with the work: a request that
+    // times out or is dropped while its work runs on does not let another start beside it.
+    let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
+    let validator = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        jsonschema::validator_for(&schema)
+    })
+    .await
+    .map_err(|_| ApiError::Internal)?
+    .map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
     let zom = zom_value(&state, mount, &path, None).await?;
-    // The permit goes with the work: a request that times out or is dropped while its
-    // validation runs on does not let another start beside it.
     let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
     let errors = tokio::task::spawn_blocking(move || {
         let _turn = turn;

@@ -372,6 +372,20 @@ impl Store {
     /// memory: at most [`MAX_DOCUMENT_BYTES`], [`StoreError::TooLarge`] beyond, found out
     /// before reading the rest (a stray large file under a metadata name costs nothing).
     pub async fn get_document(&self, key: &StoreKey) -> Result<Option<Bytes>, StoreError> {
+        Ok(self
+            .get_document_admitted(key, |_| true)
+            .await?
+            .map(|d| d.unwrap_or_default()))
+    }
+
+    /// [`Self::get_document`], asking `admit` whether a document of its size may be read
+    /// before reading more than its first 64 KiB: `Err(size)` when it says no. A walk
+    /// counts its documents so, and stops before it holds more than its bound.
+    pub async fn get_document_admitted(
+        &self,
+        key: &StoreKey,
+        admit: impl FnOnce(u64) -> bool,
+    ) -> Result<Option<Result<Bytes, u64>>, StoreError> {
         let too_large = |size| StoreError::TooLarge {
             key: key.to_string(),
             size,
@@ -380,24 +394,39 @@ impl Store {
         if self.reads_locally() {
             // The first 64 KiB, and the object's size with them: most documents are whole in
             // one read, and one over the limit is known without reading more of it.
-            for read in [DOCUMENT_PROBE_BYTES, MAX_DOCUMENT_BYTES] {
-                match self.fetch(key, Some(ByteRange::Bounded(0, read))).await {
-                    Ok(Some((_, meta))) if meta.size > MAX_DOCUMENT_BYTES => return Err(too_large(meta.size)),
-                    Ok(Some((bytes, meta))) if bytes.len() as u64 == meta.size => return Ok(Some(bytes)),
-                    Ok(Some(_)) => continue,
-                    Ok(None) => return Ok(None),
-                    Err(StoreError::Range { size: 0, .. }) => return Ok(Some(Bytes::new())),
-                    Err(e) => return Err(e),
+            let (bytes, meta) = match self.fetch(key, Some(ByteRange::Bounded(0, DOCUMENT_PROBE_BYTES))).await {
+                Ok(Some(found)) => found,
+                Ok(None) => return Ok(None),
+                Err(StoreError::Range { size: 0, .. }) => {
+                    return Ok(Some(if admit(0) { Ok(Bytes::new()) } else { Err(0) }));
                 }
+                Err(e) => return Err(e),
+            };
+            if meta.size > MAX_DOCUMENT_BYTES {
+                return Err(too_large(meta.size));
             }
-            // Not whole even within the limit: it changed between the two reads.
-            return Err(StoreError::Io(format!("{key} changed while it was read")));
+            if !admit(meta.size) {
+                return Ok(Some(Err(meta.size)));
+            }
+            if bytes.len() as u64 == meta.size {
+                return Ok(Some(Ok(bytes)));
+            }
+            return match self.fetch(key, Some(ByteRange::Bounded(0, MAX_DOCUMENT_BYTES))).await {
+                Ok(Some((_, meta))) if meta.size > MAX_DOCUMENT_BYTES => Err(too_large(meta.size)),
+                Ok(Some((bytes, meta))) if bytes.len() as u64 == meta.size => Ok(Some(Ok(bytes))),
+                // Not whole even within the limit (or gone): it changed between the two reads.
+                Ok(_) | Err(StoreError::Range { .. }) => {
+                    Err(StoreError::Io(format!("{key} changed while it was read")))
+                }
+                Err(e) => Err(e),
+            };
         }
         // Whole-object requests: an HTTP origin need not support ranges. The size comes with
         // the response, before its body is read.
         match self.get(key, None).await? {
             Some(object) if object.meta.size > MAX_DOCUMENT_BYTES => Err(too_large(object.meta.size)),
-            Some(object) => Ok(Some(object.bytes().await?)),
+            Some(object) if !admit(object.meta.size) => Ok(Some(Err(object.meta.size))),
+            Some(object) => Ok(Some(Ok(object.bytes().await?))),
             None => Ok(None),
         }
     }

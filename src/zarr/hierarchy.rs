@@ -8,7 +8,7 @@
 //! Spec: <https://zarr.dev/zeps/draft/ZEP0006.html>
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use futures::{StreamExt, TryStreamExt, stream};
 use serde_json::{Map, Value, json};
@@ -91,15 +91,50 @@ pub fn unmark_non_finite(value: &mut Value) {
     }
 }
 
-async fn json_object(store: &Store, key: &StoreKey) -> Result<Option<Map<String, Value>>, HierarchyError> {
-    let Some(bytes) = store.get_document(key).await? else {
-        return Ok(None);
+/// The most bytes of metadata documents one walk (or one listing) reads: past it the walk
+/// stops with [`HierarchyError::TooLarge`]. With [`MAX_WALK_NODES`] it bounds the memory of a
+/// walk (a tree holds about 2-4 times its documents' bytes), whatever the documents hold.
+pub const MAX_WALK_DOCUMENT_BYTES: u64 = 128 << 20;
+
+/// What one walk or listing has read so far: nodes visited, and bytes of documents.
+#[derive(Debug, Default)]
+pub struct Reads {
+    nodes: AtomicUsize,
+    bytes: AtomicU64,
+}
+
+impl Reads {
+    /// Whether a document of `len` bytes may be read, counting it if so.
+    fn admit(&self, len: u64) -> bool {
+        self.bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |read| {
+                read.checked_add(len).filter(|&total| total <= MAX_WALK_DOCUMENT_BYTES)
+            })
+            .is_ok()
+    }
+}
+
+async fn json_object(
+    store: &Store,
+    key: &StoreKey,
+    reads: &Reads,
+) -> Result<Option<Map<String, Value>>, HierarchyError> {
+    let bytes = match store.get_document_admitted(key, |len| reads.admit(len)).await? {
+        None => return Ok(None),
+        Some(Ok(bytes)) => bytes,
+        Some(Err(_)) => {
+            return Err(HierarchyError::TooLarge(format!(
+                "the metadata documents of this hierarchy hold more than {} MiB; ask for a part \
+                 of it (a path below, or depth=N)",
+                MAX_WALK_DOCUMENT_BYTES >> 20
+            )));
+        }
     };
     let invalid = |message: String| HierarchyError::Invalid {
         key: key.to_string(),
         message,
     };
-    match super::parse_document(&bytes, NON_FINITE_JSON) {
+    match super::parse_document_off(bytes, NON_FINITE_JSON).await {
         Ok(Value::Object(o)) => Ok(Some(o)),
         // v1 stored `attrs` as a JSON string holding the JSON object.
         Ok(Value::String(s)) => match super::parse_document(s.as_bytes(), NON_FINITE_JSON) {
@@ -139,37 +174,46 @@ fn child(path: &StoreKey, name: &str) -> Result<StoreKey, HierarchyError> {
 }
 
 /// Finds the node at `path`: v3, then v2, then v1. `None` when nothing is there.
-pub async fn find_node(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
-    if let Some(node) = find_v3(store, path).await? {
+/// `reads` counts the documents read, as part of a walk or listing.
+pub async fn find_node(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option<Node>, HierarchyError> {
+    if let Some(node) = find_v3(store, path, reads).await? {
         return Ok(Some(node));
     }
-    if let Some(node) = find_v2(store, path).await? {
+    if let Some(node) = find_v2(store, path, reads).await? {
         return Ok(Some(node));
     }
-    find_v1(store, path).await
+    find_v1(store, path, reads).await
 }
 
 /// The member at `path` of a group of `zarr_format`: a v3 group's members are v3 nodes, a v2
 /// group's v2 nodes (v1 has no groups). Documents of the other formats there (a leftover
 /// `.zarray`, a plain directory holding a file named `meta`) are not looked at.
-async fn find_member(store: &Store, path: &StoreKey, zarr_format: u8) -> Result<Option<Node>, HierarchyError> {
+async fn find_member(
+    store: &Store,
+    path: &StoreKey,
+    zarr_format: u8,
+    reads: &Reads,
+) -> Result<Option<Node>, HierarchyError> {
     match zarr_format {
-        3 => find_v3(store, path).await,
-        _ => find_v2(store, path).await,
+        3 => find_v3(store, path, reads).await,
+        _ => find_v2(store, path, reads).await,
     }
 }
 
-async fn find_v3(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
-    Ok(json_object(store, &child(path, "zarr.json")?).await?.map(v3))
+async fn find_v3(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option<Node>, HierarchyError> {
+    Ok(json_object(store, &child(path, "zarr.json")?, reads).await?.map(v3))
 }
 
-async fn find_v2(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
+async fn find_v2(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option<Node>, HierarchyError> {
     let (zarray_key, zgroup_key) = (child(path, ".zarray")?, child(path, ".zgroup")?);
-    let (zarray, zgroup) = futures::try_join!(json_object(store, &zarray_key), json_object(store, &zgroup_key))?;
+    let (zarray, zgroup) = futures::try_join!(
+        json_object(store, &zarray_key, reads),
+        json_object(store, &zgroup_key, reads)
+    )?;
     let Some((doc, is_group)) = zarray.map(|d| (d, false)).or(zgroup.map(|d| (d, true))) else {
         return Ok(None);
     };
-    let attrs = json_object(store, &child(path, ".zattrs")?).await?;
+    let attrs = json_object(store, &child(path, ".zattrs")?, reads).await?;
     Ok(Some(Node {
         zarr_format: 2,
         is_group,
@@ -178,11 +222,11 @@ async fn find_v2(store: &Store, path: &StoreKey) -> Result<Option<Node>, Hierarc
     }))
 }
 
-async fn find_v1(store: &Store, path: &StoreKey) -> Result<Option<Node>, HierarchyError> {
-    if let Some(doc) = json_object(store, &child(path, "meta")?).await?
+async fn find_v1(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option<Node>, HierarchyError> {
+    if let Some(doc) = json_object(store, &child(path, "meta")?, reads).await?
         && doc.get("zarr_format").and_then(Value::as_u64) == Some(1)
     {
-        let attrs = json_object(store, &child(path, "attrs")?).await?;
+        let attrs = json_object(store, &child(path, "attrs")?, reads).await?;
         return Ok(Some(Node {
             zarr_format: 1,
             is_group: false,
@@ -202,14 +246,15 @@ pub const MAX_WALK_NODES: usize = 100_000;
 pub const MAX_WALK_DEPTH: u32 = 64;
 
 /// Walks the hierarchy at `path` down to `depth` levels of members (`None`: all of them), up
-/// to [`MAX_WALK_NODES`] nodes and [`MAX_WALK_DEPTH`] levels.
+/// to [`MAX_WALK_NODES`] nodes, [`MAX_WALK_DEPTH`] levels and [`MAX_WALK_DOCUMENT_BYTES`].
 pub async fn walk(store: &Store, path: &StoreKey, depth: Option<u32>) -> Result<Option<Tree>, HierarchyError> {
-    let Some(node) = find_node(store, path).await? else {
+    let reads = Reads::default();
+    let Some(node) = find_node(store, path, &reads).await? else {
         return Ok(None);
     };
-    let visited = AtomicUsize::new(1);
+    reads.nodes.store(1, Ordering::Relaxed);
     let members = if node.is_group && depth != Some(0) {
-        members(store, path, &node, depth.map(|d| d - 1), 1, &visited).await?
+        members(store, path, &node, depth.map(|d| d - 1), 1, &reads).await?
     } else {
         BTreeMap::new()
     };
@@ -222,23 +267,25 @@ fn members<'a>(
     node: &'a Node,
     depth: Option<u32>,
     level: u32,
-    visited: &'a AtomicUsize,
+    reads: &'a Reads,
 ) -> futures::future::BoxFuture<'a, Result<BTreeMap<String, Tree>, HierarchyError>> {
     Box::pin(async move {
         let listing = match store.list(path).await {
             Ok(l) => l,
             Err(StoreError::NotSupported(_)) => {
-                return consolidated_members(store, path, node, depth).await?.ok_or_else(|| {
-                    HierarchyError::CannotList(format!(
-                        "this store cannot list '{path}' and the group has no consolidated metadata"
-                    ))
-                });
+                return consolidated_members(store, path, node, depth, reads)
+                    .await?
+                    .ok_or_else(|| {
+                        HierarchyError::CannotList(format!(
+                            "this store cannot list '{path}' and the group has no consolidated metadata"
+                        ))
+                    });
             }
             // A listing refused (a public bucket that grants reads but not listing) or failing:
             // the group's consolidated metadata, where it has some, names its members all the
             // same; without it, the listing's error stands.
             Err(e @ (StoreError::Denied(_) | StoreError::Io(_))) => {
-                return match consolidated_members(store, path, node, depth).await {
+                return match consolidated_members(store, path, node, depth, reads).await {
                     Ok(Some(members)) => Ok(members),
                     _ => Err(e.into()),
                 };
@@ -247,7 +294,7 @@ fn members<'a>(
         };
         let found: Vec<Option<(String, Tree)>> = stream::iter(listing.prefixes)
             .map(|name| async move {
-                if visited.fetch_add(1, Ordering::Relaxed) >= MAX_WALK_NODES {
+                if reads.nodes.fetch_add(1, Ordering::Relaxed) >= MAX_WALK_NODES {
                     return Err(HierarchyError::TooLarge(format!(
                         "the hierarchy has more than {MAX_WALK_NODES} nodes; ask for a part of it \
                          (a deeper path, or depth=N)"
@@ -257,7 +304,7 @@ fn members<'a>(
                 let Ok(key) = child(path, &name) else {
                     return Ok(None);
                 };
-                let Some(child_node) = find_member(store, &key, node.zarr_format).await? else {
+                let Some(child_node) = find_member(store, &key, node.zarr_format, reads).await? else {
                     return Ok(None);
                 };
                 if level > MAX_WALK_DEPTH {
@@ -266,7 +313,7 @@ fn members<'a>(
                     )));
                 }
                 let members = if child_node.is_group && depth != Some(0) {
-                    members(store, &key, &child_node, depth.map(|d| d - 1), level + 1, visited).await?
+                    members(store, &key, &child_node, depth.map(|d| d - 1), level + 1, reads).await?
                 } else {
                     BTreeMap::new()
                 };
@@ -293,16 +340,17 @@ async fn consolidated_members(
     path: &StoreKey,
     node: &Node,
     depth: Option<u32>,
+    reads: &Reads,
 ) -> Result<Option<BTreeMap<String, Tree>>, HierarchyError> {
     let mut at_key = path.clone();
     loop {
         let tree = match node.zarr_format {
             3 if at_key == *path => tree_from_consolidated(node)?,
-            3 => match find_node(store, &at_key).await? {
+            3 => match find_node(store, &at_key, reads).await? {
                 Some(n) if n.zarr_format == 3 && n.is_group => tree_from_consolidated(&n)?,
                 _ => None,
             },
-            _ => match json_object(store, &child(&at_key, ".zmetadata")?).await? {
+            _ => match json_object(store, &child(&at_key, ".zmetadata")?, reads).await? {
                 Some(z) => tree_from_zmetadata(&Value::Object(z))?,
                 None => None,
             },

@@ -436,14 +436,37 @@ pub(crate) fn parse_document(bytes: &[u8], mark: &str) -> serde_json::Result<Val
     })
 }
 
+/// Documents larger than this are parsed on the blocking pool ([`parse_document_off`]).
+const PARSED_INLINE_BYTES: usize = 1 << 20;
+
+/// [`parse_document`] as a task: a large document (up to 64 MiB, a fraction of a second of CPU)
+/// is parsed on the blocking pool rather than on the async worker, where it would hold up every
+/// request that worker serves; and the task yields now and then (tokio's cooperative budget), so
+/// that a walk of many small documents read without waiting still lets timeouts and other tasks
+/// run.
+pub(crate) async fn parse_document_off(bytes: bytes::Bytes, mark: &'static str) -> serde_json::Result<Value> {
+    let parsed = if bytes.len() > PARSED_INLINE_BYTES {
+        tokio::task::spawn_blocking(move || parse_document(&bytes, mark))
+            .await
+            .unwrap_or_else(|e| Err(serde::de::Error::custom(format!("the parse failed: {e}"))))
+    } else {
+        parse_document(&bytes, mark)
+    };
+    tokio::task::consume_budget().await;
+    parsed
+}
+
 async fn json_doc(store: &Store, key: &StoreKey) -> Result<Option<Value>, OpenError> {
     match store.get_document(key).await? {
         None => Ok(None),
         // The standard spelling of a non-finite fill value is the plain string.
-        Some(bytes) => parse_document(&bytes, "").map(Some).map_err(|e| OpenError::Meta {
-            key: key.to_string(),
-            error: MetaError::Invalid(format!("not JSON: {e}")),
-        }),
+        Some(bytes) => parse_document_off(bytes, "")
+            .await
+            .map(Some)
+            .map_err(|e| OpenError::Meta {
+                key: key.to_string(),
+                error: MetaError::Invalid(format!("not JSON: {e}")),
+            }),
     }
 }
 
