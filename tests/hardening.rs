@@ -300,8 +300,23 @@ async fn corrupt_stored_data_is_a_named_error_never_a_crash() {
     std::fs::create_dir_all(dir.path().join("liar/c")).unwrap();
     std::fs::write(dir.path().join("liar/c/0"), [0u8; 16]).unwrap();
 
+    // A shard index entry of no bytes (no inner chunk encodes to nothing).
+    let sharded = json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [2],
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_location": "end"}}]);
+    write_v3_array(&dir.path().join("zero"), &[4], &[4], "int32", json!(0), sharded);
+    std::fs::create_dir_all(dir.path().join("zero/c")).unwrap();
+    let mut shard: Vec<u8> = [1i32, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+    for entry in [0u64, 8, 8, 0] {
+        shard.extend_from_slice(&entry.to_le_bytes());
+    }
+    std::fs::write(dir.path().join("zero/c/0"), shard).unwrap();
+
     let app = app_for(&[("t", dir.path()), ("fx", &fixtures())]);
     for (path, key) in [
+        ("zero", "zero/c/0"),
         ("v3/zstd_i4", "v3/zstd_i4/c/0/0"),
         ("v3/zstd_checksum_f8", rel.as_str()),
         ("v3/crc32c_i4", "v3/crc32c_i4/c/0/0"),

@@ -1823,3 +1823,24 @@ async fn nested_structured_fields_follow_the_bytes_codec_order() {
         json!([{"a": 1, "n": {"x": 3, "y": 1.5}}, {"a": -2, "n": {"x": 768, "y": -0.25}}])
     );
 }
+
+/// bin and npy cannot hold objects (JSON-encoded values): refused (422) after the metadata is
+/// read and before any chunk is, as csv and png are, whatever the chunks hold.
+#[tokio::test]
+async fn object_arrays_as_bytes_are_refused_before_reading_chunks() {
+    let (app, _, reads) = counting_app(&fixtures().join("v2"), config_with(&[]));
+    // csv is refused so too, with the metadata read (and cached).
+    let r = get(&app, "/api/v1/slice/m/object_json2?format=csv", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (422, "unsupported"));
+    for format in ["bin", "npy"] {
+        let before = reads.load(std::sync::atomic::Ordering::SeqCst);
+        let r = get(&app, &format!("/api/v1/slice/m/object_json2?format={format}"), &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (422, "unsupported"),
+            "{format}"
+        );
+        // The metadata is cached: nothing at all is read.
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), before, "{format}");
+    }
+}

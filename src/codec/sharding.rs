@@ -68,6 +68,10 @@ impl ShardIndex {
         if offset == u64::MAX && nbytes == u64::MAX {
             return Ok(None);
         }
+        // No encoding of an inner chunk (which holds at least one element) is empty.
+        if nbytes == 0 {
+            return Err(CodecError::Corrupt(format!("shard index entry {i} has no bytes")));
+        }
         let end = offset
             .checked_add(nbytes)
             .filter(|end| shard_len.is_none_or(|len| *end <= len))

@@ -49,12 +49,21 @@ pub fn fixed_width(region: Region) -> Result<(DType, Vec<u8>), FormatError> {
             }
             (DType::new(Kind::FixedBytes(width)), out)
         }
-        Elements::Objects(_) => {
-            return Err(FormatError::Unsupported(
-                "object arrays have no binary form; ask for format=json".into(),
-            ));
-        }
+        Elements::Objects(_) => return Err(no_binary_form()),
     })
+}
+
+fn no_binary_form() -> FormatError {
+    FormatError::Unsupported("object arrays have no binary form; ask for format=json".into())
+}
+
+/// Whether bin (and npy) can hold elements of `dtype`: all but objects (JSON-encoded values),
+/// refused before anything is read.
+pub fn check_bin(dtype: &DType) -> Result<(), FormatError> {
+    match dtype.kind {
+        Kind::Object => Err(no_binary_form()),
+        _ => Ok(()),
+    }
 }
 
 /// A Python string literal of `s` in ASCII: quotes and backslashes escaped, anything else
@@ -110,6 +119,7 @@ const NUMPY_MAX_HEADER: usize = 10_000;
 /// Whether a `.npy` of this type and shape is one `numpy.load(path, allow_pickle=False)`
 /// reads: structured types of hundreds of fields have a header longer than it takes.
 pub fn check_npy(dtype: &DType, shape: &[u64]) -> Result<(), FormatError> {
+    check_bin(dtype)?;
     // Magic, version and a 2- or 4-byte length come before the dictionary.
     let header = npy_header(dtype, shape);
     let dict = header

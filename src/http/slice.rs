@@ -112,6 +112,7 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
             png::check(&sel.shape(), &meta.dtype)?;
         }
         Format::Npy => bin::check_npy(&meta.dtype, &sel.shape())?,
+        Format::Bin => bin::check_bin(&meta.dtype)?,
         _ => {}
     }
 
