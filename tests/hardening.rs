@@ -392,6 +392,58 @@ async fn shards_with_vast_indexes_are_refused_before_reading() {
     assert!(message.contains("index of 2147483648 bytes"), "{message}");
 }
 
+/// A stored chunk is read only up to what its chain can decode a chunk from: a stray file of
+/// 64 MiB under the key of a 40-byte chunk (or an inner chunk of a shard whose index says so)
+/// is refused (413) by its size, without reading it, and the chunks beside it are served.
+#[tokio::test]
+async fn stray_large_files_under_chunk_keys_are_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let gzip = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}]);
+    write_v3_array(&dir.path().join("a"), &[20], &[10], "int32", json!(0), gzip);
+    std::fs::create_dir_all(dir.path().join("a/c")).unwrap();
+    std::fs::File::create(dir.path().join("a/c/0"))
+        .unwrap()
+        .set_len(64 << 20)
+        .unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    for v in 10i32..20 {
+        std::io::Write::write_all(&mut gz, &v.to_le_bytes()).unwrap();
+    }
+    std::fs::write(dir.path().join("a/c/1"), gz.finish().unwrap()).unwrap();
+    // An inner chunk of 4 int32 that its index says is 32 MiB long.
+    let sharded = json!([{"name": "sharding_indexed", "configuration": {
+        "chunk_shape": [4],
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+        "index_location": "end"}}]);
+    write_v3_array(&dir.path().join("s"), &[4], &[4], "int32", json!(0), sharded);
+    std::fs::create_dir_all(dir.path().join("s/c")).unwrap();
+    let shard = std::fs::File::create(dir.path().join("s/c/0")).unwrap();
+    shard.set_len(32 << 20).unwrap();
+    let mut index = Vec::new();
+    for entry in [0u64, 32 << 20] {
+        index.extend_from_slice(&entry.to_le_bytes());
+    }
+    std::os::unix::fs::FileExt::write_all_at(&shard, &index, 32 << 20).unwrap();
+
+    let (app, state, _) = counting_app(dir.path(), config_with(&[]));
+    let r = get(&app, "/api/v1/slice/m/a?select=10:20", &[]).await;
+    assert_eq!(r.json()["data"], json!([10, 11, 12, 13, 14, 15, 16, 17, 18, 19]));
+    for path in ["a?select=0:10", "s"] {
+        let r = get(&app, &format!("/api/v1/slice/m/{path}"), &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (413, "too_large"),
+            "{path}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains("at most 1") && message.len() < 200, "{message}");
+    }
+    // Nothing was decoded but the chunk that is what it says.
+    assert_eq!(state.caches.decodes.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 /// A writer the tests' log subscriber appends to.
 #[derive(Clone, Default)]
 struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

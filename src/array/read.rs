@@ -900,10 +900,10 @@ async fn read_and_decode(
 ) -> Result<CachedChunk, ReadError> {
     let is_inner = inner.is_some();
     let (range, shard) = inner.unzip();
-    // A stored unit is read into memory whole: no more than the largest decoded chunk read
-    // (and a little more, for what encoding adds). A stray large file under a chunk key, or an
-    // index naming a vast inner range, is refused by its size before any of it is read.
-    let most = most_stored(ctx);
+    // A stored unit is read into memory whole: no more than what it can decode from (and a
+    // little more, for what encoding adds). A stray large file under a chunk key, or an index
+    // naming a vast inner range, is refused by its size before any of it is read.
+    let most = most_stored_of(ctx, meta, is_inner);
     let too_large = |size: u64| too_large_unit(key.as_str(), size, most);
     if let Some(ByteRange::Bounded(a, b)) = range
         && b.saturating_sub(a) > most
@@ -952,6 +952,28 @@ fn most_stored(ctx: &ReadContext) -> u64 {
         .max_chunk_bytes
         .max(ctx.opts.variable_chunk_limit as u64)
         .saturating_add(UNIT_SLACK)
+}
+
+/// The chain and chunk shape of a stored unit of `meta`: an inner chunk of a shard if `inner`.
+fn unit_chain(meta: &ArrayMeta, inner: bool) -> (&crate::codec::chain::CodecChain, &[u64]) {
+    match (inner, meta.chain.sharding()) {
+        (true, Some(s)) => (&s.inner, &s.inner_shape),
+        _ => (&meta.chain, &meta.chunk_shape),
+    }
+}
+
+/// The most bytes read into memory for one stored unit of `meta` (an inner chunk of a shard if
+/// `inner`): for elements of a fixed size, what the unit's chain can decode a chunk of its
+/// shape from (the widest of its stages, and the slack of encoding), so that a stray file of a
+/// gigabyte under the key of a 40-byte chunk is refused, not read; at most [`most_stored`].
+fn most_stored_of(ctx: &ReadContext, meta: &ArrayMeta, inner: bool) -> u64 {
+    let most = most_stored(ctx);
+    if meta.dtype.item_size().is_none() {
+        return most;
+    }
+    let (chain, shape) = unit_chain(meta, inner);
+    let limit = limit_for(meta, shape.iter().product(), &ctx.opts);
+    (chain.bound(shape, limit) as u64).saturating_add(UNIT_SLACK).min(most)
 }
 
 /// The error of a read of inner chunks of the shard at `key`: a range its index gave that runs
@@ -1004,10 +1026,7 @@ impl Decoder {
         run: impl FnOnce(&CodecChain, &[u64], &FillValue, usize) -> Result<Elements, CodecError>,
     ) -> Result<Arc<Decoded>, ReadError> {
         let meta = &self.meta;
-        let (chain, shape) = match (self.inner, meta.chain.sharding()) {
-            (true, Some(s)) => (&s.inner, &s.inner_shape),
-            _ => (&meta.chain, &meta.chunk_shape),
-        };
+        let (chain, shape) = unit_chain(meta, self.inner);
         let limit = limit_for(meta, shape.iter().product(), &self.opts);
         if let Some(c) = &self.caches {
             c.decodes.fetch_add(1, Ordering::Relaxed);
@@ -1245,7 +1264,7 @@ async fn read_shard_once(
         }
     }
     // An inner chunk is read into memory whole: no more than a chunk is (see read_and_decode).
-    let most = most_stored(ctx);
+    let most = most_stored_of(ctx, &meta, true);
     if let Some((_, r)) = missing.iter().find(|(_, r)| r.end - r.start > most) {
         return Err(too_large_unit(key.as_str(), r.end - r.start, most));
     }

@@ -337,22 +337,7 @@ impl CodecChain {
 
     /// Decodes one stored chunk of `shape` elements. `limit` bounds every intermediate buffer.
     pub fn decode(&self, input: &[u8], shape: &[u64], fill: &FillValue, limit: usize) -> Result<Elements, CodecError> {
-        // Shapes and element types as each array->array stage leaves them.
-        let mut shapes = vec![shape.to_vec()];
-        let mut items = vec![self.dtype.item_size().unwrap_or(0)];
-        for stage in &self.array_to_array {
-            let (last_shape, last_item) = (shapes[shapes.len() - 1].clone(), items[items.len() - 1]);
-            match stage {
-                ArrayToArray::Transpose(order) => {
-                    shapes.push(transpose::encoded_shape(&last_shape, order));
-                    items.push(last_item);
-                }
-                ArrayToArray::Filter { encoded, .. } => {
-                    shapes.push(last_shape);
-                    items.push(encoded.item_size().unwrap_or(0));
-                }
-            }
-        }
+        let (shapes, items) = self.stages(shape);
         let encoded_shape = &shapes[shapes.len() - 1];
         let n = encoded_shape.iter().product::<u64>() as usize;
         let limit = self.widened(limit, &items, n);
@@ -421,6 +406,35 @@ impl CodecChain {
     /// a filter's stored type wider than the array's (`items`, per array->array stage), Base64
     /// text (4/3 of what it encodes), and the strings categorize makes of a `<U` array before
     /// they are fixed-width. Valid chunks of such chains were refused as too large.
+    /// Shapes and element sizes of a chunk of `shape` as each array->array stage leaves it
+    /// (the first, decoded; the last, encoded).
+    fn stages(&self, shape: &[u64]) -> (Vec<Vec<u64>>, Vec<usize>) {
+        let mut shapes = vec![shape.to_vec()];
+        let mut items = vec![self.dtype.item_size().unwrap_or(0)];
+        for stage in &self.array_to_array {
+            let (last_shape, last_item) = (&shapes[shapes.len() - 1], items[items.len() - 1]);
+            match stage {
+                ArrayToArray::Transpose(order) => {
+                    shapes.push(transpose::encoded_shape(last_shape, order));
+                    items.push(last_item);
+                }
+                ArrayToArray::Filter { encoded, .. } => {
+                    shapes.push(last_shape.clone());
+                    items.push(encoded.item_size().unwrap_or(0));
+                }
+            }
+        }
+        (shapes, items)
+    }
+
+    /// The most bytes any buffer decoding a chunk of `shape` holds, the stored chunk included,
+    /// when the decoded chunk may take `limit`: what its stages may widen it to.
+    pub fn bound(&self, shape: &[u64], limit: usize) -> usize {
+        let (shapes, items) = self.stages(shape);
+        let n = shapes[shapes.len() - 1].iter().product::<u64>() as usize;
+        self.widened(limit, &items, n)
+    }
+
     fn widened(&self, limit: usize, items: &[usize], n: usize) -> usize {
         let decoded = items.first().copied().unwrap_or(0);
         let widest = items.iter().copied().max().unwrap_or(0);
