@@ -241,6 +241,12 @@ impl CodecChain {
                     }
                     array_to_bytes = Some(ArrayToBytes::Fixed(stored));
                 }
+                "vlen-utf8" | "vlen-bytes" if before_bytes && !stage_dtype.is_variable() => {
+                    return Err(MetaError::Invalid(format!(
+                        "the {name} codec encodes variable-length elements, not {}",
+                        stage_dtype.typestr()
+                    )));
+                }
                 "vlen-utf8" if before_bytes => array_to_bytes = Some(ArrayToBytes::VlenUtf8),
                 "vlen-bytes" if before_bytes => array_to_bytes = Some(ArrayToBytes::VlenBytes),
                 "sharding_indexed" if before_bytes => {

@@ -531,6 +531,25 @@ mod tests {
         assert!(check_grid(&[1 << 40], &[1 << 20]).is_ok());
     }
 
+    /// vlen-utf8 and vlen-bytes encode variable-length elements: with a fixed-size type the
+    /// metadata is invalid (it was read, and its chunks blamed).
+    #[test]
+    fn vlen_codecs_need_variable_length_types() {
+        let doc = |data_type: &str, codec: &str| {
+            serde_json::json!({
+                "zarr_format": 3, "node_type": "array", "shape": [4], "data_type": data_type,
+                "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+                "chunk_key_encoding": {"name": "default"}, "fill_value": if data_type == "int32" { serde_json::json!(0) } else { serde_json::json!("") },
+                "codecs": [{"name": codec}], "attributes": {}
+            })
+        };
+        for codec in ["vlen-utf8", "vlen-bytes"] {
+            let err = parse_v3(&doc("int32", codec)).unwrap_err();
+            assert!(matches!(&err, MetaError::Invalid(m) if m.contains(codec)), "{err}");
+        }
+        assert!(parse_v3(&doc("string", "vlen-utf8")).is_ok());
+    }
+
     #[test]
     fn v3_extension_fields_must_be_understood_unless_they_say_otherwise() {
         let base = serde_json::json!({
