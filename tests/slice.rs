@@ -1844,3 +1844,56 @@ async fn object_arrays_as_bytes_are_refused_before_reading_chunks() {
         assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), before, "{format}");
     }
 }
+
+/// A HEAD of a slice is checked as a GET is (select, format, limits: the same errors) and
+/// answered with the headers known before reading: no chunk is read or decoded. bin and npy
+/// of fixed-size elements have their exact length and dtype.
+#[tokio::test]
+async fn head_of_a_slice_reads_no_chunk() {
+    let (app, state, reads) = counting_app(&fixtures().join("v2"), config_with(&[]));
+    let count = || reads.load(std::sync::atomic::Ordering::SeqCst);
+    let decodes = || state.caches.decodes.load(std::sync::atomic::Ordering::SeqCst);
+    let base = "/api/v1/slice/m/compressor_zstd_i4";
+    // The metadata is read (and cached) by a first refused request.
+    let r = request(&app, "HEAD", &format!("{base}?select=0:2,0:3,9&format=bin"), &[]).await;
+    assert_eq!(r.status, 400);
+    let first = count();
+    for (query, length) in [
+        ("select=1:3,2:5&format=bin", Some(24)),
+        ("select=1:3,2:5&format=npy", None),
+        ("select=1:3,2:5&format=json", None),
+        ("select=1:3,2:5&format=csv", None),
+    ] {
+        let uri = format!("{base}?{query}");
+        let (before, decoded) = (count(), decodes());
+        let head = request(&app, "HEAD", &uri, &[]).await;
+        assert_eq!(head.status, 200, "{query}");
+        assert!(head.body.is_empty());
+        assert_eq!((count(), decodes()), (before, decoded), "{query}: nothing read");
+        let get = get(&app, &uri, &[]).await;
+        for h in ["content-type", "x-zarr-shape", "x-zarr-dtype", "vary"] {
+            assert_eq!(head.header(h), get.header(h), "{query}: {h}");
+        }
+        let stated = head.header("content-length").map(|l| l.parse::<usize>().unwrap());
+        match query {
+            q if q.ends_with("bin") || q.ends_with("npy") => {
+                assert_eq!(stated, Some(get.body.len()), "{query}");
+                if let Some(n) = length {
+                    assert_eq!(get.body.len(), n);
+                }
+            }
+            _ => assert_eq!(stated, None, "{query}: text has no length before it is made"),
+        }
+    }
+    // The GETs read; HEADs still refuse what a GET refuses.
+    assert!(count() > first);
+    let r = request(&app, "HEAD", &format!("{base}?select=0:2&format=xml"), &[]).await;
+    assert_eq!(r.status, 400);
+    let (app, _, _) = counting_app(&fixtures().join("v2"), {
+        let mut c = config_with(&[]);
+        c.limits.max_slice_bytes = 16;
+        c
+    });
+    let r = request(&app, "HEAD", &format!("{base}?format=bin"), &[]).await;
+    assert_eq!(r.status, 413);
+}

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::response::Response;
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -82,7 +82,12 @@ fn choose_format(query: &SliceQuery, headers: &HeaderMap) -> Result<Format, ApiE
 }
 
 /// The handler.
-pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
+pub async fn slice(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let query: SliceQuery = super::query(&uri)?;
     let format = choose_format(&query, &headers)?;
     let png_opts = PngOptions {
@@ -186,6 +191,9 @@ pub async fn slice(State(state): State<AppState>, uri: Uri, headers: HeaderMap) 
         .header("x-zarr-shape", shape_header);
 
     let fixed = meta.dtype.item_size().is_some();
+    if method == Method::HEAD {
+        return head_only(response, format, &meta, &sel, fixed.then_some(asked));
+    }
     // Large results of fixed-size elements stream in bands of rows, as bytes or as text, so
     // that memory holds a few bands and never the whole result (nor its text, which is several
     // times larger).
@@ -314,6 +322,40 @@ fn count_text(n: u64, what: &str) -> String {
     } else {
         format!("{n} {what}")
     }
+}
+
+/// The answer to a HEAD of a slice that passed every check made before reading: the headers a
+/// GET sends that are known without reading a chunk (RFC 9110 section 9.3.2 lets the others
+/// go), so that a HEAD costs no decoding. A fixed-size result as bin or npy has its exact
+/// Content-Length and dtype; text has its dtype and no length, as a GET sends it chunked; a
+/// variable-length result, whose bin dtype is as wide as its longest element, and a PNG's
+/// value range, are known only once read. Stored data that does not decode is found by the
+/// GET only.
+fn head_only(
+    response: axum::http::response::Builder,
+    format: Format,
+    meta: &ArrayMeta,
+    sel: &Selection,
+    fixed_bytes: Option<u64>,
+) -> Result<Response, ApiError> {
+    let mut response = response;
+    if let Some(data) = fixed_bytes {
+        if format != Format::Png {
+            response = response.header("x-zarr-dtype", meta.dtype.typestr());
+        }
+        let header = match format {
+            Format::Npy => bin::npy_header(&meta.dtype, &sel.shape()).len() as u64,
+            _ => 0,
+        };
+        if matches!(format, Format::Bin | Format::Npy) {
+            response = response.header(header::CONTENT_LENGTH, HeaderValue::from(header.saturating_add(data)));
+            return response.body(Body::empty()).map_err(|_| ApiError::Internal);
+        }
+    }
+    // A body of unknown length, as the GET's: no Content-Length is made up for it.
+    response
+        .body(Body::from_stream(stream::empty::<Result<Bytes, std::io::Error>>()))
+        .map_err(|_| ApiError::Internal)
 }
 
 /// Splits a selection into bands of whole rows of decode units (chunks, or inner chunks of
