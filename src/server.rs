@@ -230,8 +230,10 @@ async fn guard(State(state): State<AppState>, request: Request, next: Next) -> R
             .as_ref()
             .is_none_or(|t| token.is_some_and(|b| t.matches(b)))
     } else {
+        // The handlers' own lookup (which percent-decodes the segment), so that no spelling of
+        // a protected mount's name passes here and reaches it there.
         mount_of(path)
-            .and_then(|name| state.mounts.get(name))
+            .and_then(|segment| state.mount(segment).ok())
             .is_none_or(|mount| mount.allows(token))
     };
     if !allowed {

@@ -64,6 +64,23 @@ async fn protected_mounts_need_their_token_everywhere() {
         .body(axum::body::Body::from("{}"))
         .unwrap();
     assert_eq!(send(&app, validate).await.status, 401);
+    // Every spelling of the protected mount's name is it (the mount segment is percent-decoded
+    // once, here as in the handlers), and so are other spellings of the routes.
+    for uri in uris {
+        for spelled in [
+            uri.replace("/secret/", "/%73ecret/"),
+            uri.replace("/secret/", "/secre%74/"),
+        ] {
+            let r = get(&app, &spelled, &[]).await;
+            assert_eq!(r.status, 401, "{spelled}");
+            assert_eq!(get(&app, &spelled, &[good]).await.status, 200, "{spelled}");
+        }
+    }
+    for uri in ["/%6Detrics", "/metrics/", "/%7Aarr/secret/v3/zstd_i4/zarr.json"] {
+        let r = get(&app, uri, &[]).await;
+        assert!(matches!(r.status.as_u16(), 401 | 404), "{uri}: {}", r.status);
+        assert!(!String::from_utf8_lossy(&r.body).contains("zarr_format"), "{uri}");
+    }
     // Preflights work without a token.
     let r = request(
         &app,
