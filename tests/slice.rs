@@ -300,6 +300,10 @@ async fn the_cache_buster_parameter_is_ignored() {
         "/api/v1/zom/fx/v2/group_nested?depth=1&_=1",
         "/api/v1/zom-schema?zarr_format=2&_=1",
         "/api/v1/list/fx/v2?_=1",
+        // As often as a client adds it, with or without a value, encoded or not.
+        "/api/v1/list/fx/v2?_=1&_=2",
+        "/api/v1/zom/fx/v2/group_nested?_&%5F=3&depth=0",
+        "/api/v1/slice/fx/v2/compressor_none_i4?_=1&select=0:2&_=2",
     ] {
         assert_eq!(get(&app, uri, &[]).await.status, 200, "{uri}");
     }

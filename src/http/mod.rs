@@ -5,9 +5,16 @@ pub mod raw;
 pub mod slice;
 pub mod zom;
 
-/// A route's query parameters: unknown ones are 400, so that a misspelt one is not ignored.
+/// A route's query parameters: unknown ones are 400, so that a misspelt one is not ignored,
+/// but for `_` (the cache buster JavaScript clients add, as often as they like), which every
+/// route ignores.
 pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &axum::http::Uri) -> Result<T, crate::error::ApiError> {
-    serde_urlencoded::from_str(uri.query().unwrap_or(""))
+    let buster = |pair: &&str| {
+        let name = pair.split('=').next().unwrap_or_default();
+        percent_encoding::percent_decode_str(name).eq(*b"_")
+    };
+    let kept: Vec<&str> = uri.query().unwrap_or("").split('&').filter(|p| !buster(p)).collect();
+    serde_urlencoded::from_str(&kept.join("&"))
         .map_err(|e| crate::error::ApiError::BadRequest(format!("bad query: {e}")))
 }
 

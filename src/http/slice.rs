@@ -51,10 +51,6 @@ struct SliceQuery {
     vmin: Option<String>,
     vmax: Option<String>,
     cmap: Option<String>,
-    /// `_=<anything>`: the cache buster JavaScript clients add (ignored; other unknown
-    /// parameters are 400, so that a misspelt one is not silently ignored).
-    #[serde(rename = "_")]
-    _cache_buster: Option<String>,
 }
 
 fn parse_number(v: &Option<String>, name: &str) -> Result<Option<f64>, ApiError> {

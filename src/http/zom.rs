@@ -218,19 +218,13 @@ pub async fn synthesized_zarr_json(
 #[serde(deny_unknown_fields)]
 struct ZomQuery {
     depth: Option<String>,
-    /// `_=<anything>`, ignored (see the slice query).
-    #[serde(rename = "_")]
-    _cache_buster: Option<String>,
 }
 
-/// The query of `/api/v1/list` and `/api/v1/validate`: nothing but the cache buster.
+/// The query of `/api/v1/list` and `/api/v1/validate`: nothing (but the cache buster, which
+/// [`query`] leaves out).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PlainQuery {
-    /// `_=<anything>`, ignored (see the slice query).
-    #[serde(rename = "_")]
-    _cache_buster: Option<String>,
-}
+struct PlainQuery {}
 
 /// Splits `/api/v1/{route}/{mount}[/{path}]` into the mount and the decoded key.
 fn mount_and_path<'a>(state: &'a AppState, uri: &Uri, route: &str) -> Result<(&'a Mount, StoreKey), ApiError> {
@@ -372,9 +366,6 @@ async fn listing(state: AppState, uri: Uri) -> Result<Json<Value>, ApiError> {
 #[serde(deny_unknown_fields)]
 struct SchemaQuery {
     zarr_format: Option<String>,
-    /// `_=<anything>`, ignored (see the slice query).
-    #[serde(rename = "_")]
-    _cache_buster: Option<String>,
 }
 
 /// `GET /api/v1/zom-schema?zarr_format=2|3`: the JSON Schema of ZOM nodes of that version.
