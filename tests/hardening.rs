@@ -461,6 +461,35 @@ async fn stray_large_files_under_chunk_keys_are_not_read() {
     assert_eq!(state.caches.decodes.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
+/// A shard read whole (sharding behind another codec) is as large as its inner chunks' encodings
+/// and its index make it, more than its decoded size: 2^20 uint8 in inner chunks of 4 are a
+/// shard of 5 MiB (a 4 MiB index), read and served, not refused by the bound of other chunks.
+#[tokio::test]
+async fn whole_shards_larger_than_their_data_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 1u64 << 20;
+    let codecs = json!([
+        {"name": "transpose", "configuration": {"order": [0]}},
+        {"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [4],
+            "codecs": [{"name": "bytes"}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "index_location": "end"}}]);
+    write_v3_array(&dir.path().join("t"), &[n], &[n], "uint8", json!(0), codecs);
+    let mut shard: Vec<u8> = (0..n).map(|i| (i % 251) as u8).collect();
+    for i in 0..n / 4 {
+        shard.extend_from_slice(&(4 * i).to_le_bytes());
+        shard.extend_from_slice(&4u64.to_le_bytes());
+    }
+    std::fs::create_dir_all(dir.path().join("t/c")).unwrap();
+    std::fs::write(dir.path().join("t/c/0"), shard).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let r = get(&app, "/api/v1/slice/m/t?select=1000:1010", &[]).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let want: Vec<u64> = (1000..1010).map(|i| i % 251).collect();
+    assert_eq!(r.json()["data"], json!(want));
+}
+
 /// A writer the tests' log subscriber appends to.
 #[derive(Clone, Default)]
 struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

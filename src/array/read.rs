@@ -973,7 +973,9 @@ fn most_stored_of(ctx: &ReadContext, meta: &ArrayMeta, inner: bool) -> u64 {
     }
     let (chain, shape) = unit_chain(meta, inner);
     let limit = limit_for(meta, shape.iter().product(), &ctx.opts);
-    (chain.bound(shape, limit) as u64).saturating_add(UNIT_SLACK).min(most)
+    chain
+        .bound(shape, limit)
+        .map_or(most, |b| (b as u64).saturating_add(UNIT_SLACK).min(most))
 }
 
 /// The error of a read of inner chunks of the shard at `key`: a range its index gave that runs

@@ -434,11 +434,16 @@ impl CodecChain {
     }
 
     /// The most bytes any buffer decoding a chunk of `shape` holds, the stored chunk included,
-    /// when the decoded chunk may take `limit`: what its stages may widen it to.
-    pub fn bound(&self, shape: &[u64], limit: usize) -> usize {
+    /// when the decoded chunk may take `limit`: what its stages may widen it to. `None` for a
+    /// shard read whole (sharding inside other codecs), whose inner chunks' encodings and index
+    /// are not bounded so.
+    pub fn bound(&self, shape: &[u64], limit: usize) -> Option<usize> {
+        if matches!(self.array_to_bytes, ArrayToBytes::Sharding(_)) {
+            return None;
+        }
         let (shapes, items) = self.stages(shape);
         let n = shapes[shapes.len() - 1].iter().product::<u64>() as usize;
-        self.widened(limit, &items, n)
+        Some(self.widened(limit, &items, n))
     }
 
     fn widened(&self, limit: usize, items: &[usize], n: usize) -> usize {

@@ -26,7 +26,15 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &axum::http::Uri) -> Re
 pub(crate) async fn own_task<T: Send + 'static>(
     work: impl Future<Output = Result<T, crate::error::ApiError>> + Send + 'static,
 ) -> Result<T, crate::error::ApiError> {
-    tokio_util::task::AbortOnDropHandle::new(tokio::spawn(work))
-        .await
-        .unwrap_or_else(|_| Err(crate::error::ApiError::Internal))
+    joined(tokio_util::task::AbortOnDropHandle::new(tokio::spawn(work)).await)?
+}
+
+/// The outcome of a task the request waited for. A panic goes on in the request's own task, so
+/// that the server's panic layer answers 500 and logs it as it does a handler's.
+pub(crate) fn joined<T>(outcome: Result<T, tokio::task::JoinError>) -> Result<T, crate::error::ApiError> {
+    match outcome {
+        Ok(t) => Ok(t),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(crate::error::ApiError::Internal),
+    }
 }

@@ -16,7 +16,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt, stream};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{own_task, query};
+use super::{joined, own_task, query};
 use crate::cache::{Caches, MAX_PENDING_WALKS, Rendered, Walked, fits, remembered};
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
@@ -96,7 +96,14 @@ async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, Store
         let _turn = done.0.walks.acquire().await.ok();
         walk(&store, &done.1.1, None).await.map(|t| t.map(Arc::new))
     };
+    // Weighing serializes the tree's documents: a large one on the blocking pool.
     let weight = match &walked {
+        Ok(Some(tree)) if tree.node_count() > 100 => {
+            let tree = tree.clone();
+            tokio::task::spawn_blocking(move || tree.heap_weight())
+                .await
+                .unwrap_or(usize::MAX)
+        }
         Ok(Some(tree)) => tree.heap_weight(),
         _ => 0,
     };
@@ -469,12 +476,13 @@ pub async fn validate(
     // async workers that serve everything else. The permit goes with the work: a request that
     // times out or is dropped while its work runs on does not let another start beside it.
     let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
-    let validator = tokio::task::spawn_blocking(move || {
-        let _turn = turn;
-        jsonschema::validator_for(&schema)
-    })
-    .await
-    .map_err(|_| ApiError::Internal)?
+    let validator = joined(
+        tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            jsonschema::validator_for(&schema)
+        })
+        .await,
+    )?
     .map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
     let zom = zom_value(&state, mount, &path, None).await?;
     let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
@@ -486,7 +494,7 @@ pub async fn validate(
             .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
             .collect::<Vec<Value>>()
     })
-    .await
-    .map_err(|_| ApiError::Internal)?;
+    .await;
+    let errors = joined(errors)?;
     Ok(Json(json!({"valid": errors.is_empty(), "errors": errors})))
 }

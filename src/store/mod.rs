@@ -412,9 +412,12 @@ impl Store {
                 return Ok(Some(Ok(bytes)));
             }
             return match self.fetch(key, Some(ByteRange::Bounded(0, MAX_DOCUMENT_BYTES))).await {
-                Ok(Some((_, meta))) if meta.size > MAX_DOCUMENT_BYTES => Err(too_large(meta.size)),
-                Ok(Some((bytes, meta))) if bytes.len() as u64 == meta.size => Ok(Some(Ok(bytes))),
-                // Not whole even within the limit (or gone): it changed between the two reads.
+                Ok(Some((_, now))) if now.size > MAX_DOCUMENT_BYTES => Err(too_large(now.size)),
+                Ok(Some((bytes, now))) if bytes.len() as u64 == now.size && now.size <= meta.size => {
+                    Ok(Some(Ok(bytes)))
+                }
+                // Not whole even within the limit, or larger than admitted (or gone): it changed
+                // between the two reads.
                 Ok(_) | Err(StoreError::Range { .. }) => {
                     Err(StoreError::Io(format!("{key} changed while it was read")))
                 }
