@@ -54,6 +54,24 @@ fn cors(origins: &[String]) -> CorsLayer {
         .max_age(Duration::from_secs(3600))
 }
 
+/// The CORS headers of an answer to a request from `origin` that the CORS layer does not see
+/// (an OPTIONS that is no preflight), as that layer writes them on the others.
+fn allow_origin(origins: &[String], origin: Option<HeaderValue>, headers: &mut axum::http::HeaderMap) {
+    let Some(origin) = origin else { return };
+    let allowed = if origins.iter().any(|o| o == "*") {
+        HeaderValue::from_static("*")
+    } else if origins.iter().any(|o| o.as_bytes() == origin.as_bytes()) {
+        headers.append(header::VARY, HeaderValue::from_static("origin"));
+        origin
+    } else {
+        return;
+    };
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+    if let Ok(exposed) = HeaderValue::from_str(&EXPOSED.join(",")) {
+        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, exposed);
+    }
+}
+
 /// One log line per request (method, path, Range, status, body bytes, milliseconds to the
 /// response head and to its end) and the request metrics. Status and latency are counted at the
 /// response head; the line is written, and the body bytes and aborted responses counted, when the
@@ -323,14 +341,19 @@ pub fn app(state: AppState) -> Router {
     );
     // The CORS layer answers every OPTIONS as a preflight; one that is not (no
     // Access-Control-Request-Method) goes to the routes, which answer 204 with Allow.
+    // Its answer is a response like any other: with the origin allowed, a page reads it.
     let plain = guarded.clone();
+    let origins: std::sync::Arc<[String]> = state.config.server.cors_origins.clone().into();
     let plain_options = middleware::from_fn(move |request: Request, next: Next| {
-        let plain = plain.clone();
+        let (plain, origins) = (plain.clone(), origins.clone());
         async move {
             if request.method() == Method::OPTIONS
                 && !request.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
             {
-                return plain.oneshot(request).await.unwrap_or_else(|e| match e {});
+                let origin = request.headers().get(header::ORIGIN).cloned();
+                let mut response = plain.oneshot(request).await.unwrap_or_else(|e| match e {});
+                allow_origin(&origins, origin, response.headers_mut());
+                return response;
             }
             next.run(request).await
         }

@@ -295,7 +295,25 @@ async fn cors_on_every_response_and_preflight() {
     for (uri, allow) in [(CHUNK, "GET, HEAD, OPTIONS"), ("/api/v1/validate/fx", "POST, OPTIONS")] {
         let r = request(&app, "OPTIONS", uri, &[]).await;
         assert_eq!((r.status.as_u16(), r.header("allow")), (204, Some(allow)), "{uri}");
+        assert_eq!(r.header("access-control-allow-origin"), None, "no Origin, no CORS");
+        // From a page (after its preflight), the answer carries CORS as every response does.
+        let r = request(&app, "OPTIONS", uri, &[origin]).await;
+        assert_eq!((r.status.as_u16(), r.header("allow")), (204, Some(allow)), "{uri}");
+        assert_eq!(r.header("access-control-allow-origin"), Some("*"), "{uri}");
+        assert!(r.header("access-control-expose-headers").unwrap().contains("etag"));
     }
+    // A list of origins: the one asking, if it is listed, with Vary: Origin.
+    let mut config = config_with(&[("fx", &fixtures())]);
+    config.server.cors_origins = vec!["http://viewer.example".into()];
+    let listed = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let r = request(&listed, "OPTIONS", CHUNK, &[origin]).await;
+    assert_eq!(r.header("access-control-allow-origin"), Some("http://viewer.example"));
+    assert_eq!(r.header("vary"), Some("origin"));
+    let r = request(&listed, "OPTIONS", CHUNK, &[("origin", "http://other.example")]).await;
+    assert_eq!(
+        (r.status.as_u16(), r.header("access-control-allow-origin")),
+        (204, None)
+    );
 }
 
 #[tokio::test]

@@ -265,7 +265,7 @@ async fn serve(
     let (mount_name, rest) = split_path(path);
     let mount = state.mount(mount_name)?;
     let (key, names_directory) = StoreKey::from_url_path(rest)?;
-    let missing = || ApiError::NotFound(format!("no key '{key}' in mount '{mount_name}'"));
+    let missing = || ApiError::NotFound(format!("no key '{key}' in mount '{}'", mount.name));
     if names_directory || key.is_root() {
         return Err(missing());
     }
