@@ -932,6 +932,30 @@ async function main() {
       assertEq(i.slice(0, 3), ["-9223372036854775808", "382234064969960533", "3254082014222424740"], "int64 row 0");
     });
 
+    await check("a view's state is in the URL: a link (and a reload) opens the view as it was", async () => {
+      await page.goto(base + "/#/demo/v3.zarr/volume?at=3,0,0&cmap=viridis");
+      await waitStage("[3,:,:]");
+      assertEq(await page.locator("[data-testid=cmap]").inputValue(), "viridis", "colormap from the URL");
+      const shown = await imageState("[3,:,:]");
+      assert(shown.sameAsApi && shown.colored > 0, "the image is the API's viridis PNG of [3,:,:]");
+      const slider = page.locator('input[type=range][data-dim="0"]');
+      await slider.focus();
+      await page.keyboard.press("ArrowRight");
+      await waitStage("[4,:,:]");
+      const hash = await page.evaluate(() => location.hash);
+      assert(hash.startsWith("#/demo/v3.zarr/volume?") && hash.includes("at=4%2C") && hash.includes("cmap=viridis"), `the URL follows the view: ${hash}`);
+      await page.reload();
+      await waitStage("[4,:,:]");
+      assertEq(await page.locator("[data-testid=cmap]").inputValue(), "viridis", "colormap after a reload");
+      // Another view, and dimensions swapped, from a link; state that does not fit is ignored.
+      await page.goto(base + "/#/demo/v3.zarr/volume?view=table&rows=2&cols=1&at=5,0,0");
+      await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.state === "ready", null, "the table", "[data-testid=table]");
+      assertEq(await page.getAttribute("[data-testid=table]", "data-select"), "[5,0:20,0:100]", "the table's selection");
+      assertEq(await page.locator("[data-testid=dim-rows]").inputValue(), "2", "rows dimension from the URL");
+      await page.goto(base + "/#/demo/v3.zarr/volume?view=nope&rows=9&at=99,x");
+      await waitStage("[7,:,:]");
+    });
+
     await check("no script errors", async () => {
       const errs = browser.pageErrors;
       const consoleErrs = browser.consoleMessages.filter((m) => m.type === "error" && !/Failed to load resource: the server responded with a status of (400|404)/.test(m.text));
