@@ -157,11 +157,16 @@ impl Drop for Finished {
             range = self.range.as_deref().unwrap_or("-"),
             status,
             bytes = self.bytes,
-            ms = self.start.elapsed().as_secs_f64() * 1e3,
-            head_ms = head.as_secs_f64() * 1e3,
+            ms = millis(self.start.elapsed()),
+            head_ms = millis(head),
             aborted = !complete,
         );
     }
+}
+
+/// Milliseconds to the microsecond (`0.296`, not `0.29577899999999996`).
+fn millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1e3
 }
 
 /// A response body that counts what is handed on of it; the access log line is written when

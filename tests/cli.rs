@@ -223,6 +223,14 @@ fn drain_time_and_json_logs() {
     assert_eq!(access["status"], 200, "{access}");
     assert_eq!(access["bytes"], 10, "{access}");
     assert_eq!(access["method"], "GET", "{access}");
+    // Milliseconds to the microsecond: three decimals at most.
+    for field in ["ms", "head_ms"] {
+        let ms = access[field].as_f64().unwrap_or(-1.0);
+        assert!(
+            ms >= 0.0 && (ms * 1e3 - (ms * 1e3).round()).abs() < 1e-6,
+            "{field}: {access}"
+        );
+    }
     assert!(
         lines
             .iter()
