@@ -943,7 +943,7 @@ async function main() {
       await page.keyboard.press("ArrowRight");
       await waitStage("[4,:,:]");
       const hash = await page.evaluate(() => location.hash);
-      assert(hash.startsWith("#/demo/v3.zarr/volume?") && hash.includes("at=4%2C") && hash.includes("cmap=viridis"), `the URL follows the view: ${hash}`);
+      assert(hash.startsWith("#/demo/v3.zarr/volume?") && hash.includes("at=4,0,0") && hash.includes("cmap=viridis"), `the URL follows the view: ${hash}`);
       await page.reload();
       await waitStage("[4,:,:]");
       assertEq(await page.locator("[data-testid=cmap]").inputValue(), "viridis", "colormap after a reload");
@@ -952,8 +952,28 @@ async function main() {
       await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.state === "ready", null, "the table", "[data-testid=table]");
       assertEq(await page.getAttribute("[data-testid=table]", "data-select"), "[5,0:20,0:100]", "the table's selection");
       assertEq(await page.locator("[data-testid=dim-rows]").inputValue(), "2", "rows dimension from the URL");
+      // The table's page too.
+      await page.locator("[data-testid=table] ~ .pager button", { hasText: "next" }).click();
+      await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.select === "[5,0:20,100:128]", null, "the next page", "[data-testid=table]");
+      assert((await page.evaluate(() => location.hash)).includes("off=100,0"), "the page is in the URL");
+      await page.reload();
+      await waitUntil(() => document.querySelector("[data-testid=table]")?.dataset.select === "[5,0:20,100:128]", null, "the page after a reload", "[data-testid=table]");
+      // What does not fit the array is ignored, and leaves the URL.
       await page.goto(base + "/#/demo/v3.zarr/volume?view=nope&rows=9&at=99,x");
       await waitStage("[7,:,:]");
+      assertEq(await page.evaluate(() => location.hash), "#/demo/v3.zarr/volume", "the URL without the state that did not fit");
+      // A link to the node shown (its tree row) keeps the view, and adds no history entry.
+      await page.goto(base + "/#/demo/v3.zarr/volume?at=2,0,0");
+      await waitStage("[2,:,:]");
+      const entries = await page.evaluate(() => history.length);
+      await page.locator('#tree li[data-key="demo/v3.zarr/volume"] > .row a').click();
+      await page.waitForTimeout(300);
+      assertEq(await page.evaluate(() => location.hash), "#/demo/v3.zarr/volume?at=2,0,0", "the URL after clicking the node shown");
+      assertEq(await page.evaluate(() => history.length), entries, "history entries");
+      assertEq(await page.getAttribute("[data-testid=stage]", "data-select"), "[2,:,:]", "the plane shown");
+      // A colour bar's ends are short (a phone's width) and exact in their title.
+      assertEq(await page.evaluate(() => [boundText("-9223372036854775808"), boundText("247.13839721679688"), boundText("0.00001")]),
+        ["-9.223e18", "247.138", "1e-5"], "colour bar labels");
     });
 
     await check("no script errors", async () => {
