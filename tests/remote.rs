@@ -535,6 +535,47 @@ fn silent_origins_time_out_and_refusing_ones_fail() {
     });
 }
 
+/// A ranged read that fails upstream (503 after the retries) is a 502 at once: the HEAD that
+/// tells a 416 from other failures is asked only after a 416, not after every failure (it
+/// doubled the requests, and the wait, of a failing or throttling upstream).
+#[test]
+fn failed_ranged_reads_ask_no_head() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::{Arc, Mutex};
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = origin.local_addr().unwrap();
+    let methods = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = methods.clone();
+    std::thread::spawn(move || {
+        for stream in origin.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            seen.lock()
+                .unwrap()
+                .push(line.split(' ').next().unwrap_or("").to_owned());
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let mut out = stream;
+            let _ = write!(
+                out,
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    runtime().block_on(async {
+        let (app, _) = app_with(vec![http_mount("busy", format!("http://{addr}/d"), 5.0, 1)]);
+        let r = get(&app, "/zarr/busy/blob", &[("range", "bytes=0-3")]).await;
+        assert_eq!((r.status.as_u16(), r.error_code().as_str()), (502, "upstream_error"));
+        let asked = methods.lock().unwrap().clone();
+        assert!(!asked.is_empty() && asked.iter().all(|m| m == "GET"), "{asked:?}");
+    });
+}
+
 /// An origin that sends a large body slowly but steadily: the mount's timeout bounds each wait,
 /// not the whole request, so the body arrives whole although it takes four times the timeout.
 #[test]

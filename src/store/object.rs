@@ -385,6 +385,9 @@ impl From<object_store::Error> for StoreError {
                 StoreError::NotSupported("the upstream store does not support this request".into())
             }
             other if timed_out(&other) => StoreError::Timeout(other.to_string()),
+            // A 401/403 that object_store reports as a generic failure (a LIST that the
+            // bucket's policy refuses, where GETs are allowed) is a refusal all the same.
+            other if refused(&other) => StoreError::Denied(other.to_string()),
             other => StoreError::Io(other.to_string()),
         }
     }
@@ -402,6 +405,27 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
         {
+            return true;
+        }
+        at = err.source();
+    }
+    false
+}
+
+/// Whether an error's chain holds an HTTP status of 401 or 403. object_store maps those to
+/// `PermissionDenied` / `Unauthenticated` for object requests but not for listings, whose
+/// errors are `Generic`, and its retry error type is private: its text is what tells
+/// ("Server returned non-2xx status code: 403 Forbidden: ...").
+fn refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    has_status(e, "401") || has_status(e, "403")
+}
+
+/// Whether an error's chain holds an HTTP response of status `code` (see [`refused`]).
+fn has_status(e: &(dyn std::error::Error + 'static), code: &str) -> bool {
+    let said = format!("Server returned non-2xx status code: {code} ");
+    let mut at = Some(e);
+    while let Some(err) = at {
+        if err.to_string().starts_with(&said) {
             return true;
         }
         at = err.source();
@@ -540,9 +564,9 @@ impl Backend for ObjectStoreBackend {
                 whole
             }
             // A range the object cannot satisfy: the upstream answers 416, which object_store
-            // reports as a generic error. A HEAD, made only then, tells that from other failures
-            // and gives the size the client is told.
-            Err(e) if range.is_some() && !matches!(e, object_store::Error::NotFound { .. }) => {
+            // reports as a generic error. A HEAD, made only then (not after a timeout or a 5xx,
+            // which it would only repeat), gives the size the client is told.
+            Err(e) if range.is_some() && has_status(&e, "416") => {
                 if let Ok(Some(meta)) = self.head(key).await {
                     super::resolve_range(range, meta.size)?;
                 }
@@ -654,6 +678,53 @@ fn list_local(root: &FsPath, dir: &FsPath) -> Result<Listing, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listing refused by the bucket (object_store: a generic error whose cause is the 403
+    /// response) is a refusal (502 upstream_denied), not a failure (502 upstream_error).
+    #[test]
+    fn refused_listings_are_denied() {
+        #[derive(Debug)]
+        struct Status(&'static str);
+        impl std::fmt::Display for Status {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(
+                    f,
+                    "Server returned non-2xx status code: {}: <Error>AccessDenied</Error>",
+                    self.0
+                )
+            }
+        }
+        impl std::error::Error for Status {}
+        #[derive(Debug)]
+        struct Listing(Status);
+        impl std::fmt::Display for Listing {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "Error performing list request")
+            }
+        }
+        impl std::error::Error for Listing {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let generic = |status| object_store::Error::Generic {
+            store: "S3",
+            source: Box::new(Listing(Status(status))),
+        };
+        assert!(matches!(
+            StoreError::from(generic("403 Forbidden")),
+            StoreError::Denied(_)
+        ));
+        assert!(matches!(
+            StoreError::from(generic("401 Unauthorized")),
+            StoreError::Denied(_)
+        ));
+        assert!(matches!(
+            StoreError::from(generic("503 Service Unavailable")),
+            StoreError::Io(_)
+        ));
+        assert!(matches!(StoreError::from(generic("4031 Odd")), StoreError::Io(_)));
+    }
 
     #[test]
     fn only_timeouts_are_timeouts() {
