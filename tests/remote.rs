@@ -576,6 +576,54 @@ fn failed_ranged_reads_ask_no_head() {
     });
 }
 
+/// An origin that dates its objects in the obsolete asctime form (RFC 9110 has recipients
+/// accept it), or with no date at all: its objects are served (object_store alone fails the
+/// read on either), dated in the IMF form, or undated.
+#[test]
+fn origins_with_old_or_bad_dates_are_read() {
+    use std::io::{BufRead, BufReader, Write};
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = origin.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in origin.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let date = if line.contains("/old/") {
+                "Sun Nov  6 08:49:37 1994"
+            } else {
+                "yesterday"
+            };
+            let mut out = stream;
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nLast-Modified: {date}\r\nConnection: close\r\n\r\n"
+            );
+            if !line.starts_with("HEAD") {
+                let _ = out.write_all(b"hello");
+            }
+        }
+    });
+    runtime().block_on(async {
+        let (app, _) = app_with(vec![
+            http_mount("old", format!("http://{addr}/old"), 5.0, 0),
+            http_mount("bad", format!("http://{addr}/bad"), 5.0, 0),
+        ]);
+        let r = get(&app, "/zarr/old/blob", &[]).await;
+        assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"hello"[..]));
+        assert_eq!(r.header("last-modified"), Some("Sun, 06 Nov 1994 08:49:37 GMT"));
+        let r = get(&app, "/zarr/bad/blob", &[]).await;
+        assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"hello"[..]));
+        assert_eq!(r.header("last-modified"), None);
+    });
+}
+
 /// An origin that sends a large body slowly but steadily: the mount's timeout bounds each wait,
 /// not the whole request, so the body arrives whole although it takes four times the timeout.
 #[test]

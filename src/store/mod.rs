@@ -11,6 +11,7 @@ mod key;
 mod nowait;
 mod object;
 pub mod open;
+mod origin;
 pub mod zip;
 
 use std::fmt;

@@ -115,7 +115,8 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
             let b = HttpBuilder::new()
                 .with_url(url)
                 .with_client_options(client_options(config))
-                .with_retry(retry(config));
+                .with_retry(retry(config))
+                .with_http_connector(super::origin::OriginConnector);
             (Arc::new(b.build().map_err(|e| e.to_string())?), "")
         }
     };
