@@ -1867,6 +1867,7 @@ async fn head_of_a_slice_reads_no_chunk() {
         ("select=1:3,2:5&format=npy", None),
         ("select=1:3,2:5&format=json", None),
         ("select=1:3,2:5&format=csv", None),
+        ("select=1:3,2:5&format=png", None),
     ] {
         let uri = format!("{base}?{query}");
         let (before, decoded) = (count(), decodes());
@@ -1891,6 +1892,17 @@ async fn head_of_a_slice_reads_no_chunk() {
     }
     // The GETs read; HEADs still refuse what a GET refuses.
     assert!(count() > first);
+    // Variable-length elements: the dtype of json is the array's, that of bin is known once read.
+    let strings = "/api/v1/slice/m/zarr2_object_vlen_utf8";
+    let head = request(&app, "HEAD", &format!("{strings}?format=json"), &[]).await;
+    let get = get(&app, &format!("{strings}?format=json"), &[]).await;
+    assert_eq!(
+        (head.status.as_u16(), head.header("x-zarr-dtype")),
+        (200, get.header("x-zarr-dtype"))
+    );
+    assert!(head.header("x-zarr-dtype").is_some());
+    let head = request(&app, "HEAD", &format!("{strings}?format=bin"), &[]).await;
+    assert_eq!((head.status.as_u16(), head.header("x-zarr-dtype")), (200, None));
     let r = request(&app, "HEAD", &format!("{base}?select=0:2&format=xml"), &[]).await;
     assert_eq!(r.status, 400);
     let (app, _, _) = counting_app(&fixtures().join("v2"), {

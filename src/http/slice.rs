@@ -323,10 +323,10 @@ fn count_text(n: u64, what: &str) -> String {
 /// The answer to a HEAD of a slice that passed every check made before reading: the headers a
 /// GET sends that are known without reading a chunk (RFC 9110 section 9.3.2 lets the others
 /// go), so that a HEAD costs no decoding. A fixed-size result as bin or npy has its exact
-/// Content-Length and dtype; text has its dtype and no length, as a GET sends it chunked; a
-/// variable-length result, whose bin dtype is as wide as its longest element, and a PNG's
-/// value range, are known only once read. Stored data that does not decode is found by the
-/// GET only.
+/// Content-Length; other bodies have none (text is sent chunked, and a PNG's size is known once
+/// made). The dtype is the array's, but for variable-length elements as bin or npy (as wide as
+/// the longest, known once read); a PNG's value range is known once read. Stored data that does
+/// not decode is found by the GET only.
 fn head_only(
     response: axum::http::response::Builder,
     format: Format,
@@ -334,19 +334,20 @@ fn head_only(
     sel: &Selection,
     fixed_bytes: Option<u64>,
 ) -> Result<Response, ApiError> {
+    let bytes = matches!(format, Format::Bin | Format::Npy);
     let mut response = response;
-    if let Some(data) = fixed_bytes {
-        if format != Format::Png {
-            response = response.header("x-zarr-dtype", meta.dtype.typestr());
-        }
+    // bin and npy write variable-length elements at the width of the longest: that type is
+    // known once they are read. Every other answer names the array's own.
+    if !bytes || fixed_bytes.is_some() {
+        response = response.header("x-zarr-dtype", meta.dtype.typestr());
+    }
+    if let (true, Some(data)) = (bytes, fixed_bytes) {
         let header = match format {
             Format::Npy => bin::npy_header(&meta.dtype, &sel.shape()).len() as u64,
             _ => 0,
         };
-        if matches!(format, Format::Bin | Format::Npy) {
-            response = response.header(header::CONTENT_LENGTH, HeaderValue::from(header.saturating_add(data)));
-            return response.body(Body::empty()).map_err(|_| ApiError::Internal);
-        }
+        response = response.header(header::CONTENT_LENGTH, HeaderValue::from(header.saturating_add(data)));
+        return response.body(Body::empty()).map_err(|_| ApiError::Internal);
     }
     // A body of unknown length, as the GET's: no Content-Length is made up for it.
     response

@@ -125,7 +125,7 @@ async fn json_object(
         Some(Err(_)) => {
             return Err(HierarchyError::TooLarge(format!(
                 "the metadata documents of this hierarchy hold more than {} MiB; ask for a part \
-                 of it (a path below, or depth=N)",
+                 of it (a path below; for ZOM, depth=N)",
                 MAX_WALK_DOCUMENT_BYTES >> 20
             )));
         }
