@@ -535,12 +535,27 @@ fn silent_origins_time_out_and_refusing_ones_fail() {
     });
 }
 
+/// Reads a request's head from `stream`; returns its request line ("GET /x HTTP/1.1\r\n").
+fn request_line(stream: &std::net::TcpStream) -> String {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    let _ = reader.read_line(&mut line);
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+            break;
+        }
+    }
+    line
+}
+
 /// A ranged read that fails upstream (503 after the retries) is a 502 at once: the HEAD that
 /// tells a 416 from other failures is asked only after a 416, not after every failure (it
 /// doubled the requests, and the wait, of a failing or throttling upstream).
 #[test]
 fn failed_ranged_reads_ask_no_head() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     use std::sync::{Arc, Mutex};
     let origin = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = origin.local_addr().unwrap();
@@ -548,18 +563,10 @@ fn failed_ranged_reads_ask_no_head() {
     let seen = methods.clone();
     std::thread::spawn(move || {
         for stream in origin.incoming().flatten() {
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
+            let line = request_line(&stream);
             seen.lock()
                 .unwrap()
                 .push(line.split(' ').next().unwrap_or("").to_owned());
-            loop {
-                let mut h = String::new();
-                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-            }
             let mut out = stream;
             let _ = write!(
                 out,
@@ -581,20 +588,12 @@ fn failed_ranged_reads_ask_no_head() {
 /// read on either), dated in the IMF form, or undated.
 #[test]
 fn origins_with_old_or_bad_dates_are_read() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     let origin = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = origin.local_addr().unwrap();
     std::thread::spawn(move || {
         for stream in origin.incoming().flatten() {
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            loop {
-                let mut h = String::new();
-                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                    break;
-                }
-            }
+            let line = request_line(&stream);
             let date = if line.contains("/old/") {
                 "Sun Nov  6 08:49:37 1994"
             } else {
@@ -628,7 +627,7 @@ fn origins_with_old_or_bad_dates_are_read() {
 /// not the whole request, so the body arrives whole although it takes four times the timeout.
 #[test]
 fn slow_steady_bodies_are_not_cut_at_the_timeout() {
-    use std::io::{BufRead, BufReader, Write};
+    use std::io::Write;
     let origin = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = origin.local_addr().unwrap();
     let body: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
@@ -637,16 +636,7 @@ fn slow_steady_bodies_are_not_cut_at_the_timeout() {
         for stream in origin.incoming().flatten() {
             let sent = sent.clone();
             std::thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut line = String::new();
-                let _ = reader.read_line(&mut line);
-                let head = line.starts_with("HEAD");
-                loop {
-                    let mut h = String::new();
-                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                        break;
-                    }
-                }
+                let head = request_line(&stream).starts_with("HEAD");
                 let mut out = stream;
                 let _ = write!(
                     out,
