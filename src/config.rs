@@ -580,15 +580,13 @@ impl Config {
             config.server.bind = bind;
         }
         if let Some(format) = env("ZARRGATE_LOG_FORMAT") {
-            config.server.log_format = match format.as_str() {
-                "text" => LogFormat::Text,
-                "json" => LogFormat::Json,
-                _ => {
-                    return Err(ConfigError::Invalid(format!(
-                        "ZARRGATE_LOG_FORMAT must be text or json, got '{format}'"
-                    )));
-                }
-            };
+            // The names the file's `log_format` takes (serde's), not a second list of them.
+            use serde::de::IntoDeserializer;
+            let read: Result<LogFormat, serde::de::value::Error> =
+                LogFormat::deserialize(format.as_str().into_deserializer());
+            config.server.log_format = read.map_err(|_| {
+                ConfigError::Invalid(format!("ZARRGATE_LOG_FORMAT must be text or json, got '{format}'"))
+            })?;
         }
         if let Some(bind) = &args.bind {
             config.server.bind.clone_from(bind);

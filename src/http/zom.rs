@@ -96,15 +96,9 @@ async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, Store
         let _turn = done.0.walks.acquire().await.ok();
         walk(&store, &done.1.1, None).await.map(|t| t.map(Arc::new))
     };
-    // Weighing serializes the tree's documents: a large one on the blocking pool.
+    // Weighing serializes the tree's documents.
     let weight = match &walked {
-        Ok(Some(tree)) if tree.node_count() > 100 => {
-            let tree = tree.clone();
-            tokio::task::spawn_blocking(move || tree.heap_weight())
-                .await
-                .unwrap_or(usize::MAX)
-        }
-        Ok(Some(tree)) => tree.heap_weight(),
+        Ok(Some(tree)) => tree_work(tree.clone(), |t| t.heap_weight()).await.unwrap_or(usize::MAX),
         _ => 0,
     };
     if remembered(&walked) && fits(&done.0.hierarchies, weight) {
@@ -134,6 +128,19 @@ async fn synthesis_tree(state: &AppState, mount: &Mount, group: &StoreKey) -> Re
         })
 }
 
+/// Runs `work` over `tree`: on the blocking pool for a tree of more than 100 nodes (rendering
+/// or weighing thousands of documents would hold up the async worker), inline for a smaller one.
+async fn tree_work<T: Send + 'static>(
+    tree: Arc<Tree>,
+    work: impl FnOnce(&Tree) -> T + Send + 'static,
+) -> Result<T, tokio::task::JoinError> {
+    if tree.node_count() > 100 {
+        tokio::task::spawn_blocking(move || work(&tree)).await
+    } else {
+        Ok(work(&tree))
+    }
+}
+
 /// The consolidated document of `tree` (the group at `group`): rendered once per walked tree
 /// (and, for v3, per stored document of the group, `own`) and shared by every response until
 /// either changes, rather than rendered per request (a 10,000-node hierarchy is megabytes of
@@ -156,10 +163,10 @@ async fn rendered(
     }
     caches.consolidated_counters.record(true);
     let own = own.map(Arc::new);
-    let (from, with) = (tree.clone(), own.clone());
+    let with = own.clone();
     // A tree with a node zarr-python cannot open is not consolidated (the stored document is
     // served), and that is remembered as a rendering is.
-    let render = move || {
+    let bytes = tree_work(tree.clone(), move |from| {
         if !from.consolidatable() {
             return None;
         }
@@ -168,14 +175,9 @@ async fn rendered(
             None => from.zmetadata(),
         };
         Some(Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string())))
-    };
-    let bytes = if tree.node_count() > 100 {
-        tokio::task::spawn_blocking(render)
-            .await
-            .map_err(|_| ApiError::Internal)?
-    } else {
-        render()
-    };
+    })
+    .await
+    .map_err(|_| ApiError::Internal)?;
     let done = Rendered {
         from: Arc::downgrade(&tree),
         own,

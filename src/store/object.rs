@@ -397,19 +397,18 @@ impl From<object_store::Error> for StoreError {
 /// out, or an I/O timeout, anywhere in its chain of sources. (Its text is no guide: every
 /// retried error names the `retry_timeout` setting.)
 fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut at = Some(e);
-    while let Some(err) = at {
+    in_chain(e, |err| {
         let http = err.downcast_ref::<object_store::client::HttpError>();
-        if http.is_some_and(|h| h.kind() == object_store::client::HttpErrorKind::Timeout)
+        http.is_some_and(|h| h.kind() == object_store::client::HttpErrorKind::Timeout)
             || err
                 .downcast_ref::<std::io::Error>()
                 .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
-        {
-            return true;
-        }
-        at = err.source();
-    }
-    false
+    })
+}
+
+/// Whether `e` or any error in its chain of sources is one that `is` says.
+fn in_chain(e: &(dyn std::error::Error + 'static), is: impl Fn(&(dyn std::error::Error + 'static)) -> bool) -> bool {
+    std::iter::successors(Some(e), |err| err.source()).any(is)
 }
 
 /// Whether an error's chain holds an HTTP status of 401 or 403. object_store maps those to
@@ -423,14 +422,7 @@ fn refused(e: &(dyn std::error::Error + 'static)) -> bool {
 /// Whether an error's chain holds an HTTP response of status `code` (see [`refused`]).
 fn has_status(e: &(dyn std::error::Error + 'static), code: &str) -> bool {
     let said = format!("Server returned non-2xx status code: {code} ");
-    let mut at = Some(e);
-    while let Some(err) = at {
-        if err.to_string().starts_with(&said) {
-            return true;
-        }
-        at = err.source();
-    }
-    false
+    in_chain(e, |err| err.to_string().starts_with(&said))
 }
 
 impl From<std::io::Error> for StoreError {
