@@ -29,6 +29,10 @@ pub enum ArrayToArray {
         /// The stored element type.
         encoded: DType,
     },
+    /// v3 `numcodecs.packbits`: booleans packed eight to a byte, stored as a 1-D array of
+    /// `1 + ceil(n / 8)` bytes (a count of padding bits, then the bits) whatever the chunk's
+    /// shape, as numcodecs' v3 codec declares it.
+    PackBits,
 }
 
 /// The array->bytes stage.
@@ -261,7 +265,15 @@ impl CodecChain {
                     }
                     match numeric_filter(id, &cfg)? {
                         Some(_) if id == "packbits" => {
-                            return Err(MetaError::Unsupported("numcodecs.packbits in a v3 chain".into()));
+                            if stage_dtype.kind != Kind::Bool {
+                                return Err(MetaError::Invalid(format!(
+                                    "codec '{name}' packs booleans, not {}",
+                                    stage_dtype.typestr()
+                                )));
+                            }
+                            stage_shape = vec![packed_len(&stage_shape)];
+                            stage_dtype = DType::new(Kind::UInt(1));
+                            array_to_array.push(ArrayToArray::PackBits);
                         }
                         Some((codec, encoded)) => {
                             // The filter must decode to what the stage before it holds: v3
@@ -372,6 +384,10 @@ impl CodecChain {
                     Elements::Fixed(b) => Elements::Fixed(codec.decode(&b, limit)?),
                     _ => return Err(CodecError::Corrupt("numeric filter on variable-length data".into())),
                 },
+                ArrayToArray::PackBits => match elements {
+                    Elements::Fixed(b) => Elements::Fixed(packbits::PackBits.decode(&b, limit)?),
+                    _ => return Err(CodecError::Corrupt("packbits on variable-length data".into())),
+                },
             };
         }
         // Whatever the stages did, a fixed-size chunk holds exactly its elements.
@@ -428,6 +444,10 @@ impl CodecChain {
                     shapes.push(last_shape.clone());
                     items.push(encoded.item_size().unwrap_or(0));
                 }
+                ArrayToArray::PackBits => {
+                    shapes.push(vec![packed_len(last_shape)]);
+                    items.push(1);
+                }
             }
         }
         (shapes, items)
@@ -469,6 +489,11 @@ impl CodecChain {
 }
 
 /// Plain fixed-size elements must fill the chunk exactly.
+/// The bytes packbits stores `shape`'s booleans in: a count of padding bits, then eight to a byte.
+fn packed_len(shape: &[u64]) -> u64 {
+    1 + shape.iter().product::<u64>().div_ceil(8)
+}
+
 fn check_fixed_len(stored: &DType, len: usize, n: usize) -> Result<(), CodecError> {
     let size = stored.item_size().unwrap_or(0);
     if len != n * size {

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::numeric::{Scalar, count};
+use super::numeric::{Num, Scalar, count};
 use super::{BytesToBytes, CodecError};
 
 /// The delta filter.
@@ -39,15 +39,16 @@ impl BytesToBytes for Delta {
             return Err(CodecError::TooLarge { limit });
         }
         let mut out = vec![0u8; n * size];
-        let mut acc = None;
+        // The sum starts from the additive identity: for floats that is -0.0, which keeps the
+        // sign of a first element of -0.0 (0.0 + -0.0 is 0.0).
+        let mut acc = if self.dtype.is_float() {
+            Num::Float(-0.0)
+        } else {
+            Num::Int(0)
+        };
         for (src, dst) in input.chunks_exact(self.astype.size()).zip(out.chunks_exact_mut(size)) {
-            let d = self.astype.read(src);
-            let v = match acc {
-                None => self.dtype.add(super::numeric::Num::Int(0), d),
-                Some(prev) => self.dtype.add(prev, d),
-            };
-            self.dtype.write(v, dst);
-            acc = Some(v);
+            acc = self.dtype.add(acc, self.astype.read(src));
+            self.dtype.write(acc, dst);
         }
         Ok(out)
     }
@@ -75,5 +76,29 @@ mod tests {
         assert!(d.decode(&[1, 2, 3], 1 << 10).is_err());
         assert_eq!(d.decode(&enc, 8), Err(CodecError::TooLarge { limit: 8 }));
         assert!(Delta::from_config(&json!({"id": "delta"})).is_err());
+    }
+
+    /// numcodecs decodes with NumPy's cumsum, whose first element is the first stored one:
+    /// a chunk that starts with -0.0 keeps its sign, in float32 and float64.
+    #[test]
+    fn a_leading_negative_zero_keeps_its_sign() {
+        let d = Delta::from_config(&json!({"id": "delta", "dtype": "<f8"})).unwrap();
+        let enc: Vec<u8> = [-0.0f64, 1.0, -1.0, -0.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let dec: Vec<f64> = d
+            .decode(&enc, 1 << 10)
+            .unwrap()
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            dec.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            [-0.0f64, 1.0, 0.0, 0.0].map(f64::to_bits)
+        );
+        let d = Delta::from_config(&json!({"id": "delta", "dtype": "<f4"})).unwrap();
+        let dec = d.decode(&(-0.0f32).to_le_bytes(), 1 << 10).unwrap();
+        assert_eq!(dec, (-0.0f32).to_le_bytes());
     }
 }

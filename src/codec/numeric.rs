@@ -64,7 +64,8 @@ impl Scalar {
         self.0.item_size().unwrap_or(1)
     }
 
-    fn is_float(&self) -> bool {
+    /// Whether this is a floating-point type.
+    pub fn is_float(&self) -> bool {
         matches!(self.0.kind, Kind::Float(_))
     }
 

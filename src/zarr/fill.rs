@@ -134,8 +134,12 @@ impl FillValue {
         }
         let size = dtype.item_size().ok_or_else(bad)?;
         if value.is_null() {
-            // Null on a fixed-size type reads as zeros (what zarr-python returns).
-            return Ok(FillValue::Fixed(vec![0; size]));
+            // Null on a fixed-size type reads as zarr-python 3 reads it: NaT for datetimes and
+            // timedeltas, zeros otherwise.
+            return Ok(FillValue::Fixed(match dtype.kind {
+                Kind::DateTime(_) | Kind::TimeDelta(_) => i64::MIN.to_le_bytes().to_vec(),
+                _ => vec![0; size],
+            }));
         }
         let bytes = match &dtype.kind {
             Kind::Bool => match value {
@@ -245,6 +249,9 @@ mod tests {
         );
         assert_eq!(fixed(json!("NaT"), "<M8[s]"), i64::MIN.to_le_bytes());
         assert_eq!(fixed(json!(null), "<i4"), [0, 0, 0, 0]);
+        // zarr-python 3 reads a null fill of a v2 datetime or timedelta as NaT.
+        assert_eq!(fixed(json!(null), "<M8[ns]"), i64::MIN.to_le_bytes());
+        assert_eq!(fixed(json!(null), ">m8[s]"), i64::MIN.to_le_bytes());
         assert_eq!(fixed(json!(true), "|b1"), [1]);
     }
 
