@@ -64,6 +64,11 @@ pub enum ApiError {
     /// Stored bytes do not decode. The key is safe to show: the client asked for it.
     #[error("stored data at '{key}' could not be decoded")]
     CorruptData { key: String },
+    /// A stored metadata document is not valid metadata (code `corrupt_data`, as other stored
+    /// bytes that do not decode). The reason speaks of the document's own fields, which anyone
+    /// who may ask can read at its raw key, so it is shown.
+    #[error("the metadata at '{key}' is invalid: {reason}")]
+    InvalidMetadata { key: String, reason: String },
     /// A bug or an unexpected condition; details go to the log only.
     #[error("internal error")]
     Internal,
@@ -86,7 +91,9 @@ impl ApiError {
             ApiError::Unsupported(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::UpstreamDenied | ApiError::Upstream => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            ApiError::CorruptData { .. } | ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::CorruptData { .. } | ApiError::InvalidMetadata { .. } | ApiError::Internal => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
         }
     }
 
@@ -109,7 +116,7 @@ impl ApiError {
             ApiError::UpstreamDenied => "upstream_denied",
             ApiError::Upstream => "upstream_error",
             ApiError::UpstreamTimeout => "upstream_timeout",
-            ApiError::CorruptData { .. } => "corrupt_data",
+            ApiError::CorruptData { .. } | ApiError::InvalidMetadata { .. } => "corrupt_data",
             ApiError::Internal => "internal",
         }
     }

@@ -149,7 +149,14 @@ impl AppState {
             } => ApiError::Unsupported(format!("unsupported: {m}")),
             OpenError::Meta { key, error } => {
                 tracing::warn!(mount = %mount.name, %key, %error, "invalid metadata");
-                ApiError::CorruptData { key: key.clone() }
+                let reason = match error {
+                    MetaError::Invalid(reason) => reason.clone(),
+                    other => other.to_string(),
+                };
+                ApiError::InvalidMetadata {
+                    key: key.clone(),
+                    reason,
+                }
             }
             OpenError::Store(s) => s.clone().into(),
         })

@@ -368,6 +368,29 @@ async fn corrupt_stored_data_is_a_named_error_never_a_crash() {
     assert_eq!(get(&app, "/zarr/t/bomb/c/0", &[]).await.status, 200);
 }
 
+/// Metadata that is not valid (here: a sharding codec after a transpose whose inner chunks do
+/// not divide the transposed chunk) is `corrupt_data` whose message says what is wrong with the
+/// document, not only that it did not decode.
+#[tokio::test]
+async fn invalid_metadata_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let codecs = json!([
+        {"name": "transpose", "configuration": {"order": [1, 0]}},
+        {"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [2, 3],
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}}
+    ]);
+    write_v3_array(&dir.path().join("t"), &[4, 6], &[4, 6], "uint16", json!(0), codecs);
+    let app = app_for(&[("m", dir.path())]);
+    let r = get(&app, "/api/v1/slice/m/t", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    assert_eq!(
+        r.json()["error"]["message"],
+        "the metadata at 't/zarr.json' is invalid: invalid codec configuration: shard shape [6, 4] \
+         is not a multiple of inner chunk shape [2, 3]"
+    );
+}
+
 #[test]
 fn mount_config_defaults_for_limits() {
     let c = Config::default();

@@ -144,7 +144,10 @@ async fn a_corrupt_node_does_not_hide_its_neighbours() {
     assert_eq!(r.status, 200, "{:?}", r.body);
     let invalid = json!({
         "node_type": "invalid",
-        "error": {"code": "corrupt_data", "message": "stored data at 'bad/.zarray' could not be decoded"}
+        "error": {
+            "code": "corrupt_data",
+            "message": "the metadata at 'bad/.zarray' is invalid: not JSON: key must be a string at line 1 column 2"
+        }
     });
     let mut bad = invalid.clone();
     bad["name"] = json!("bad");
