@@ -81,8 +81,8 @@ impl AppState {
         for (name, m) in &config.mounts {
             let source = m.source(name)?;
             let kind = store::open::kind(&source);
-            let store =
-                store::open::open(&source, m).map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
+            let store = store::open::open_checked(&source, m, std::time::Duration::from_secs(config.cache.ttl_seconds))
+                .map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
             let tokens = m
                 .tokens
                 .iter()

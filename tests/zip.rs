@@ -261,6 +261,31 @@ async fn a_replaced_archive_is_read_through_its_new_directory() {
     assert_eq!((r.status.as_u16(), &r.body[..]), (206, &[1u8, 1, 1][..]));
 }
 
+/// Requests that read no entry (a conditional GET answered from the directory, a HEAD) see a
+/// replaced archive within `cache.ttl_seconds`, the server's bound on staleness: not a 304 for
+/// changed bytes for a minute.
+#[tokio::test]
+async fn conditional_requests_see_a_replaced_archive_within_the_ttl() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.zip");
+    std::fs::write(&path, zip_of(&[("a", b"old a")])).unwrap();
+    let mut config = common::config_with(&[("z", &path)]);
+    config.cache.ttl_seconds = 1;
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let r = get(&app, "/zarr/z/a", &[]).await;
+    let etag = r.headers["etag"].to_str().unwrap().to_owned();
+    assert_eq!(get(&app, "/zarr/z/a", &[("if-none-match", &etag)]).await.status, 304);
+    std::fs::write(&path, zip_of(&[("a", b"new a!")])).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let head = request(&app, "HEAD", "/zarr/z/a", &[("if-none-match", &etag)]).await;
+    assert_eq!(
+        (head.status.as_u16(), head.headers["content-length"].to_str().unwrap()),
+        (200, "6")
+    );
+    let r = get(&app, "/zarr/z/a", &[("if-none-match", &etag)]).await;
+    assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"new a!"[..]));
+}
+
 /// A deflated entry inflates as it streams, in pieces: whole, ranged across pieces, suffix.
 #[tokio::test]
 async fn deflated_entries_stream_whole_and_in_ranges() {

@@ -136,13 +136,19 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
 /// Opens a mount's store. Remote stores are not contacted here: a mount whose bucket is
 /// unreachable still starts, and its requests answer 502/504 until the bucket answers.
 pub fn open(source: &MountSource, config: &MountConfig) -> Result<Store, String> {
+    open_checked(source, config, super::zip::DIRECTORY_CHECK)
+}
+
+/// [`open`], with a zip archive's directory checked against the archive every `zip_check` by
+/// requests that read no entry (the server passes `cache.ttl_seconds`, its bound on staleness).
+pub fn open_checked(source: &MountSource, config: &MountConfig, zip_check: Duration) -> Result<Store, String> {
     Ok(match source {
         MountSource::Local(dir) => Store::new(open_local(dir)?),
         MountSource::Remote(r, url) => Store::new(remote(*r, url, config)?),
         MountSource::Zip(container, name) => {
             let container = open(container, config)?;
             let key = StoreKey::new(name).map_err(|e| format!("archive name '{name}': {e}"))?;
-            Store::new(ZipBackend::new(container, key))
+            Store::new(ZipBackend::new(container, key).checked_every(zip_check))
         }
     })
 }

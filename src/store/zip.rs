@@ -316,8 +316,9 @@ impl Directory {
     }
 }
 
-/// How long a directory is used by requests that read no entry (HEAD, listings) before the
-/// archive is checked again.
+/// How long a directory is used by requests that read no entry (HEAD, listings, conditional
+/// requests answered 304) before the archive is checked again, unless the mount says otherwise
+/// ([`ZipBackend::checked_every`]; the server uses `cache.ttl_seconds`).
 pub const DIRECTORY_CHECK: Duration = Duration::from_secs(60);
 
 /// A directory and when the archive was last seen to be the one it was read from.
@@ -340,6 +341,7 @@ pub struct ZipBackend {
     container: Store,
     key: StoreKey,
     current: tokio::sync::Mutex<Option<Current>>,
+    check: Duration,
 }
 
 impl ZipBackend {
@@ -349,15 +351,21 @@ impl ZipBackend {
             container,
             key,
             current: tokio::sync::Mutex::new(None),
+            check: DIRECTORY_CHECK,
         }
     }
 
+    /// Checks the archive again after `check` for requests that read no entry.
+    pub fn checked_every(self, check: Duration) -> Self {
+        Self { check, ..self }
+    }
+
     /// The directory: the one kept, checked against the archive with a HEAD once
-    /// [`DIRECTORY_CHECK`] has passed, or read anew.
+    /// its check interval has passed, or read anew.
     async fn directory(&self) -> Result<Arc<Directory>, StoreError> {
         let mut current = self.current.lock().await;
         if let Some(c) = current.as_mut() {
-            if c.checked.elapsed() < DIRECTORY_CHECK {
+            if c.checked.elapsed() < self.check {
                 return Ok(c.directory.clone());
             }
             if let Some(now) = self.container.head(&self.key).await?
