@@ -1508,6 +1508,56 @@ async fn a_rewritten_shard_is_read_through_its_new_index() {
     }
 }
 
+/// Several shards rewritten since their indexes were cached, read in one request: one pass
+/// finds them all, and the next reads them anew. It used to stop at the first, so the second
+/// pass met the next one and the request failed with 502 ("a shard changed twice") although
+/// each shard changed once.
+#[tokio::test]
+async fn several_rewritten_shards_are_read_anew_in_one_request() {
+    for coalescing in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        write_v3_array(
+            &a,
+            &[32],
+            &[8],
+            "int32",
+            json!(0),
+            json!([{"name": "sharding_indexed", "configuration": {
+                "chunk_shape": [4],
+                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}],
+                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+                "index_location": "end"
+            }}]),
+        );
+        std::fs::create_dir_all(a.join("c")).unwrap();
+        for s in 0..4 {
+            std::fs::write(a.join(format!("c/{s}")), gzip_shard([[s; 4], [s; 4]])).unwrap();
+        }
+        let app = if coalescing {
+            counting_app(dir.path(), Config::default()).0
+        } else {
+            app_for(&[("m", dir.path())])
+        };
+        for s in 0..4 {
+            let r = get(&app, &format!("/api/v1/slice/m/a?select={}", s * 8), &[]).await;
+            assert_eq!(r.json()["data"], json!(s));
+        }
+        // Every shard replaced, by one of another size (its inner chunks move).
+        for s in 0..4 {
+            let new = gzip_shard([[100 + s, -1, 77777, s], [9; 4]]);
+            std::fs::write(a.join(format!("c/{s}")), new).unwrap();
+        }
+        let r = get(&app, "/api/v1/slice/m/a?select=::4", &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.json()["data"].clone()),
+            (200, json!([100, 9, 101, 9, 102, 9, 103, 9])),
+            "coalescing {coalescing}: {:?}",
+            r.body
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_identical_requests_decode_each_chunk_once() {
     let (app, state, _) = counting_app(&fixtures(), Config::default());

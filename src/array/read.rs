@@ -848,7 +848,7 @@ async fn read_into(
         .zip(meta.chunk_shape.iter().zip(&meta.shape))
         .map(|(d, (&chunk, &n))| cells(*d, chunk, 0, 0, n))
         .collect();
-    stream::iter(product(&plan))
+    let mut reads = stream::iter(product(&plan))
         .map(|parts| {
             let (meta, output) = (meta.clone(), output.clone());
             async move {
@@ -863,9 +863,25 @@ async fn read_into(
                 }
             }
         })
-        .buffer_unordered(ctx.opts.concurrency.max(1))
-        .try_collect::<Vec<()>>()
-        .await?;
+        .buffer_unordered(ctx.opts.concurrency.max(1));
+    // A shard found changed has dropped its cached index; the others go on, so that every
+    // shard rewritten since its index was cached is found (and dropped) in this pass, and the
+    // one more pass of `again_if_changed` reads them all anew. Stopping at the first would
+    // leave the next one to fail that pass ("changed twice" for shards changed once).
+    let mut changed = None;
+    while let Some(done) = reads.next().await {
+        match done {
+            Ok(()) => {}
+            Err(e @ ReadError::Changed(_)) => {
+                changed.get_or_insert(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(e) = changed {
+        return Err(e);
+    }
+    drop(reads);
     Arc::try_unwrap(output).map_err(|_| ReadError::Internal("output still shared".into()))
 }
 
