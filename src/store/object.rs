@@ -513,8 +513,14 @@ impl Backend for ObjectStoreBackend {
             return local.get(key, range).await;
         }
         let range = match range {
+            // The size tells the range, or that it has no bytes (a suffix of none, any suffix
+            // of an empty object): that is the caller's to answer (416, or the whole empty
+            // object), not a bounded range of no bytes, which object_store refuses (502).
             Some(ByteRange::Suffix(n)) if !self.suffix_ranges => match self.head(key).await? {
-                Some(meta) => Some(ByteRange::Bounded(meta.size.saturating_sub(n), meta.size)),
+                Some(meta) => {
+                    let r = super::resolve_range(Some(ByteRange::Suffix(n)), meta.size)?;
+                    Some(ByteRange::Bounded(r.start, r.end))
+                }
                 None => return Ok(None),
             },
             r => r,
@@ -670,6 +676,42 @@ fn list_local(root: &FsPath, dir: &FsPath) -> Result<Listing, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A store without suffix ranges (Azure) reads one by its size and a bounded range; a
+    /// suffix of no bytes, or of an empty object, is the same range error as on a local disk
+    /// (416, or the whole empty object), not an upstream failure.
+    #[tokio::test]
+    async fn suffix_ranges_without_upstream_support() {
+        let memory = Arc::new(object_store::memory::InMemory::new());
+        memory
+            .put(&Path::from("p/a"), b"0123456789".to_vec().into())
+            .await
+            .unwrap();
+        memory.put(&Path::from("p/empty"), Vec::new().into()).await.unwrap();
+        let store = ObjectStoreBackend::new(memory, "p").without_suffix_ranges();
+        let key = |k: &str| StoreKey::new(k).unwrap();
+        let read = |k: &'static str, n: u64| {
+            let store = &store;
+            async move {
+                match store.get(&key(k), Some(ByteRange::Suffix(n))).await {
+                    Ok(Some(o)) => Ok((o.range.clone(), o.bytes().await.unwrap().to_vec())),
+                    Ok(None) => panic!("{k} missing"),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        assert_eq!(read("a", 3).await.unwrap(), (7..10, b"789".to_vec()));
+        assert_eq!(read("a", 30).await.unwrap(), (0..10, b"0123456789".to_vec()));
+        assert!(matches!(read("a", 0).await, Err(StoreError::Range { size: 10, .. })));
+        assert!(matches!(read("empty", 5).await, Err(StoreError::Range { size: 0, .. })));
+        assert!(
+            store
+                .get(&key("nothing"), Some(ByteRange::Suffix(2)))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
 
     /// A listing refused by the bucket (object_store: a generic error whose cause is the 403
     /// response) is a refusal (502 upstream_denied), not a failure (502 upstream_error).

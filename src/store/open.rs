@@ -66,6 +66,36 @@ fn azure_container(authority: &str) -> (&str, Option<&str>) {
     }
 }
 
+/// object_store's Azure emulator mode (`AZURE_STORAGE_USE_EMULATOR`, for Azurite) talks plain
+/// http to the emulator's address whatever the mount says: a mount that names an endpoint, or
+/// does not allow http, would have its settings passed over in silence, so it does not start.
+fn azure_emulator_check(emulator: Option<&str>, config: &MountConfig) -> Result<(), String> {
+    let on = emulator.is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "on" | "yes" | "y"
+        )
+    });
+    if !on {
+        return Ok(());
+    }
+    if config.endpoint.is_some() {
+        return Err(
+            "AZURE_STORAGE_USE_EMULATOR is set, which makes az:// mounts use the emulator's \
+                    address (AZURITE_BLOB_STORAGE_URL) instead of `endpoint`: unset one of them"
+                .into(),
+        );
+    }
+    if !config.allow_http {
+        return Err(
+            "AZURE_STORAGE_USE_EMULATOR is set, which makes az:// mounts use plain http: \
+                    set allow_http = true on the mount"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
 fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStoreBackend, String> {
     let (bucket, prefix) = bucket_and_prefix(url);
     let (store, prefix): (Arc<dyn ObjectStore>, &str) = match remote {
@@ -96,6 +126,7 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
             // `abfs://container@account.dfs.core.windows.net/path` names the account too;
             // `az://container/path` leaves it to AZURE_STORAGE_ACCOUNT_NAME.
             let (container, account) = azure_container(bucket);
+            azure_emulator_check(std::env::var("AZURE_STORAGE_USE_EMULATOR").ok().as_deref(), config)?;
             let mut b = MicrosoftAzureBuilder::from_env()
                 .with_container_name(container)
                 .with_client_options(client_options(config))
@@ -108,7 +139,13 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
             if let Some(e) = &config.endpoint {
                 b = b.with_endpoint(e.clone());
             }
-            (Arc::new(b.build().map_err(|e| e.to_string())?), prefix)
+            let store = b.build().map_err(|e| {
+                format!(
+                    "{e} (az:// mounts take the account from AZURE_STORAGE_ACCOUNT_NAME, or from the \
+                     URL as abfss://container@account.dfs.core.windows.net/path)"
+                )
+            })?;
+            (Arc::new(store), prefix)
         }
         Remote::Http => {
             // The origin URL includes the prefix.
@@ -161,6 +198,20 @@ mod tests {
     fn urls_split() {
         assert_eq!(bucket_and_prefix("s3://b/a/c"), ("b", "a/c"));
         assert_eq!(bucket_and_prefix("gs://b"), ("b", ""));
+    }
+
+    #[test]
+    fn the_azure_emulator_does_not_pass_over_a_mount_s_settings() {
+        let mut c = MountConfig::new("az://container/prefix", "/");
+        assert!(azure_emulator_check(None, &c).is_ok());
+        assert!(azure_emulator_check(Some("false"), &c).is_ok());
+        let err = azure_emulator_check(Some("true"), &c).unwrap_err();
+        assert!(err.contains("allow_http"), "{err}");
+        c.allow_http = true;
+        assert!(azure_emulator_check(Some("TRUE"), &c).is_ok());
+        c.endpoint = Some("https://example.invalid/account".into());
+        let err = azure_emulator_check(Some("1"), &c).unwrap_err();
+        assert!(err.contains("endpoint"), "{err}");
     }
 
     #[test]
