@@ -1405,6 +1405,35 @@ async fn chunks_cached_under_old_metadata_are_not_used_with_new() {
 }
 
 /// A v3 shard of two gzip-compressed int32 inner chunks, index (offset, length) at the end.
+/// A v3 int32 array of `len` elements in shards of 8 (two gzipped inner chunks of 4, index at
+/// the end), with its `c/` directory and no shard written.
+fn gzip_sharded_array(dir: &std::path::Path, len: u64) {
+    write_v3_array(
+        dir,
+        &[len],
+        &[8],
+        "int32",
+        json!(0),
+        json!([{"name": "sharding_indexed", "configuration": {
+            "chunk_shape": [4],
+            "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}],
+            "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
+            "index_location": "end"
+        }}]),
+    );
+    std::fs::create_dir_all(dir.join("c")).unwrap();
+}
+
+/// The app over `dir` as mount `m`: through a store without blocking reads, which coalesces
+/// the ranges of inner chunks (`coalescing`), or as local files read per inner chunk.
+fn sharded_app(dir: &std::path::Path, coalescing: bool) -> axum::Router {
+    if coalescing {
+        counting_app(dir, Config::default()).0
+    } else {
+        app_for(&[("m", dir)])
+    }
+}
+
 fn gzip_shard(inner: [[i32; 4]; 2]) -> Vec<u8> {
     use std::io::Write;
     let mut data = Vec::new();
@@ -1430,27 +1459,10 @@ async fn a_rewritten_shard_is_read_through_its_new_index() {
     for coalescing in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");
-        write_v3_array(
-            &a,
-            &[8],
-            &[8],
-            "int32",
-            json!(0),
-            json!([{"name": "sharding_indexed", "configuration": {
-                "chunk_shape": [4],
-                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}],
-                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-                "index_location": "end"
-            }}]),
-        );
-        std::fs::create_dir_all(a.join("c")).unwrap();
+        gzip_sharded_array(&a, 8);
         let old = gzip_shard([[0; 4], [1, 2, 3, 4]]);
         std::fs::write(a.join("c/0"), &old).unwrap();
-        let app = if coalescing {
-            counting_app(dir.path(), Config::default()).0
-        } else {
-            app_for(&[("m", dir.path())])
-        };
+        let app = sharded_app(dir.path(), coalescing);
         let r = get(&app, "/api/v1/slice/m/a?select=0:4", &[]).await;
         assert_eq!(r.json()["data"], json!([0, 0, 0, 0]));
 
@@ -1517,28 +1529,11 @@ async fn several_rewritten_shards_are_read_anew_in_one_request() {
     for coalescing in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");
-        write_v3_array(
-            &a,
-            &[32],
-            &[8],
-            "int32",
-            json!(0),
-            json!([{"name": "sharding_indexed", "configuration": {
-                "chunk_shape": [4],
-                "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 1}}],
-                "index_codecs": [{"name": "bytes", "configuration": {"endian": "little"}}],
-                "index_location": "end"
-            }}]),
-        );
-        std::fs::create_dir_all(a.join("c")).unwrap();
+        gzip_sharded_array(&a, 32);
         for s in 0..4 {
             std::fs::write(a.join(format!("c/{s}")), gzip_shard([[s; 4], [s; 4]])).unwrap();
         }
-        let app = if coalescing {
-            counting_app(dir.path(), Config::default()).0
-        } else {
-            app_for(&[("m", dir.path())])
-        };
+        let app = sharded_app(dir.path(), coalescing);
         for s in 0..4 {
             let r = get(&app, &format!("/api/v1/slice/m/a?select={}", s * 8), &[]).await;
             assert_eq!(r.json()["data"], json!(s));
