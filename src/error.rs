@@ -74,7 +74,23 @@ pub enum ApiError {
     Internal,
 }
 
+/// The most characters of a reason [`ApiError::invalid_metadata`] shows: a document's values
+/// can be megabytes (a fill value, a codec), and errors are not cached.
+const MAX_REASON_CHARS: usize = 300;
+
 impl ApiError {
+    /// [`ApiError::InvalidMetadata`], its reason cut to [`MAX_REASON_CHARS`] characters.
+    pub fn invalid_metadata(key: impl Into<String>, reason: &str) -> Self {
+        let reason = match reason.char_indices().nth(MAX_REASON_CHARS) {
+            Some((at, _)) => format!("{}...", &reason[..at]),
+            None => reason.to_owned(),
+        };
+        ApiError::InvalidMetadata {
+            key: key.into(),
+            reason,
+        }
+    }
+
     /// The HTTP status of this error.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -226,6 +242,19 @@ mod tests {
             let resp = e.into_response();
             assert_eq!(resp.headers()[header::CACHE_CONTROL], "no-cache");
         }
+    }
+
+    #[test]
+    fn reasons_of_invalid_metadata_are_cut() {
+        let long = "é".repeat(1000);
+        let e = ApiError::invalid_metadata("a/zarr.json", &long);
+        let ApiError::InvalidMetadata { reason, .. } = &e else {
+            panic!()
+        };
+        assert_eq!(reason.chars().count(), MAX_REASON_CHARS + 3);
+        assert!(reason.ends_with("é..."));
+        let e = ApiError::invalid_metadata("a/zarr.json", "short");
+        assert_eq!(e.to_string(), "the metadata at 'a/zarr.json' is invalid: short");
     }
 
     #[test]

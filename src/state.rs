@@ -149,13 +149,9 @@ impl AppState {
             } => ApiError::Unsupported(format!("unsupported: {m}")),
             OpenError::Meta { key, error } => {
                 tracing::warn!(mount = %mount.name, %key, %error, "invalid metadata");
-                let reason = match error {
-                    MetaError::Invalid(reason) => reason.clone(),
-                    other => other.to_string(),
-                };
-                ApiError::InvalidMetadata {
-                    key: key.clone(),
-                    reason,
+                match error {
+                    MetaError::Invalid(reason) => ApiError::invalid_metadata(key.clone(), reason),
+                    other => ApiError::invalid_metadata(key.clone(), &other.to_string()),
                 }
             }
             OpenError::Store(s) => s.clone().into(),

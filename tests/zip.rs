@@ -286,6 +286,110 @@ async fn conditional_requests_see_a_replaced_archive_within_the_ttl() {
     assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"new a!"[..]));
 }
 
+/// A container whose HEADs take `delay` once `slow` is set, and fail once `failing` is.
+#[derive(Debug)]
+struct SlowHeads {
+    inner: Store,
+    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    heads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl zarrgate::store::Backend for SlowHeads {
+    async fn head(
+        &self,
+        key: &zarrgate::store::StoreKey,
+    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.heads.fetch_add(1, SeqCst);
+        if self.slow.load(SeqCst) {
+            tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+        }
+        if self.failing.load(SeqCst) {
+            return Err(zarrgate::store::StoreError::Io("upstream down".into()));
+        }
+        self.inner.head(key).await
+    }
+
+    async fn get(
+        &self,
+        key: &zarrgate::store::StoreKey,
+        range: Option<zarrgate::store::ByteRange>,
+    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
+        self.inner.get(key, range).await
+    }
+
+    async fn list(
+        &self,
+        prefix: &zarrgate::store::StoreKey,
+    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+}
+
+/// The check of an archive once its interval has passed is made by one request, without the
+/// others waiting for it (they use the directory kept), and a failed check is not repeated by
+/// each request after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_or_failing_archive_check_holds_up_no_other_request() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("data.zip"), zip_of(&[("a", b"the a"), ("b", b"the b")])).unwrap();
+    let (slow, failing, heads) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+        Arc::default(),
+    );
+    let container = SlowHeads {
+        inner: Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
+        slow: slow.clone(),
+        failing: failing.clone(),
+        heads: Arc::clone(&heads),
+    };
+    let zip = zarrgate::store::zip::ZipBackend::new(
+        Store::new(container),
+        zarrgate::store::StoreKey::new("data.zip").unwrap(),
+    )
+    .checked_every(Duration::from_millis(200));
+    let store = Store::new(zip);
+    let key = |k: &str| zarrgate::store::StoreKey::new(k).unwrap();
+    assert_eq!(store.head(&key("a")).await.unwrap().unwrap().size, 5);
+    // Past the interval, with HEADs taking 800 ms: one request checks, the others answer from
+    // the directory kept in the meantime.
+    slow.store(true, SeqCst);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let checking = {
+        let store = store.clone();
+        tokio::spawn(async move { store.head(&key("a")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let start = Instant::now();
+    for _ in 0..4 {
+        assert_eq!(store.head(&key("b")).await.unwrap().unwrap().size, 5);
+    }
+    assert!(
+        start.elapsed() < Duration::from_millis(400),
+        "waited {:?}",
+        start.elapsed()
+    );
+    assert_eq!(checking.await.unwrap().unwrap().unwrap().size, 5);
+    // A failed check fails the request that made it, and is not repeated before the interval
+    // has passed again.
+    slow.store(false, SeqCst);
+    failing.store(true, SeqCst);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let heads: Arc<AtomicUsize> = heads;
+    let before = heads.load(SeqCst);
+    assert!(store.head(&key("a")).await.is_err());
+    for _ in 0..8 {
+        assert_eq!(store.head(&key("b")).await.unwrap().unwrap().size, 5);
+    }
+    assert_eq!(heads.load(SeqCst) - before, 1);
+}
+
 /// A deflated entry inflates as it streams, in pieces: whole, ranged across pieces, suffix.
 #[tokio::test]
 async fn deflated_entries_stream_whole_and_in_ranges() {

@@ -31,7 +31,7 @@ impl From<HierarchyError> for ApiError {
         match e {
             HierarchyError::Invalid { key, message } => {
                 tracing::warn!(%key, %message, "invalid metadata");
-                ApiError::InvalidMetadata { key, reason: message }
+                ApiError::invalid_metadata(key, &message)
             }
             HierarchyError::CannotList(m) => ApiError::Unsupported(m),
             HierarchyError::TooLarge(m) => ApiError::TooLarge(m),
@@ -309,7 +309,7 @@ fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value
         // of such nodes would log thousands of lines per request.
         Err(HierarchyError::Invalid { key, message }) => {
             tracing::debug!(%key, %message, "invalid metadata in a listing");
-            Ok(Some(invalid(ApiError::InvalidMetadata { key, reason: message })))
+            Ok(Some(invalid(ApiError::invalid_metadata(key, &message))))
         }
         Err(HierarchyError::Store(e @ StoreError::TooLarge { .. })) => {
             Ok(Some(invalid(ApiError::TooLarge(e.to_string()))))

@@ -340,7 +340,11 @@ enum EntryRead<T> {
 pub struct ZipBackend {
     container: Store,
     key: StoreKey,
+    /// Held only to look at or replace the directory, never across a request upstream.
     current: tokio::sync::Mutex<Option<Current>>,
+    /// Held by the one request that checks the archive or reads its directory: the others go
+    /// on with the kept directory meanwhile (or, with none kept yet, wait for it).
+    checking: tokio::sync::Mutex<()>,
     check: Duration,
 }
 
@@ -351,6 +355,7 @@ impl ZipBackend {
             container,
             key,
             current: tokio::sync::Mutex::new(None),
+            checking: tokio::sync::Mutex::new(()),
             check: DIRECTORY_CHECK,
         }
     }
@@ -360,27 +365,60 @@ impl ZipBackend {
         Self { check, ..self }
     }
 
-    /// The directory: the one kept, checked against the archive with a HEAD once
-    /// its check interval has passed, or read anew.
+    /// The directory: the one kept, checked against the archive with a HEAD once its check
+    /// interval has passed, or read anew. One request checks (or reads) at a time; while it
+    /// does, the others use the kept directory, so a slow or failing upstream does not queue
+    /// every request of the mount behind it (entry reads check the archive themselves). A
+    /// failed check is not repeated by the requests after it until the interval has passed
+    /// again.
     async fn directory(&self) -> Result<Arc<Directory>, StoreError> {
-        let mut current = self.current.lock().await;
-        if let Some(c) = current.as_mut() {
-            if c.checked.elapsed() < self.check {
-                return Ok(c.directory.clone());
-            }
-            if let Some(now) = self.container.head(&self.key).await?
-                && now.same_object(&c.directory.archive)
-            {
-                c.checked = Instant::now();
-                return Ok(c.directory.clone());
-            }
+        let kept = self.kept().await;
+        let _checking = match &kept {
+            Some((dir, true)) => return Ok(dir.clone()),
+            Some((dir, false)) => match self.checking.try_lock() {
+                Ok(guard) => guard,
+                Err(_) => return Ok(dir.clone()),
+            },
+            None => self.checking.lock().await,
+        };
+        // Another request may have checked or read it while this one waited.
+        match (self.kept().await, kept.is_some()) {
+            (Some((dir, true)), _) | (Some((dir, false)), false) => return Ok(dir),
+            (Some((dir, false)), true) => match self.container.head(&self.key).await {
+                Ok(Some(now)) if now.same_object(&dir.archive) => {
+                    self.mark_checked(&dir).await;
+                    return Ok(dir);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.mark_checked(&dir).await;
+                    return Err(e);
+                }
+            },
+            (None, _) => {}
         }
         let directory = self.read_directory().await?;
-        *current = Some(Current {
+        *self.current.lock().await = Some(Current {
             directory: directory.clone(),
             checked: Instant::now(),
         });
         Ok(directory)
+    }
+
+    /// The directory kept, if any, and whether it was checked within the interval.
+    async fn kept(&self) -> Option<(Arc<Directory>, bool)> {
+        let current = self.current.lock().await;
+        current
+            .as_ref()
+            .map(|c| (c.directory.clone(), c.checked.elapsed() < self.check))
+    }
+
+    /// Restarts the interval of `dir`, if it is still the directory kept.
+    async fn mark_checked(&self, dir: &Arc<Directory>) {
+        let mut current = self.current.lock().await;
+        if let Some(c) = current.as_mut().filter(|c| Arc::ptr_eq(&c.directory, dir)) {
+            c.checked = Instant::now();
+        }
     }
 
     /// Drops `stale` if it is still the directory kept.

@@ -448,7 +448,11 @@ pub(crate) async fn parse_document_off(bytes: bytes::Bytes, mark: &'static str) 
     let parsed = if bytes.len() > PARSED_INLINE_BYTES {
         tokio::task::spawn_blocking(move || parse_document(&bytes, mark))
             .await
-            .unwrap_or_else(|e| Err(serde::de::Error::custom(format!("the parse failed: {e}"))))
+            .unwrap_or_else(|e| {
+                // A panic or cancellation of the task: the log has it; the reason stays plain.
+                tracing::error!(error = %e, "parsing a metadata document failed");
+                Err(serde::de::Error::custom("the parse did not finish"))
+            })
     } else {
         parse_document(&bytes, mark)
     };
