@@ -595,6 +595,7 @@ async fn an_object_replaced_while_served_is_served_anew() {
             // (the object replaced between the two).
             store: zarrgate::store::Store::new(ReadHook {
                 inner: zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap()),
+                head: None,
                 read: {
                     let (lies, gets) = (std::sync::Arc::new(AtomicUsize::new(lies)), gets.clone());
                     Box::new(move |inner, key, range| {

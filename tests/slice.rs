@@ -1764,6 +1764,7 @@ async fn remote_fetches_overlap_beyond_the_decode_turns() {
     let (in_flight, most) = <(Arc<AtomicUsize>, Arc<AtomicUsize>)>::default();
     let store = ReadHook {
         inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
+        head: None,
         read: {
             let most = most.clone();
             Box::new(move |inner, key, range| {

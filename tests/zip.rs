@@ -286,48 +286,6 @@ async fn conditional_requests_see_a_replaced_archive_within_the_ttl() {
     assert_eq!((r.status.as_u16(), &r.body[..]), (200, &b"new a!"[..]));
 }
 
-/// A container whose HEADs take `delay` once `slow` is set, and fail once `failing` is.
-#[derive(Debug)]
-struct SlowHeads {
-    inner: Store,
-    slow: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    failing: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    heads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl zarrgate::store::Backend for SlowHeads {
-    async fn head(
-        &self,
-        key: &zarrgate::store::StoreKey,
-    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.heads.fetch_add(1, SeqCst);
-        if self.slow.load(SeqCst) {
-            tokio::time::sleep(std::time::Duration::from_millis(800)).await;
-        }
-        if self.failing.load(SeqCst) {
-            return Err(zarrgate::store::StoreError::Io("upstream down".into()));
-        }
-        self.inner.head(key).await
-    }
-
-    async fn get(
-        &self,
-        key: &zarrgate::store::StoreKey,
-        range: Option<zarrgate::store::ByteRange>,
-    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
-        self.inner.get(key, range).await
-    }
-
-    async fn list(
-        &self,
-        prefix: &zarrgate::store::StoreKey,
-    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
-        self.inner.list(prefix).await
-    }
-}
-
 /// The check of an archive once its interval has passed is made by one request, without the
 /// others waiting for it (they use the directory kept), and a failed check is not repeated by
 /// each request after it.
@@ -338,16 +296,28 @@ async fn a_slow_or_failing_archive_check_holds_up_no_other_request() {
     use std::time::{Duration, Instant};
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("data.zip"), zip_of(&[("a", b"the a"), ("b", b"the b")])).unwrap();
-    let (slow, failing, heads) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicBool::new(false)),
-        Arc::default(),
-    );
-    let container = SlowHeads {
+    let (slow, failing) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let heads = Arc::new(AtomicUsize::new(0));
+    // A container whose HEADs take 800 ms once `slow` is set, and fail once `failing` is.
+    let container = ReadHook {
         inner: Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
-        slow: slow.clone(),
-        failing: failing.clone(),
-        heads: Arc::clone(&heads),
+        read: Box::new(|inner, key, range| Box::pin(async move { inner.get(&key, range).await })),
+        head: Some({
+            let (slow, failing, heads) = (slow.clone(), failing.clone(), Arc::clone(&heads));
+            Box::new(move |inner, key| {
+                let (slow, failing, heads) = (slow.clone(), failing.clone(), heads.clone());
+                Box::pin(async move {
+                    heads.fetch_add(1, SeqCst);
+                    if slow.load(SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(800)).await;
+                    }
+                    if failing.load(SeqCst) {
+                        return Err(zarrgate::store::StoreError::Io("upstream down".into()));
+                    }
+                    inner.head(&key).await
+                })
+            })
+        }),
     };
     let zip = zarrgate::store::zip::ZipBackend::new(
         Store::new(container),
@@ -381,7 +351,6 @@ async fn a_slow_or_failing_archive_check_holds_up_no_other_request() {
     slow.store(false, SeqCst);
     failing.store(true, SeqCst);
     tokio::time::sleep(Duration::from_millis(250)).await;
-    let heads: Arc<AtomicUsize> = heads;
     let before = heads.load(SeqCst);
     assert!(store.head(&key("a")).await.is_err());
     for _ in 0..8 {
@@ -744,6 +713,7 @@ async fn archives_replaced_by_smaller_ones_are_read_at_once() {
     let path = dir.path().join("s.zip");
     let bucket = zarrgate::store::Store::new(common::ReadHook {
         inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
+        head: None,
         read: Box::new(|inner, key, range| {
             Box::pin(async move {
                 match inner.get(&key, range).await {

@@ -106,11 +106,25 @@ pub type ReadFn = Box<
         + Sync,
 >;
 
-/// A store that forwards to `inner`, except that its reads (`get`) go through `read`: for
-/// tests whose store changes only what a read does (delays it, alters what it reports).
+/// What a [`ReadHook`] does for a HEAD: given the wrapped store and the key.
+pub type HeadFn = Box<
+    dyn Fn(
+            zarrgate::store::Store,
+            zarrgate::store::StoreKey,
+        ) -> futures::future::BoxFuture<
+            'static,
+            Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError>,
+        > + Send
+        + Sync,
+>;
+
+/// A store that forwards to `inner`, except that its reads (`get`) go through `read`, and its
+/// HEADs through `head` if set: for tests whose store changes only what a read does (delays
+/// it, alters what it reports).
 pub struct ReadHook {
     pub inner: zarrgate::store::Store,
     pub read: ReadFn,
+    pub head: Option<HeadFn>,
 }
 
 impl std::fmt::Debug for ReadHook {
@@ -127,7 +141,10 @@ impl zarrgate::store::Backend for ReadHook {
         &self,
         key: &zarrgate::store::StoreKey,
     ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
-        self.inner.head(key).await
+        match &self.head {
+            Some(head) => head(self.inner.clone(), key.clone()).await,
+            None => self.inner.head(key).await,
+        }
     }
 
     async fn get(
