@@ -356,14 +356,15 @@ pub enum MountSource {
 }
 
 impl MountConfig {
-    /// An `endpoint` is for S3-compatible and Azure stores, an http(s) URL without credentials
-    /// (it would reach requests, errors and the log as the URL's do), plain http only with
-    /// `allow_http`.
-    fn check_endpoint(&self, endpoint: &str, remote: Remote) -> Result<(), String> {
+    /// An `endpoint` is for S3-compatible, Google Cloud Storage (its base URL) and Azure
+    /// stores, an http(s) URL without credentials (it would reach requests, errors and the log
+    /// as the URL's do), plain http only with `allow_http`. Endpoints that the cloud's own
+    /// environment gives (`AWS_ENDPOINT`, `GOOGLE_BASE_URL`, ...) are held to the same rules.
+    pub(crate) fn check_endpoint(&self, endpoint: &str, remote: Remote) -> Result<(), String> {
         let shown = redact(endpoint);
-        if !matches!(remote, Remote::S3 | Remote::Azure) {
+        if !matches!(remote, Remote::S3 | Remote::Gcs | Remote::Azure) {
             return Err(format!(
-                "endpoint {shown}: only s3:// and az:// mounts take an endpoint"
+                "endpoint {shown}: only s3://, gs:// and az:// mounts take an endpoint"
             ));
         }
         let (scheme, rest) = endpoint.split_once("://").unwrap_or(("", endpoint));
@@ -918,7 +919,7 @@ mod tests {
     }
 
     /// An endpoint is checked at start as a mount URL is: no credentials (not shown either),
-    /// plain http only with allow_http, and only where one is used (s3, azure).
+    /// plain http only with allow_http, and only where one is used (s3, gcs, azure).
     #[test]
     fn endpoints_are_checked_at_start() {
         let with = |url: &str, endpoint: &str, allow_http: bool| {
@@ -946,10 +947,10 @@ mod tests {
                 .unwrap_err()
                 .contains("http:// or https://")
         );
-        for url in ["gs://b/p", "https://host/p"] {
-            let err = with(url, "https://storage.example", false).unwrap_err();
-            assert!(err.contains("only s3:// and az://"), "{url}: {err}");
-        }
+        assert!(with("gs://b/p", "http://127.0.0.1:4443", true).is_ok());
+        assert!(with("gs://b/p", "http://127.0.0.1:4443", false).is_err());
+        let err = with("https://host/p", "https://storage.example", false).unwrap_err();
+        assert!(err.contains("only s3://, gs:// and az://"), "{err}");
     }
 
     #[test]

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use object_store::aws::AmazonS3Builder;
-use object_store::azure::MicrosoftAzureBuilder;
-use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::http::HttpBuilder;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
@@ -112,14 +112,27 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
             if let Some(e) = &config.endpoint {
                 b = b.with_endpoint(e);
             }
+            if let Some(e) = b.get_config_value(&AmazonS3ConfigKey::Endpoint) {
+                config.check_endpoint(&e, Remote::S3)?;
+            }
             (Arc::new(b.build().map_err(|e| e.to_string())?), prefix)
         }
         Remote::Gcs => {
-            let b = GoogleCloudStorageBuilder::from_env()
+            let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
                 .with_client_options(client_options(config))
                 .with_retry(retry(config))
                 .with_skip_signature(config.anonymous);
+            // The base URL of the JSON and XML APIs (an emulator's, say); a trailing slash
+            // would make every path start with `//`, and every key read as missing.
+            if let Some(e) = config
+                .endpoint
+                .clone()
+                .or_else(|| b.get_config_value(&GoogleConfigKey::BaseUrl))
+            {
+                config.check_endpoint(&e, Remote::Gcs)?;
+                b = b.with_base_url(e.trim_end_matches('/'));
+            }
             (Arc::new(b.build().map_err(|e| e.to_string())?), prefix)
         }
         Remote::Azure => {
@@ -138,6 +151,9 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
             }
             if let Some(e) = &config.endpoint {
                 b = b.with_endpoint(e.clone());
+            }
+            if let Some(e) = b.get_config_value(&AzureConfigKey::Endpoint) {
+                config.check_endpoint(&e, Remote::Azure)?;
             }
             let store = b.build().map_err(|e| {
                 format!(
@@ -212,6 +228,40 @@ mod tests {
         c.endpoint = Some("https://example.invalid/account".into());
         let err = azure_emulator_check(Some("1"), &c).unwrap_err();
         assert!(err.contains("endpoint"), "{err}");
+    }
+
+    /// A gs:// mount takes an endpoint (an emulator's base URL, checked as other endpoints
+    /// are): requests go there, with the endpoint's trailing slash dropped (else every path
+    /// starts with `//` and every key reads as missing).
+    #[tokio::test]
+    async fn gcs_mounts_take_an_endpoint() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let origin = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut head = vec![0u8; 4096];
+            let n = socket.read(&mut head).await.unwrap();
+            socket
+                .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&head[..n])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_owned()
+        });
+        let mut c = MountConfig::new("gs://bucket/prefix", "/");
+        c.anonymous = true;
+        c.allow_http = true;
+        c.retries = 0;
+        c.endpoint = Some(format!("http://127.0.0.1:{port}/"));
+        let store = open(&c.source("g").unwrap(), &c).unwrap();
+        let key = StoreKey::new("zarr.json").unwrap();
+        assert!(store.head(&key).await.unwrap().is_none());
+        // object_store names GCS objects percent-encoded whole.
+        assert_eq!(origin.await.unwrap(), "HEAD /bucket/prefix%2Fzarr%2Ejson HTTP/1.1");
     }
 
     #[test]
