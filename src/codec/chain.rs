@@ -488,12 +488,12 @@ impl CodecChain {
     }
 }
 
-/// Plain fixed-size elements must fill the chunk exactly.
 /// The bytes packbits stores `shape`'s booleans in: a count of padding bits, then eight to a byte.
 fn packed_len(shape: &[u64]) -> u64 {
     1 + shape.iter().product::<u64>().div_ceil(8)
 }
 
+/// Plain fixed-size elements must fill the chunk exactly.
 fn check_fixed_len(stored: &DType, len: usize, n: usize) -> Result<(), CodecError> {
     let size = stored.item_size().unwrap_or(0);
     if len != n * size {
