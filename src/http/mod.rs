@@ -18,6 +18,17 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &axum::http::Uri) -> Re
         .map_err(|e| crate::error::ApiError::BadRequest(format!("bad query: {e}")))
 }
 
+/// A response builder whose header map has room for a response's own headers and for those the
+/// CORS layer adds to it. A map created empty holds six before it grows, and growing it as the
+/// CORS layer extended it was ~5% of a warm tile's CPU at 64 connections.
+pub(crate) fn response() -> axum::http::response::Builder {
+    let mut builder = axum::http::Response::builder();
+    if let Some(headers) = builder.headers_mut() {
+        headers.reserve(12);
+    }
+    builder
+}
+
 /// Runs a request's `work` as a task of its own, aborted when the request is dropped (its
 /// timeout, or its client gone). Work that reads without waiting (local documents in the page
 /// cache) uses up tokio's cooperative budget as it goes: run in the request's own task, it

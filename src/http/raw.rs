@@ -242,7 +242,7 @@ fn consolidated(mount: &Mount, key: &StoreKey, synthesized: Result<Option<Bytes>
 fn stored_headers(key: &StoreKey, etag: &str, last_modified: Option<SystemTime>) -> axum::http::response::Builder {
     // Stores change under a key: caches (a browser's, for viewers) revalidate each use, which
     // the ETag makes a 304, instead of keeping a copy for a heuristic lifetime.
-    let mut response = Response::builder()
+    let mut response = super::response()
         .header(header::ACCEPT_RANGES, "bytes")
         .header(header::CACHE_CONTROL, "no-cache")
         .header(header::CONTENT_TYPE, content_type(key));

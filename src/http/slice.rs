@@ -180,7 +180,7 @@ pub async fn slice(
 
     let ctx = state.read_context(mount);
     let shape_header = sel.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-    let mut response = Response::builder()
+    let mut response = super::response()
         .header(header::CONTENT_TYPE, format.content_type())
         // Without `format`, the body depends on Accept: caches must not give one to the other.
         .header(header::VARY, "accept")
