@@ -92,6 +92,7 @@ pub async fn request(app: &Router, method: &str, uri: &str, headers: &[(&str, &s
 }
 pub mod cases;
 pub mod expected;
+pub mod remote;
 
 /// What a [`ReadHook`] does for a read: given the wrapped store, the key and the range.
 pub type ReadFn = Box<

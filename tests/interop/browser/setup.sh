@@ -7,9 +7,8 @@
 # 1. Chromium from Debian (`apt-get install -y chromium`) when /usr/bin/chromium is missing;
 #    `apt-get update` runs first only when the package is not known to apt yet (or the first
 #    install attempt fails). Playwright never downloads a browser here.
-# 2. The npm packages pinned in package.json + package-lock.json (`npm ci`) into
-#      ${ZARRGATE_CACHE:-$HOME/.cache/zarrgate}/node/<sha256 of node version + package-lock.json>/node_modules
-#    reused between runs (a stamp file marks a complete install). Nothing is written to the repo.
+# 2. The npm packages pinned in package.json + package-lock.json, by scripts/node-env.sh (`npm ci`
+#    into a cache directory outside the repo, reused between runs).
 # (The neuroglancer cases' Python venv is made by run_browser.sh, so that a failed install skips
 # those cases instead of failing the suite.)
 set -euo pipefail
@@ -40,19 +39,4 @@ if [ ! -x "$chromium" ]; then
 fi
 
 # --- npm packages ---------------------------------------------------------------------
-command -v node >/dev/null 2>&1 || { log "node is missing"; exit 1; }
-command -v npm >/dev/null 2>&1 || { log "npm is missing"; exit 1; }
-cache="${ZARRGATE_CACHE:-$HOME/.cache/zarrgate}"
-hash="$( { node --version; cat "$here/package-lock.json"; } | sha256sum | cut -c1-16)"
-dir="$cache/node/$hash"
-stamp="$dir/.complete"
-if [ ! -f "$stamp" ] || [ ! -d "$dir/node_modules" ]; then
-  log "npm ci into $dir"
-  rm -rf "$dir"
-  mkdir -p "$dir"
-  cp "$here/package.json" "$here/package-lock.json" "$dir/"
-  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2)
-  touch "$stamp"
-fi
-
-echo "$dir/node_modules"
+exec "$here/../../../scripts/node-env.sh" "$here"
