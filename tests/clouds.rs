@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Once;
 
+use common::cases::runtime;
 use common::remote::*;
 use common::*;
 use object_store::ObjectStoreExt;
@@ -47,14 +48,6 @@ fn cloud_env() {
             unsafe { std::env::set_var(k, v) };
         }
     });
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// A mount's config for a bucket at `url` served by an emulator at `endpoint`.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::cases::run_manifest_on;
+use common::cases::{run_manifest_on, runtime};
 use common::remote::*;
 use common::*;
 use zarrgate::config::MountConfig;
@@ -188,14 +188,6 @@ fn http_mount(name: &str, url: String, timeout_s: f64, retries: usize) -> Mount 
         store: zarrgate::store::open::open(&source, &config).unwrap(),
         tokens: Vec::new(),
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// An origin that accepts connections and never answers: 504 upstream_timeout after the mount's
