@@ -98,8 +98,8 @@ pub struct Rendered {
     /// The group's own stored document it was rendered with (v3 `zarr.json`; `None` for a
     /// v2 `.zmetadata`, which is made of the walk alone).
     pub own: Option<Arc<serde_json::Map<String, serde_json::Value>>>,
-    /// The document; `None` when the tree is not consolidated (a node in it does not open).
-    pub bytes: Option<bytes::Bytes>,
+    /// The document.
+    pub bytes: bytes::Bytes,
 }
 
 /// A decoded chunk (`None`: the chunk does not exist and reads as fill).
@@ -309,9 +309,7 @@ impl Caches {
         let consolidated_counters = CacheCounters::default();
         let consolidated = Cache::builder()
             .max_capacity(CONSOLIDATED_BYTES)
-            .weigher(|k: &(Arc<str>, StoreKey, bool), v: &Rendered| {
-                weight(k.1.as_str().len() + v.bytes.as_ref().map_or(0, bytes::Bytes::len))
-            })
+            .weigher(|k: &(Arc<str>, StoreKey, bool), v: &Rendered| weight(k.1.as_str().len() + v.bytes.len()))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(consolidated_counters.evictions.clone()))
             .build();

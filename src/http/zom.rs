@@ -151,7 +151,7 @@ async fn rendered(
     group: &StoreKey,
     tree: Arc<Tree>,
     own: Option<Map<String, Value>>,
-) -> Result<Option<Bytes>, ApiError> {
+) -> Result<Bytes, ApiError> {
     let key = (Arc::from(mount.name.as_str()), group.clone(), own.is_some());
     let caches = &state.caches;
     if let Some(done) = caches.consolidated.get(&key).await
@@ -164,17 +164,12 @@ async fn rendered(
     caches.consolidated_counters.record(true);
     let own = own.map(Arc::new);
     let with = own.clone();
-    // A tree with a node zarr-python cannot open is not consolidated (the stored document is
-    // served), and that is remembered as a rendering is.
     let bytes = tree_work(tree.clone(), move |from| {
-        if !from.consolidatable() {
-            return None;
-        }
         let doc = match &with {
             Some(own) => from.consolidated_zarr_json(own),
             None => from.zmetadata(),
         };
-        Some(Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string())))
+        Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string()))
     })
     .await
     .map_err(|_| ApiError::Internal)?;
@@ -183,7 +178,7 @@ async fn rendered(
         own,
         bytes: bytes.clone(),
     };
-    if fits(&caches.consolidated, bytes.as_ref().map_or(0, Bytes::len)) {
+    if fits(&caches.consolidated, bytes.len()) {
         caches.consolidated.insert(key, done).await;
     }
     Ok(bytes)
@@ -196,7 +191,7 @@ pub async fn synthesized_zmetadata(
     group: &StoreKey,
 ) -> Result<Option<Bytes>, ApiError> {
     match synthesis_tree(state, mount, group).await? {
-        Some(t) if t.node.zarr_format == 2 && t.node.is_group => rendered(state, mount, group, t, None).await,
+        Some(t) if t.node.zarr_format == 2 && t.node.is_group => rendered(state, mount, group, t, None).await.map(Some),
         _ => Ok(None),
     }
 }
@@ -218,7 +213,7 @@ pub async fn synthesized_zarr_json(
     // The group's document as stored now goes into the consolidated one, so that a change to
     // it (new attributes, say) shows at once rather than when the hierarchy is walked again.
     match synthesis_tree(state, mount, group).await? {
-        Some(t) => rendered(state, mount, group, t, Some(stored.doc)).await,
+        Some(t) => rendered(state, mount, group, t, Some(stored.doc)).await.map(Some),
         None => Ok(None),
     }
 }

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use futures::{StreamExt, TryStreamExt, stream};
 use serde_json::{Map, Value, json};
 
+use crate::codec::chain::ArrayToBytes;
 use crate::store::{Store, StoreError, StoreKey};
 
 /// Errors of reading a hierarchy.
@@ -561,9 +562,12 @@ impl Node {
         out
     }
 
-    /// Whether zarr-python can open this node from consolidated metadata naming it: a group, or
-    /// an array whose document zarrgate's own parsers read (an unsupported codec or data type
-    /// is zarrgate's limit, not the document's fault).
+    /// Whether zarr-python (3.1) opens this node from consolidated metadata naming it: a group,
+    /// or an array whose document zarrgate's own parsers read (an unsupported codec is zarrgate's
+    /// limit, not the document's fault) and whose data type and codecs zarr-python knows. It
+    /// fails to open a whole group whose consolidated metadata names one it does not, so such
+    /// nodes are left out of it (as zarr-python's own consolidation leaves out documents that do
+    /// not parse); they are still served, and open by their path.
     fn opens(&self) -> bool {
         if self.is_group {
             return true;
@@ -571,25 +575,89 @@ impl Node {
         let mut doc = Value::Object(self.doc.clone());
         unmark_non_finite(&mut doc);
         let parsed = match self.zarr_format {
-            // An extension field it must understand: zarr-python refuses the array, and so the
-            // group's consolidated metadata (a codec it knows and this server does not is fine).
+            // An extension field it must understand: zarr-python refuses the array.
             3 if super::unknown_extension(&doc).is_some() => return false,
-            3 if doc.get("node_type").and_then(Value::as_str) == Some("array") => super::parse_v3(&doc),
+            3 if doc.get("node_type").and_then(Value::as_str) == Some("array") => {
+                if !doc.get("data_type").is_some_and(zarr_python_v3_type) {
+                    return false;
+                }
+                super::parse_v3(&doc)
+            }
+            2 if !zarr_python_v2_type(&doc) => return false,
             2 => super::parse_v2(&doc, None),
             _ => return false,
         };
-        !matches!(parsed, Err(super::MetaError::Invalid(_)))
+        match parsed {
+            Err(super::MetaError::Invalid(_)) => false,
+            // A chain without an array->bytes codec (ZEP0007 strings) zarr-python refuses.
+            Ok(meta) => !matches!(meta.chain.array_to_bytes, ArrayToBytes::Zep0007 { .. }),
+            Err(_) => true,
+        }
+    }
+}
+
+/// Whether zarr-python 3.1 knows the v3 data type `value` (its registry), a structured type's
+/// fields included.
+fn zarr_python_v3_type(value: &Value) -> bool {
+    const KNOWN: &[&str] = &[
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+        "string",
+        "variable_length_bytes",
+        "numpy.datetime64",
+        "numpy.timedelta64",
+        "fixed_length_utf32",
+        "null_terminated_bytes",
+        "raw_bytes",
+        "structured",
+    ];
+    let name = match value {
+        Value::String(s) => s.as_str(),
+        Value::Object(o) => o.get("name").and_then(Value::as_str).unwrap_or(""),
+        _ => return false,
+    };
+    if name != "structured" {
+        return KNOWN.contains(&name);
+    }
+    let fields = value.pointer("/configuration/fields").and_then(Value::as_array);
+    fields.is_some_and(|fields| fields.iter().all(|f| f.get(1).is_some_and(zarr_python_v3_type)))
+}
+
+/// Whether zarr-python 3.1 knows the data type of the v2 array document `doc`: objects only
+/// with a `vlen-utf8` or `vlen-bytes` codec, structured types only of plain fields (no nested
+/// types, no sub-arrays).
+fn zarr_python_v2_type(doc: &Value) -> bool {
+    match doc.get("dtype") {
+        Some(Value::String(t)) if t == "|O" => {
+            let ids = doc
+                .get("filters")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .chain(doc.get("compressor"))
+                .filter_map(|c| c.get("id").and_then(Value::as_str));
+            ids.into_iter().any(|id| id == "vlen-utf8" || id == "vlen-bytes")
+        }
+        Some(Value::Array(fields)) => fields
+            .iter()
+            .all(|f| f.as_array().is_some_and(|f| f.len() == 2 && f[1].is_string())),
+        _ => true,
     }
 }
 
 impl Tree {
-    /// Whether every node below this one opens from consolidated metadata ([`Node::opens`]):
-    /// metadata that names one that does not makes zarr-python fail to open the whole group,
-    /// where without it the rest of the group reads.
-    pub fn consolidatable(&self) -> bool {
-        self.members.values().all(|m| m.node.opens() && m.consolidatable())
-    }
-
     /// Nodes in the tree, this one included.
     pub fn node_count(&self) -> usize {
         1 + self.members.values().map(Tree::node_count).sum::<usize>()
@@ -639,7 +707,7 @@ impl Tree {
         };
         add("", &self.node);
         for (path, t) in self.descendants() {
-            if t.node.zarr_format == 2 {
+            if t.node.zarr_format == 2 && t.node.opens() {
                 add(&format!("{path}/"), &t.node);
             }
         }
@@ -647,13 +715,18 @@ impl Tree {
     }
 
     /// This (v3 group) node's `zarr.json`, `own` (the document as stored now, which may be
-    /// newer than the walk), with `consolidated_metadata` describing every descendant, as
-    /// zarr-python writes it. Stored fields are untouched.
+    /// newer than the walk), with `consolidated_metadata` describing every descendant that
+    /// zarr-python opens ([`Node::opens`]), as zarr-python writes it: a group below holds an
+    /// empty one (whatever it stores; its members are listed here). Stored fields of `own` are
+    /// untouched.
     pub fn consolidated_zarr_json(&self, own: &Map<String, Value>) -> Value {
         let mut metadata = Map::new();
         for (path, t) in self.descendants() {
+            if !t.node.opens() {
+                continue;
+            }
             let mut doc = t.node.doc.clone();
-            if t.node.is_group && !t.node.has_consolidated_metadata() {
+            if t.node.is_group {
                 doc.insert(
                     "consolidated_metadata".into(),
                     json!({"kind": "inline", "must_understand": false, "metadata": {}}),
@@ -683,10 +756,15 @@ mod tests {
         }
     }
 
+    fn v2_array(dtype: Value) -> Value {
+        json!({"zarr_format": 2, "shape": [1], "chunks": [1], "dtype": dtype, "compressor": null,
+               "fill_value": null, "order": "C", "filters": null})
+    }
+
     #[test]
     fn zmetadata_round_trips() {
         let mut built = Consolidated::new(node(true, 2, json!({"zarr_format": 2})));
-        let mut arr = node(false, 2, json!({"zarr_format": 2, "shape": [1]}));
+        let mut arr = node(false, 2, v2_array(json!("<i4")));
         arr.attrs = Some(json!({"a": 1}).as_object().cloned().unwrap());
         built.insert("sub", node(true, 2, json!({"zarr_format": 2}))).unwrap();
         built.insert("sub/x", arr).unwrap();
