@@ -200,12 +200,17 @@ pub fn as_f64(dtype: &DType, b: &[u8]) -> Option<f64> {
     })
 }
 
-/// Appends a float the way JSON output writes it: shortest round-trip digits, non-finite as
-/// the strings "NaN", "Infinity", "-Infinity" (quoted when `quote`).
-fn push_float(out: &mut Vec<u8>, x: f64, single: bool, quote: bool) {
+/// Appends a float of `size` bytes the way JSON output writes it: the shortest digits that
+/// read back as the same value of that size, non-finite as the strings "NaN", "Infinity",
+/// "-Infinity" (quoted when `quote`).
+fn push_float(out: &mut Vec<u8>, x: f64, size: usize, quote: bool) {
     if x.is_finite() {
         let mut buf = ryu::Buffer::new();
-        let s = if single { buf.format(x as f32) } else { buf.format(x) };
+        let s = match size {
+            2 => buf.format(shortest_half(x)),
+            4 => buf.format(x as f32),
+            _ => buf.format(x),
+        };
         out.extend_from_slice(s.as_bytes());
     } else {
         let s = if x.is_nan() {
@@ -223,6 +228,16 @@ fn push_float(out: &mut Vec<u8>, x: f64, single: bool, quote: bool) {
             out.push(b'"');
         }
     }
+}
+
+/// The float16 `x` (as f64) as the decimal of fewest digits that reads back as it (0.1, where
+/// its own digits are 0.0999755859375): ryu knows no float16.
+fn shortest_half(x: f64) -> f64 {
+    let bits = half::f16::from_f64(x).to_bits();
+    (1..=5)
+        .filter_map(|digits| format!("{x:.*e}", digits - 1).parse::<f64>().ok())
+        .find(|y| half::f16::from_f64(*y).to_bits() == bits)
+        .unwrap_or(x)
 }
 
 /// How a scalar is written in text formats.
@@ -262,7 +277,7 @@ fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
                 out.extend_from_slice(ibuf.format((i64::from_le_bytes(a) << shift) >> shift).as_bytes());
             }
         }
-        Kind::Float(n) => push_float(out, as_f64(dtype, b).unwrap_or(f64::NAN), *n <= 4, mode == Text::Json),
+        Kind::Float(n) => push_float(out, as_f64(dtype, b).unwrap_or(f64::NAN), *n, mode == Text::Json),
         Kind::Complex(n) => {
             let half = n / 2;
             let part = |p: &[u8]| -> f64 {
@@ -276,18 +291,18 @@ fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
             match mode {
                 Text::Json => {
                     out.push(b'[');
-                    push_float(out, re, half == 4, true);
+                    push_float(out, re, half, true);
                     out.push(b',');
-                    push_float(out, im, half == 4, true);
+                    push_float(out, im, half, true);
                     out.push(b']');
                 }
                 Text::Csv => {
-                    push_float(out, re, half == 4, false);
+                    push_float(out, re, half, false);
                     // -0.0 writes its own sign (`1.0-0.0j`, as NumPy and Python read it).
                     if im.is_sign_positive() || im.is_nan() {
                         out.push(b'+');
                     }
-                    push_float(out, im, half == 4, false);
+                    push_float(out, im, half, false);
                     out.push(b'j');
                 }
             }
@@ -347,6 +362,31 @@ fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// float16 values are written in the fewest digits that read back as the same float16
+    /// (through f64, as a client parsing JSON reads them), for every finite one.
+    #[test]
+    fn float16_is_written_in_its_own_shortest_digits() {
+        let text = |x: f64| {
+            let mut out = Vec::new();
+            push_float(&mut out, x, 2, true);
+            String::from_utf8(out).unwrap()
+        };
+        let h = |v: f32| f64::from(half::f16::from_f32(v));
+        assert_eq!(text(h(0.1)), "0.1");
+        assert_eq!(text(h(65504.0)), "65500.0", "as NumPy writes it");
+        assert_eq!(text(h(-0.0)), "-0.0");
+        assert_eq!(text(h(1.0 / 3.0)), "0.3333");
+        assert_eq!(text(f64::from(half::f16::from_bits(1))), "6e-8");
+        for bits in 0..=u16::MAX {
+            let x = half::f16::from_bits(bits);
+            if !x.is_finite() {
+                continue;
+            }
+            let back: f64 = text(f64::from(x)).parse().unwrap();
+            assert_eq!(half::f16::from_f64(back).to_bits(), bits, "{x}");
+        }
+    }
 
     /// Variable-length text is counted as each format writes it, escapes included, and the
     /// count is at least what the encoder writes for the elements themselves.

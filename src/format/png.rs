@@ -123,10 +123,17 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
         return Err(FormatError::Unsupported("png needs numeric or bool data".into()));
     };
     let item = region.dtype.item_size().unwrap_or(0);
-    // A pixel's value: `None` (transparent) for NaN and the fill value.
+    // A pixel's value: `None` (transparent) for NaN and the fill value. Floats equal to the
+    // fill are fill (-0.0 of a fill of 0.0, as in NumPy); integers are compared as stored
+    // (as f64, the largest could compare equal to their neighbours).
+    let float_fill = match region.dtype.kind {
+        Kind::Float(_) => region.fill.as_deref().and_then(|f| as_f64(&region.dtype, f)),
+        _ => None,
+    };
     let value = |b: &[u8]| -> Option<f64> {
-        let is_fill = region.fill.as_deref() == Some(b);
-        as_f64(&region.dtype, b).filter(|v| !v.is_nan() && !is_fill)
+        let v = as_f64(&region.dtype, b)?;
+        let is_fill = region.fill.as_deref() == Some(b) || float_fill == Some(v);
+        (!v.is_nan() && !is_fill).then_some(v)
     };
     // The automatic range spans the finite values (bool: 0 to 1): infinities draw at its ends.
     // One pass over the bytes, and none when both ends are given.
@@ -243,6 +250,26 @@ mod tests {
             };
             assert_eq!(px[k * 4..k * 4 + 4], want, "pixel {k}");
         }
+    }
+
+    /// -0.0 is the fill value 0.0 (equal, as in NumPy): transparent, and not in the range.
+    #[test]
+    fn negative_zero_is_a_fill_of_zero() {
+        let r = Region {
+            shape: vec![1, 4],
+            dtype: DType::new(Kind::Float(4)),
+            elements: Elements::Fixed([1.0f32, -0.0, 0.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect()),
+            fill: Some(0.0f32.to_le_bytes().to_vec()),
+        };
+        let opts = PngOptions {
+            vmin: None,
+            vmax: None,
+            cmap: Colormap::Gray,
+        };
+        let rendered = encode(&r, &opts).unwrap();
+        assert_eq!((rendered.vmin, rendered.vmax), (1.0, 3.0));
+        let (_, _, px) = decode(&rendered.png);
+        assert_eq!(px, [0, 0, 0, 255, 0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255]);
     }
 
     /// The range of finite float64 values can span more than the largest float, or less than
