@@ -485,6 +485,35 @@ async fn formats_are_checked_before_reading() {
     assert_eq!(r.json()["shape"], json!([0, 100_000_000]));
 }
 
+/// Chunks that decode to more than 1 GiB each are not read: 422 for a GET and a HEAD alike,
+/// whatever is selected of them, with nothing but the metadata read.
+#[tokio::test]
+async fn chunks_over_a_gibibyte_are_refused_by_head_and_get() {
+    let dir = tempfile::tempdir().unwrap();
+    // One 32768 x 32768 uint16 chunk: 2 GiB decoded.
+    write_v3_array(
+        &dir.path().join("big"),
+        &[32768, 32768],
+        &[32768, 32768],
+        "uint16",
+        json!(0),
+        json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+    );
+    let (app, _, gets) = counting_app(dir.path(), Config::default());
+    for method in ["GET", "HEAD"] {
+        for select in ["0,0:2", "0:0,0:0"] {
+            let r = request(&app, method, &format!("/api/v1/slice/m/big?select={select}"), &[]).await;
+            assert_eq!(r.status, 422, "{method} {select}");
+            if method == "GET" {
+                assert_eq!(r.error_code(), "unsupported");
+                let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
+                assert!(message.contains("2147483648 bytes"), "{message}");
+            }
+        }
+    }
+    assert_eq!(gets.load(Ordering::SeqCst), 1, "only the metadata was read");
+}
+
 #[tokio::test]
 async fn a_huge_sparse_request_is_refused_at_once() {
     let dir = tempfile::tempdir().unwrap();

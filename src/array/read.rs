@@ -590,8 +590,10 @@ pub fn units_bytes(meta: &ArrayMeta, sel: &Selection, except: Option<usize>) -> 
     unit_bytes(meta).saturating_mul(sel.units_touched(unit_shape(meta), except))
 }
 
-/// Refuses arrays whose decode units are larger than the server reads.
-fn check_unit(ctx: &ReadContext, meta: &ArrayMeta) -> Result<(), ReadError> {
+/// Whether this server reads `meta`'s chunks at all: each decodes whole in memory, so one that
+/// decodes to more than [`ReadOptions::max_chunk_bytes`] (or a shard index over that) is
+/// refused whatever is selected of it.
+pub fn check_unit(ctx: &ReadContext, meta: &ArrayMeta) -> Result<(), ReadError> {
     let unit_bytes = unit_bytes(meta);
     if unit_bytes > ctx.opts.max_chunk_bytes {
         return Err(ReadError::Unsupported(format!(

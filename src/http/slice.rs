@@ -179,6 +179,8 @@ pub async fn slice(
     }
 
     let ctx = state.read_context(mount);
+    // Chunks too large to decode: refused before a HEAD answers, as a GET is.
+    crate::array::read::check_unit(&ctx, &meta)?;
     let shape_header = sel.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     let mut response = super::response()
         .header(header::CONTENT_TYPE, format.content_type())
