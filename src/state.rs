@@ -58,13 +58,15 @@ pub struct StateInner {
     pub read_options: ReadOptions,
     /// The token protecting /metrics, if any.
     pub metrics_token: Option<Secret>,
-    /// Turns to send a streamed slice, [`MAX_STREAMS`] of them. A streamed body is sent after
-    /// its request has left the request limit and timeout, holding a few bands of decoded
-    /// chunks while its client reads: this bounds how many do at once.
+    /// Turns to send a streamed slice (or one answered whole over a band's size), [`MAX_STREAMS`]
+    /// of them. Such a body is sent after its request has left the request limit and timeout,
+    /// holding a few bands of decoded chunks (or itself) while its client reads: this bounds how
+    /// many do at once.
     pub streams: Arc<tokio::sync::Semaphore>,
 }
 
-/// How many streamed slice responses are sent at once; more are refused with 503.
+/// How many streamed (or large whole) slice responses are sent at once; more are refused
+/// with 503.
 pub const MAX_STREAMS: usize = 32;
 
 impl std::ops::Deref for AppState {

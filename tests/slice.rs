@@ -875,6 +875,85 @@ async fn streamed_responses_take_turns() {
     assert_eq!(get(&app, uri, &[]).await.body.len(), 12_000_000);
 }
 
+/// A response answered whole (here a png) over a band's size takes a stream turn too, held by
+/// its body, which is sent in pieces: clients that did not read held such bodies past every
+/// limit.
+#[tokio::test]
+async fn large_whole_responses_take_turns() {
+    use tower::ServiceExt;
+    use zarrgate::state::MAX_STREAMS;
+    let dir = tempfile::tempdir().unwrap();
+    // 2400 x 2400 bytes of noise, stored raw: its png is about 9 MB (noise does not compress).
+    let n = 2400usize;
+    write_v3_array(
+        &dir.path().join("noise"),
+        &[n as u64, n as u64],
+        &[n as u64, n as u64],
+        "uint8",
+        json!(0),
+        json!([{"name": "bytes"}]),
+    );
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let noise: Vec<u8> = (0..n * n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect();
+    std::fs::create_dir_all(dir.path().join("noise/c/0")).unwrap();
+    std::fs::write(dir.path().join("noise/c/0/0"), &noise).unwrap();
+    let state = zarrgate::AppState::from_config(config_with(&[("m", dir.path())])).unwrap();
+    let app = zarrgate::app(state.clone());
+    let uri = "/api/v1/slice/m/noise?format=png";
+    let request = || axum::http::Request::get(uri).body(axum::body::Body::empty()).unwrap();
+    let response = app.clone().oneshot(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let length: usize = response.headers()["content-length"].to_str().unwrap().parse().unwrap();
+    assert!(length > 8 << 20, "{length}");
+    assert_eq!(
+        state.streams.available_permits(),
+        MAX_STREAMS - 1,
+        "the body holds a turn"
+    );
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    assert_eq!(body.len(), length);
+    assert_eq!(state.streams.available_permits(), MAX_STREAMS, "sent: the turn is back");
+    let mut reader = png::Decoder::new(std::io::Cursor::new(&body[..])).read_info().unwrap();
+    let mut rgba = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut rgba).unwrap();
+    assert_eq!((info.width, info.height), (n as u32, n as u32));
+    // The range spans the values besides the fill (0, transparent).
+    let lo = *noise.iter().filter(|&&v| v != 0).min().unwrap();
+    let hi = *noise.iter().max().unwrap();
+    for k in (0..n * n).step_by(9973) {
+        let v = noise[k];
+        if v == 0 {
+            assert_eq!(rgba[k * 4 + 3], 0, "pixel {k}");
+        } else {
+            let gray = ((f64::from(v) - f64::from(lo)) / f64::from(hi - lo) * 255.0).round() as u8;
+            assert_eq!(rgba[k * 4..k * 4 + 4], [gray, gray, gray, 255], "pixel {k}");
+        }
+    }
+    let every = state
+        .streams
+        .clone()
+        .acquire_many_owned(MAX_STREAMS as u32)
+        .await
+        .unwrap();
+    let r = get(&app, uri, &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
+    // Smaller whole responses need no turn.
+    assert_eq!(
+        get(&app, "/api/v1/slice/m/noise?select=0:100,0:100&format=png", &[])
+            .await
+            .status,
+        200
+    );
+    drop(every);
+}
+
 #[tokio::test]
 async fn large_responses_stream_and_match() {
     let dir = tempfile::tempdir().unwrap();

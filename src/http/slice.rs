@@ -288,11 +288,35 @@ pub async fn slice(
             .header("x-zarr-vmin", vmin.to_string())
             .header("x-zarr-vmax", vmax.to_string());
     }
+    let length = body.len();
     response
         .header("x-zarr-dtype", dtype)
-        .header(header::CONTENT_LENGTH, HeaderValue::from(body.len()))
-        .body(Body::from(body))
+        .header(header::CONTENT_LENGTH, HeaderValue::from(length))
+        .body(whole_body(&state, Bytes::from(body))?)
         .map_err(|_| ApiError::Internal)
+}
+
+/// The body of a response encoded whole (png, variable-length elements, text of small
+/// results). One over [`BAND_BYTES`] takes a stream turn, as a streamed one does, and is sent
+/// in pieces of [`PIECE_BYTES`] holding it: hyper takes a body of one piece at once, so clients
+/// that did not read held such bodies (a 26 MB image each) past every limit, and the access
+/// log counted them as sent.
+fn whole_body(state: &AppState, body: Bytes) -> Result<Body, ApiError> {
+    if body.len() as u64 <= BAND_BYTES {
+        return Ok(Body::from(body));
+    }
+    let turn = state
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Overloaded)?;
+    let piece = PIECE_BYTES as usize;
+    let pieces = (0..body.len().div_ceil(piece))
+        .map(move |i| Ok::<Bytes, std::io::Error>(body.slice(i * piece..((i + 1) * piece).min(body.len()))));
+    Ok(Body::from_stream(stream::iter(pieces).map(move |piece| {
+        let _sending = &turn;
+        piece
+    })))
 }
 
 /// Bytes of the field names (quoted, with their colon) JSON writes for one element of a
