@@ -698,7 +698,7 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
         r.json()["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("variable-length elements hold more than 102 bytes")
+            .contains("take more than the limit of 150 bytes (their contents more than the 102 bytes")
     );
     let r = get(&app, "/api/v1/slice/m/long?select=1", &[]).await;
     assert_eq!(r.json()["data"], json!("y".repeat(100)));

@@ -254,9 +254,10 @@ struct Output {
     /// A fixed-size fill value that is not all zero bytes: written into the parts of missing
     /// chunks (the output starts zeroed, so a zero fill needs no writing at all).
     fill: Option<Vec<u8>>,
-    /// Variable-length results: the most bytes their elements' contents may take in all, and
-    /// what those copied so far take.
-    content_limit: Option<(u64, AtomicU64)>,
+    /// Variable-length results: the limit on the whole result, the most bytes their elements'
+    /// contents may take in all (the limit less the elements themselves), and what those copied
+    /// so far take.
+    content_limit: Option<(u64, u64, AtomicU64)>,
 }
 
 impl Output {
@@ -297,13 +298,14 @@ impl Output {
         let content = self
             .copy_parts(block, block_shape, parts)
             .map_err(|m| ReadError::copy(key, m))?;
-        if let Some((limit, used)) = &self.content_limit {
+        if let Some((limit, contents, used)) = &self.content_limit {
             let total = used
                 .fetch_add(content as u64, Ordering::Relaxed)
                 .saturating_add(content as u64);
-            if total > *limit {
+            if total > *contents {
                 return Err(ReadError::TooLarge(format!(
-                    "the selection's variable-length elements hold more than {limit} bytes"
+                    "the selection's variable-length elements take more than the limit of {limit} bytes \
+                     (their contents more than the {contents} bytes the elements leave of it)"
                 )));
             }
         }
@@ -812,7 +814,8 @@ async fn read_region_once(
     };
     let content_limit = meta.dtype.item_size().is_none().then(|| {
         let base = Elements::filled_size(&meta.fill, total as u64);
-        (ctx.opts.max_result_bytes.saturating_sub(base), AtomicU64::new(0))
+        let limit = ctx.opts.max_result_bytes;
+        (limit, limit.saturating_sub(base), AtomicU64::new(0))
     });
     let output = Output {
         sink: Sink::Assemble(Mutex::new(elements)),
