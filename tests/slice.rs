@@ -662,7 +662,10 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     let r = get(&limited(208), "/api/v1/slice/fx/v3/vlen_utf8", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
     let message = r.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(message.contains("hold more than 40 bytes"), "{message}");
+    assert!(
+        message.contains("limit of 208 bytes (their contents more than the 40 bytes"),
+        "{message}"
+    );
     let app = limited(209);
     let r = get(&app, "/api/v1/slice/fx/v3/vlen_utf8", &[]).await;
     assert_eq!(r.status, 200);
@@ -733,7 +736,10 @@ async fn sizes_known_only_after_reading_or_from_the_shape_are_limited_too() {
     let r = get(&app, "/api/v1/slice/m/many", &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (413, "too_large"));
     let message = r.json()["error"]["message"].as_str().unwrap().to_string();
-    assert!(message.contains("hold more than 52000 bytes"), "{message}");
+    assert!(
+        message.contains("limit of 100000 bytes (their contents more than the 52000 bytes"),
+        "{message}"
+    );
     let r = get(&app, "/api/v1/slice/m/many?select=0:40", &[]).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["data"][39], json!("s".repeat(1000)));
