@@ -240,6 +240,36 @@ async fn csv_and_png() {
     );
 }
 
+/// The range's headers are short however large or small its ends: exponent form past 24
+/// characters.
+#[tokio::test]
+async fn png_range_headers_stay_short() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, values) in [("wide", [-1e308f64, 1e308]), ("tiny", [0.0, 5e-324])] {
+        write_v3_array(
+            &dir.path().join(name),
+            &[1, 2],
+            &[1, 2],
+            "float64",
+            json!("NaN"),
+            json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+        );
+        std::fs::create_dir_all(dir.path().join(name).join("c/0")).unwrap();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(dir.path().join(name).join("c/0/0"), bytes).unwrap();
+    }
+    let app = app_for(&[("m", dir.path())]);
+    for (name, want) in [("wide", ("-1e308", "1e308")), ("tiny", ("0", "5e-324"))] {
+        let r = get(&app, &format!("/api/v1/slice/m/{name}?format=png"), &[]).await;
+        assert_eq!(r.status, 200, "{name}");
+        assert_eq!(
+            (r.header("x-zarr-vmin"), r.header("x-zarr-vmax")),
+            (Some(want.0), Some(want.1)),
+            "{name}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn png_ranges_skip_infinities_and_a_null_fill_hides_nothing() {
     // v2, fill_value null, float32 [[0, 1], [2, inf]], uncompressed.

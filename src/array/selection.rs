@@ -117,12 +117,17 @@ impl Selection {
     fn parse_term(term: &str, n: u64, dim: usize) -> Result<DimSelection, SelectionError> {
         let n_i = n as i128;
         if !term.contains(':') {
-            let i = parse_int(term, "index")? as i128;
+            // An integer past i64 is out of bounds (as in NumPy), not "no integer".
+            let out_of_bounds = |i: &dyn std::fmt::Display| {
+                SelectionError(format!("index {i} is out of bounds for dimension {dim} of size {n}"))
+            };
+            let i = parse_int(term, "index").map_err(|e| match parse_bound(term, "index") {
+                Ok(_) => out_of_bounds(&term.trim()),
+                Err(_) => e,
+            })? as i128;
             let idx = if i < 0 { i + n_i } else { i };
             if idx < 0 || idx >= n_i {
-                return Err(SelectionError(format!(
-                    "index {i} is out of bounds for dimension {dim} of size {n}"
-                )));
+                return Err(out_of_bounds(&i));
             }
             return Ok(DimSelection::Index(idx as u64));
         }
@@ -296,7 +301,15 @@ mod tests {
             s(10, 1, 0)
         );
         assert_eq!(Selection::parse(&format!("::{huge}"), &shape).unwrap().shape()[0], 1);
-        assert!(Selection::parse(huge, &shape).is_err());
+        let err = Selection::parse(&format!(" -{huge}"), &shape).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("invalid selection: index -{huge} is out of bounds for dimension 0 of size 10")
+        );
+        assert_eq!(
+            Selection::parse("1.5", &shape).unwrap_err().to_string(),
+            "invalid selection: '1.5' is not an integer index"
+        );
         assert!(Selection::parse("0:1e20", &shape).is_err());
         let sel = Selection::parse("2, 3:5", &shape).unwrap();
         assert_eq!(sel.shape(), [2, 30]);

@@ -284,9 +284,15 @@ pub async fn slice(
             .map_err(|_| ApiError::Internal)??
     };
     if let Some((vmin, vmax)) = range {
+        // As Rust writes numbers (0, 1.5), in exponent form where that is long (1e308, not
+        // its 309 digits).
+        let text = |v: f64| match v.to_string() {
+            t if t.len() <= 24 => t,
+            _ => format!("{v:e}"),
+        };
         response = response
-            .header("x-zarr-vmin", vmin.to_string())
-            .header("x-zarr-vmax", vmax.to_string());
+            .header("x-zarr-vmin", text(vmin))
+            .header("x-zarr-vmax", text(vmax));
     }
     let length = body.len();
     response
