@@ -104,7 +104,26 @@ async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, Store
     if remembered(&walked) && fits(&done.0.hierarchies, weight) {
         done.0.hierarchies.insert(done.1.clone(), walked.clone()).await;
     }
+    if matches!(&walked, Ok(Some(tree)) if tree.node_count() > TRIM_AFTER_NODES) {
+        tokio::task::spawn_blocking(release_freed_memory);
+    }
     walked
+}
+
+/// Walks of more nodes than this give the memory freed since back to the system.
+const TRIM_AFTER_NODES: usize = 1000;
+
+/// Gives memory the allocator holds free back to the system. glibc keeps what is freed in the
+/// arena of the thread that allocated it, for that arena's reuse, and a walk's thousands of
+/// small documents, read and parsed on whichever worker and blocking thread, leave it scattered
+/// over many: repeated walks of a 10,000-node hierarchy too large for the cache held 2 GB
+/// (0.5 GB with this after each; one walk at a time, 480 MB against 170 MB).
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only hands pages of free memory in glibc's arenas back to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// The longest a raw-key request waits for a walk to synthesize consolidated metadata: a
