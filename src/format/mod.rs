@@ -231,13 +231,23 @@ fn push_float(out: &mut Vec<u8>, x: f64, size: usize, quote: bool) {
 }
 
 /// The float16 `x` (as f64) as the decimal of fewest digits that reads back as it (0.1, where
-/// its own digits are 0.0999755859375): ryu knows no float16.
+/// its own digits are 0.0999755859375): ryu knows no float16. Found by trying 1 to 5
+/// significant digits, once for each of the 65,536 float16s (a table of 512 KiB, made on first
+/// use in some 50 ms), not per element written.
 fn shortest_half(x: f64) -> f64 {
-    let bits = half::f16::from_f64(x).to_bits();
-    (1..=5)
-        .filter_map(|digits| format!("{x:.*e}", digits - 1).parse::<f64>().ok())
-        .find(|y| half::f16::from_f64(*y).to_bits() == bits)
-        .unwrap_or(x)
+    static TABLE: std::sync::OnceLock<Box<[f64]>> = std::sync::OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| {
+                let x = f64::from(half::f16::from_bits(bits));
+                (1..=5)
+                    .filter_map(|digits| format!("{x:.*e}", digits - 1).parse::<f64>().ok())
+                    .find(|y| half::f16::from_f64(*y).to_bits() == bits)
+                    .unwrap_or(x)
+            })
+            .collect()
+    });
+    table[usize::from(half::f16::from_f64(x).to_bits())]
 }
 
 /// How a scalar is written in text formats.
