@@ -487,7 +487,7 @@ async fn a_slow_walk_finishes_for_the_next_request() {
         std::fs::write(root.join(g), br#"{"zarr_format": 2}"#).unwrap();
     }
     std::fs::create_dir_all(root.join("a/b/c")).unwrap();
-    std::fs::write(root.join("a/b/c/.zarray"), br#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<u1", "fill_value": 0, "order": "C", "filters": null, "compressor": null}"#).unwrap();
+    std::fs::write(root.join("a/b/c/.zarray"), br#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "|u1", "fill_value": 0, "order": "C", "filters": null, "compressor": null}"#).unwrap();
     let mut config = config_with(&[]);
     config.limits.request_timeout_s = 2.0; // a raw-key request waits 0.5 s for a walk
     // Three groups to list, 0.6 s each: the walk takes 1.8 s.
@@ -931,6 +931,40 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
         "obj2/nested/.zarray",
         v2(r#"[["a", "<i4"], ["b", [["x", "<i2"]]]]"#, "null").as_bytes(),
     );
+    // zarr-python reads v2 types only as NumPy spells them (`dtype.str`).
+    write("obj2/int32/.zarray", v2(r#""int32""#, "null").as_bytes());
+    write("obj2/lt_u1/.zarray", v2(r#""<u1""#, "null").as_bytes());
+    write("obj2/big/.zarray", v2(r#"">i4""#, "null").as_bytes());
+    write(
+        "obj2/bare_o/.zarray",
+        v2(r#""O""#, r#"[{"id": "vlen-utf8"}]"#).as_bytes(),
+    );
+    write("obj2/field_alias/.zarray", v2(r#"[["a", "int32"]]"#, "null").as_bytes());
+    // v3: plain types as objects, variable-length fields of structured types, grids and chunk
+    // keys it does not know, dimension names that do not match the shape, and a group with a
+    // field it does not know (whose members go with it).
+    write(
+        "zep/plain_object/zarr.json",
+        v3(r#"{"name": "int32"}"#, r#"[{"name": "bytes"}]"#, "0").as_bytes(),
+    );
+    let vlen_field = r#"{"name": "structured", "configuration": {"fields": [["a", "int8"], ["s", "string"]]}}"#;
+    write(
+        "zep/vlen_field/zarr.json",
+        v3(vlen_field, r#"[{"name": "bytes"}]"#, "null").as_bytes(),
+    );
+    let names = String::from_utf8(array3.to_vec())
+        .unwrap()
+        .replacen('{', r#"{"dimension_names": ["x", "y"], "#, 1);
+    write("zep/names/zarr.json", names.as_bytes());
+    let keys = String::from_utf8(array3.to_vec())
+        .unwrap()
+        .replace(r#"{"name": "default"}"#, r#"{"name": "tiled"}"#);
+    write("zep/keys/zarr.json", keys.as_bytes());
+    write(
+        "zep/odd_group/zarr.json",
+        br#"{"zarr_format": 3, "node_type": "group", "attributes": {}, "extra": {"must_understand": false}}"#,
+    );
+    write("zep/odd_group/a/zarr.json", array3);
     let app = app_for(&[("m", root)]);
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
     for (group, want) in [
@@ -939,8 +973,37 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
         ("bad", vec!["a", "odd"]),
         ("ext", vec!["a", "odd"]),
         ("bad2", vec!["a", "odd"]),
-        ("zep", vec!["a", "binary", "nested", "no_codecs", "strings", "sub"]),
-        ("obj2", vec!["flat", "json2", "nested", "subarray", "utf8"]),
+        (
+            "zep",
+            vec![
+                "a",
+                "binary",
+                "keys",
+                "names",
+                "nested",
+                "no_codecs",
+                "odd_group",
+                "plain_object",
+                "strings",
+                "sub",
+                "vlen_field",
+            ],
+        ),
+        (
+            "obj2",
+            vec![
+                "bare_o",
+                "big",
+                "field_alias",
+                "flat",
+                "int32",
+                "json2",
+                "lt_u1",
+                "nested",
+                "subarray",
+                "utf8",
+            ],
+        ),
     ] {
         let r = get(&app, &format!("/api/v1/zom/m/{group}"), &[]).await;
         assert_eq!(r.status, 200, "{group}: {:?}", r.body);
@@ -973,7 +1036,7 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
     );
     for (group, want) in [
         ("bad2", vec![".zgroup", "a/.zarray"]),
-        ("obj2", vec![".zgroup", "flat/.zarray", "utf8/.zarray"]),
+        ("obj2", vec![".zgroup", "big/.zarray", "flat/.zarray", "utf8/.zarray"]),
     ] {
         let r = get(&app, &format!("/zarr/m/{group}/.zmetadata"), &[]).await;
         assert_eq!(r.status, 200, "{group}");

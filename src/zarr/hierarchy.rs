@@ -562,29 +562,39 @@ impl Node {
         out
     }
 
-    /// Whether zarr-python (3.1) opens this node from consolidated metadata naming it: a group,
-    /// or an array whose document zarrgate's own parsers read (an unsupported codec is zarrgate's
-    /// limit, not the document's fault) and whose data type and codecs zarr-python knows. It
-    /// fails to open a whole group whose consolidated metadata names one it does not, so such
-    /// nodes are left out of it (as zarr-python's own consolidation leaves out documents that do
-    /// not parse); they are still served, and open by their path.
+    /// Whether zarr-python (3.1) opens this node from consolidated metadata naming it: a v2
+    /// group, a v3 group of the fields it knows, or an array whose document zarrgate's own
+    /// parsers read (a codec it does not support may be zarr-python's) and whose data type,
+    /// grid, chunk keys and codecs zarr-python knows. It fails to open a whole group whose
+    /// consolidated metadata names one it does not, so such nodes (and what is below them) are
+    /// left out of it, as zarr-python's own consolidation leaves out documents that do not
+    /// parse; they are still served, and open by their path.
     fn opens(&self) -> bool {
-        if self.is_group {
-            return true;
-        }
         let mut doc = Value::Object(self.doc.clone());
         unmark_non_finite(&mut doc);
-        let parsed = match self.zarr_format {
+        let parsed = match (self.zarr_format, self.is_group) {
+            (3, true) => {
+                const GROUP_FIELDS: &[&str] = &["zarr_format", "node_type", "attributes", "consolidated_metadata"];
+                return self.doc.keys().all(|k| GROUP_FIELDS.contains(&k.as_str()));
+            }
+            (_, true) => return true,
             // An extension field it must understand: zarr-python refuses the array.
-            3 if super::unknown_extension(&doc).is_some() => return false,
-            3 if doc.get("node_type").and_then(Value::as_str) == Some("array") => {
-                if !doc.get("data_type").is_some_and(zarr_python_v3_type) {
+            (3, _) if super::unknown_extension(&doc).is_some() => return false,
+            (3, _) => {
+                let name = |field: &str| doc.pointer(field).and_then(Value::as_str);
+                let dims = doc.get("dimension_names").and_then(Value::as_array).map(Vec::len);
+                let ndim = doc.get("shape").and_then(Value::as_array).map(Vec::len);
+                if !doc.get("data_type").is_some_and(|t| zarr_python_v3_type(t, false))
+                    || name("/chunk_grid/name") != Some("regular")
+                    || !matches!(name("/chunk_key_encoding/name"), Some("default" | "v2"))
+                    || dims.is_some_and(|d| Some(d) != ndim)
+                {
                     return false;
                 }
                 super::parse_v3(&doc)
             }
-            2 if !zarr_python_v2_type(&doc) => return false,
-            2 => super::parse_v2(&doc, None),
+            (2, _) if !zarr_python_v2_type(&doc) => return false,
+            (2, _) => super::parse_v2(&doc, None),
             _ => return false,
         };
         match parsed {
@@ -596,10 +606,11 @@ impl Node {
     }
 }
 
-/// Whether zarr-python 3.1 knows the v3 data type `value` (its registry), a structured type's
-/// fields included.
-fn zarr_python_v3_type(value: &Value) -> bool {
-    const KNOWN: &[&str] = &[
+/// Whether zarr-python 3.1 knows the v3 data type `value` (its registry): the names of core
+/// and variable-length types as strings, those with a configuration as objects, a structured
+/// type's fields too (which cannot be variable-length: `in_structure`).
+fn zarr_python_v3_type(value: &Value, in_structure: bool) -> bool {
+    const PLAIN: &[&str] = &[
         "bool",
         "int8",
         "int16",
@@ -614,8 +625,9 @@ fn zarr_python_v3_type(value: &Value) -> bool {
         "float64",
         "complex64",
         "complex128",
-        "string",
-        "variable_length_bytes",
+    ];
+    const VARIABLE: &[&str] = &["string", "variable_length_bytes"];
+    const CONFIGURED: &[&str] = &[
         "numpy.datetime64",
         "numpy.timedelta64",
         "fixed_length_utf32",
@@ -623,37 +635,63 @@ fn zarr_python_v3_type(value: &Value) -> bool {
         "raw_bytes",
         "structured",
     ];
-    let name = match value {
-        Value::String(s) => s.as_str(),
-        Value::Object(o) => o.get("name").and_then(Value::as_str).unwrap_or(""),
-        _ => return false,
-    };
-    if name != "structured" {
-        return KNOWN.contains(&name);
+    match value {
+        Value::String(s) => PLAIN.contains(&s.as_str()) || (!in_structure && VARIABLE.contains(&s.as_str())),
+        Value::Object(o) => match o.get("name").and_then(Value::as_str) {
+            Some("structured") => value
+                .pointer("/configuration/fields")
+                .and_then(Value::as_array)
+                .is_some_and(|fields| {
+                    fields
+                        .iter()
+                        .all(|f| f.get(1).is_some_and(|t| zarr_python_v3_type(t, true)))
+                }),
+            Some(name) => CONFIGURED.contains(&name),
+            None => false,
+        },
+        _ => false,
     }
-    let fields = value.pointer("/configuration/fields").and_then(Value::as_array);
-    fields.is_some_and(|fields| fields.iter().all(|f| f.get(1).is_some_and(zarr_python_v3_type)))
 }
 
-/// Whether zarr-python 3.1 knows the data type of the v2 array document `doc`: objects only
-/// with a `vlen-utf8` or `vlen-bytes` codec, structured types only of plain fields (no nested
-/// types, no sub-arrays).
+/// Whether zarr-python 3.1 knows the data type of the v2 array document `doc`: types spelt as
+/// NumPy writes them (`dtype.str`: `<i4`, not `int32`, `i4` or `|i4`), objects only when the
+/// first object codec among the filters and compressor is `vlen-utf8` or `vlen-bytes`,
+/// structured types only of such plain fields (no nested types, sub-arrays or objects).
 fn zarr_python_v2_type(doc: &Value) -> bool {
+    const OBJECT_CODECS: &[&str] = &[
+        "vlen-utf8",
+        "vlen-bytes",
+        "vlen-array",
+        "pickle",
+        "json2",
+        "msgpack2",
+        "categorize",
+    ];
+    let numpy_spelling = |t: &str| {
+        t != "|O"
+            && super::DType::from_v2(&Value::from(t)).is_ok_and(|d| {
+                let canonical = d.typestr();
+                match canonical.strip_prefix('<') {
+                    Some(rest) if d.big_endian => format!(">{rest}") == t,
+                    _ => canonical == t,
+                }
+            })
+    };
     match doc.get("dtype") {
         Some(Value::String(t)) if t == "|O" => {
-            let ids = doc
-                .get("filters")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
+            let codecs = doc.get("filters").and_then(Value::as_array).into_iter().flatten();
+            let first = codecs
                 .chain(doc.get("compressor"))
-                .filter_map(|c| c.get("id").and_then(Value::as_str));
-            ids.into_iter().any(|id| id == "vlen-utf8" || id == "vlen-bytes")
+                .filter_map(|c| c.get("id").and_then(Value::as_str))
+                .find(|id| OBJECT_CODECS.contains(id));
+            matches!(first, Some("vlen-utf8" | "vlen-bytes"))
         }
-        Some(Value::Array(fields)) => fields
-            .iter()
-            .all(|f| f.as_array().is_some_and(|f| f.len() == 2 && f[1].is_string())),
-        _ => true,
+        Some(Value::String(t)) => numpy_spelling(t),
+        Some(Value::Array(fields)) => fields.iter().all(|f| {
+            f.as_array()
+                .is_some_and(|f| f.len() == 2 && f[1].as_str().is_some_and(numpy_spelling))
+        }),
+        _ => false,
     }
 }
 
@@ -683,13 +721,18 @@ impl Tree {
         Value::Object(out)
     }
 
-    /// Every descendant with its path relative to this node, parents first.
-    fn descendants(&self) -> Vec<(String, &Tree)> {
+    /// The descendants zarr-python opens ([`Node::opens`]), below groups it opens, with their
+    /// paths relative to this node, parents first.
+    fn opening_descendants(&self) -> Vec<(String, &Tree)> {
         let mut out = Vec::new();
         for (name, t) in &self.members {
-            out.push((name.clone(), t));
-            for (sub, d) in t.descendants() {
-                out.push((format!("{name}/{sub}"), d));
+            if t.node.opens() {
+                out.push((name.clone(), t));
+                out.extend(
+                    t.opening_descendants()
+                        .into_iter()
+                        .map(|(sub, d)| (format!("{name}/{sub}"), d)),
+                );
             }
         }
         out
@@ -706,8 +749,8 @@ impl Tree {
             }
         };
         add("", &self.node);
-        for (path, t) in self.descendants() {
-            if t.node.zarr_format == 2 && t.node.opens() {
+        for (path, t) in self.opening_descendants() {
+            if t.node.zarr_format == 2 {
                 add(&format!("{path}/"), &t.node);
             }
         }
@@ -721,10 +764,7 @@ impl Tree {
     /// untouched.
     pub fn consolidated_zarr_json(&self, own: &Map<String, Value>) -> Value {
         let mut metadata = Map::new();
-        for (path, t) in self.descendants() {
-            if !t.node.opens() {
-                continue;
-            }
+        for (path, t) in self.opening_descendants() {
             let mut doc = t.node.doc.clone();
             if t.node.is_group {
                 doc.insert(
