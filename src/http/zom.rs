@@ -104,7 +104,13 @@ async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, Store
     if remembered(&walked) && fits(&done.0.hierarchies, weight) {
         done.0.hierarchies.insert(done.1.clone(), walked.clone()).await;
     }
-    if matches!(&walked, Ok(Some(tree)) if tree.node_count() > TRIM_AFTER_NODES) {
+    // Large walks, and those stopped at the limits (the largest of all).
+    let large = match &walked {
+        Ok(Some(tree)) => tree.node_count() > TRIM_AFTER_NODES,
+        Err(e) => matches!(e, HierarchyError::TooLarge(_)),
+        Ok(None) => false,
+    };
+    if large {
         tokio::task::spawn_blocking(release_freed_memory);
     }
     walked
