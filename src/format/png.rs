@@ -212,6 +212,13 @@ mod tests {
     use super::*;
     use crate::zarr::dtype::{DType, Kind};
 
+    /// The range from the data, in gray.
+    const AUTO: PngOptions = PngOptions {
+        vmin: None,
+        vmax: None,
+        cmap: Colormap::Gray,
+    };
+
     fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
         let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
         let mut reader = decoder.read_info().unwrap();
@@ -231,12 +238,7 @@ mod tests {
             elements: Elements::Fixed((0..h * w).flat_map(|k| value(k / w, k % w).to_le_bytes()).collect()),
             fill: Some(999u16.to_le_bytes().to_vec()),
         };
-        let opts = PngOptions {
-            vmin: None,
-            vmax: None,
-            cmap: Colormap::Gray,
-        };
-        let rendered = encode(&r, &opts).unwrap();
+        let rendered = encode(&r, &AUTO).unwrap();
         assert_eq!((rendered.vmin, rendered.vmax), (0.0, 998.0));
         let (pw, ph, px) = decode(&rendered.png);
         assert_eq!((pw as usize, ph as usize), (w, h));
@@ -261,12 +263,7 @@ mod tests {
             elements: Elements::Fixed([1.0f32, -0.0, 0.0, 3.0].iter().flat_map(|v| v.to_le_bytes()).collect()),
             fill: Some(0.0f32.to_le_bytes().to_vec()),
         };
-        let opts = PngOptions {
-            vmin: None,
-            vmax: None,
-            cmap: Colormap::Gray,
-        };
-        let rendered = encode(&r, &opts).unwrap();
+        let rendered = encode(&r, &AUTO).unwrap();
         assert_eq!((rendered.vmin, rendered.vmax), (1.0, 3.0));
         let (_, _, px) = decode(&rendered.png);
         assert_eq!(px, [0, 0, 0, 255, 0, 0, 0, 0, 0, 0, 0, 0, 255, 255, 255, 255]);
@@ -287,18 +284,13 @@ mod tests {
             ),
             fill: None,
         };
-        let opts = PngOptions {
-            vmin: None,
-            vmax: None,
-            cmap: Colormap::Gray,
-        };
-        let (_, _, px) = decode(&encode(&r, &opts).unwrap().png);
+        let (_, _, px) = decode(&encode(&r, &AUTO).unwrap().png);
         assert_eq!(px, [0, 0, 0, 255, 128, 128, 128, 255, 255, 255, 255, 255]);
         let tiny = Region {
             elements: Elements::Fixed([0.0f64, 5e-324, 5e-324].iter().flat_map(|v| v.to_le_bytes()).collect()),
             ..r
         };
-        let (_, _, px) = decode(&encode(&tiny, &opts).unwrap().png);
+        let (_, _, px) = decode(&encode(&tiny, &AUTO).unwrap().png);
         assert_eq!(px, [0, 0, 0, 255, 255, 255, 255, 255, 255, 255, 255, 255]);
     }
 
@@ -307,18 +299,13 @@ mod tests {
     /// alone above the data is refused, and vmin = vmax given is a step.
     #[test]
     fn bool_masks_single_values_and_one_sided_ranges() {
-        let auto = PngOptions {
-            vmin: None,
-            vmax: None,
-            cmap: Colormap::Gray,
-        };
         let mask = Region {
             shape: vec![1, 3],
             dtype: DType::new(Kind::Bool),
             elements: Elements::Fixed(vec![1, 0, 1]),
             fill: Some(vec![0]),
         };
-        let image = encode(&mask, &auto).unwrap();
+        let image = encode(&mask, &AUTO).unwrap();
         assert_eq!((image.vmin, image.vmax), (0.0, 1.0));
         let (_, _, px) = decode(&image.png);
         assert_eq!(px, [255, 255, 255, 255, 0, 0, 0, 0, 255, 255, 255, 255]);
@@ -328,13 +315,13 @@ mod tests {
             elements: Elements::Fixed([7i32, 0, 7].iter().flat_map(|v| v.to_le_bytes()).collect()),
             fill: Some(0i32.to_le_bytes().to_vec()),
         };
-        let image = encode(&labels, &auto).unwrap();
+        let image = encode(&labels, &AUTO).unwrap();
         assert_eq!((image.vmin, image.vmax), (6.5, 7.5));
         let (_, _, px) = decode(&image.png);
         assert_eq!(&px[..4], [128, 128, 128, 255]);
         let above = PngOptions {
             vmin: Some(100.0),
-            ..auto
+            ..AUTO
         };
         assert!(matches!(encode(&labels, &above), Err(FormatError::BadRequest(m)) if m.contains("above")));
         let step = PngOptions {
@@ -375,15 +362,7 @@ mod tests {
         assert_eq!(pixel(4)[3], 0, "the fill value is transparent");
         assert_eq!(pixel(5), [255, 255, 255, 255], "clamped above vmax");
         // Default range: data min..max ignoring NaN and fill (0..20).
-        let auto = encode(
-            &r,
-            &PngOptions {
-                vmin: None,
-                vmax: None,
-                cmap: Colormap::Gray,
-            },
-        )
-        .unwrap();
+        let auto = encode(&r, &AUTO).unwrap();
         assert_eq!((auto.vmin, auto.vmax), (0.0, 20.0));
         let (_, _, px) = decode(&auto.png);
         assert_eq!(&px[8..12], [128, 128, 128, 255]);

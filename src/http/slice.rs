@@ -200,12 +200,7 @@ pub async fn slice(
         && let Some(rows) = RowsAs::of(format, &meta, &sel)?
     {
         let response = response.header("x-zarr-dtype", meta.dtype.typestr());
-        // A turn to stream, held by the body until it is sent or dropped.
-        let turn = state
-            .streams
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ApiError::Overloaded)?;
+        let turn = stream_turn(&state)?;
         return stream_bands(ctx, path, meta, sel, rows, response, turn).await;
     }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
@@ -311,18 +306,32 @@ fn whole_body(state: &AppState, body: Bytes) -> Result<Body, ApiError> {
     if body.len() as u64 <= BAND_BYTES {
         return Ok(Body::from(body));
     }
-    let turn = state
-        .streams
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::Overloaded)?;
+    let turn = stream_turn(state)?;
     let piece = PIECE_BYTES as usize;
     let pieces = (0..body.len().div_ceil(piece))
         .map(move |i| Ok::<Bytes, std::io::Error>(body.slice(i * piece..((i + 1) * piece).min(body.len()))));
-    Ok(Body::from_stream(stream::iter(pieces).map(move |piece| {
+    Ok(holding(stream::iter(pieces), turn))
+}
+
+/// A turn to send a streamed (or large whole) body ([`AppState::streams`]); 503 when none is
+/// left.
+fn stream_turn(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    state
+        .streams
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::Overloaded)
+}
+
+/// A body of `pieces` that holds `turn` until it is sent or dropped.
+fn holding(
+    pieces: impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+    turn: tokio::sync::OwnedSemaphorePermit,
+) -> Body {
+    Body::from_stream(pieces.map(move |piece| {
         let _sending = &turn;
         piece
-    })))
+    }))
 }
 
 /// Bytes of the field names (quoted, with their colon) JSON writes for one element of a
@@ -736,12 +745,8 @@ async fn stream_bands(
     let body = stream::iter([Ok::<Bytes, std::io::Error>(head)])
         .chain(rows_as.pieces(first, first_row))
         .chain(rest)
-        .chain(stream::iter([Ok(tail)]))
-        .map(move |piece| {
-            let _sending = &turn;
-            piece
-        });
-    response.body(Body::from_stream(body)).map_err(|_| ApiError::Internal)
+        .chain(stream::iter([Ok(tail)]));
+    response.body(holding(body, turn)).map_err(|_| ApiError::Internal)
 }
 
 #[cfg(test)]
