@@ -176,14 +176,6 @@ fn fake_gcs_server(venv: &Path) -> Option<PathBuf> {
         .find(|binary| binary.is_file())
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    for (key, path) in files_below(from) {
-        let target = to.join(key);
-        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-        std::fs::copy(&path, &target).unwrap();
-    }
-}
-
 #[test]
 fn gcs_mounts_behave_like_local_ones() {
     cloud_env();

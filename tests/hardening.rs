@@ -259,20 +259,7 @@ async fn overload_is_503_with_retry_after_and_slowness_is_504() {
 
 fn copy_case(dir: &std::path::Path, case: &str) -> std::path::PathBuf {
     let dst = dir.join(case);
-    let mut stack = vec![fixtures().join(case)];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let p = entry.unwrap().path();
-            let rel = p.strip_prefix(fixtures().join(case)).unwrap();
-            if p.is_dir() {
-                stack.push(p.clone());
-                std::fs::create_dir_all(dst.join(rel)).unwrap();
-            } else {
-                std::fs::create_dir_all(dst.join(rel).parent().unwrap()).unwrap();
-                std::fs::copy(&p, dst.join(rel)).unwrap();
-            }
-        }
-    }
+    copy_dir(&fixtures().join(case), &dst);
     dst
 }
 

@@ -22,6 +22,20 @@ pub fn fixtures() -> PathBuf {
     repo().join("tests/fixtures/data")
 }
 
+/// Copies the tree below `from` to `to` (directories, empty ones too, and files).
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap();
+        }
+    }
+}
+
 /// A config mounting `dirs` by name.
 pub fn config_with(mounts: &[(&str, &Path)]) -> Config {
     let mut config = Config::default();
