@@ -570,17 +570,16 @@ impl Node {
     /// left out of it, as zarr-python's own consolidation leaves out documents that do not
     /// parse; they are still served, and open by their path.
     fn opens(&self) -> bool {
+        if self.is_group {
+            const GROUP_FIELDS: &[&str] = &["zarr_format", "node_type", "attributes", "consolidated_metadata"];
+            return self.zarr_format != 3 || self.doc.keys().all(|k| GROUP_FIELDS.contains(&k.as_str()));
+        }
         let mut doc = Value::Object(self.doc.clone());
         unmark_non_finite(&mut doc);
-        let parsed = match (self.zarr_format, self.is_group) {
-            (3, true) => {
-                const GROUP_FIELDS: &[&str] = &["zarr_format", "node_type", "attributes", "consolidated_metadata"];
-                return self.doc.keys().all(|k| GROUP_FIELDS.contains(&k.as_str()));
-            }
-            (_, true) => return true,
+        let parsed = match self.zarr_format {
             // An extension field it must understand: zarr-python refuses the array.
-            (3, _) if super::unknown_extension(&doc).is_some() => return false,
-            (3, _) => {
+            3 if super::unknown_extension(&doc).is_some() => return false,
+            3 => {
                 let name = |field: &str| doc.pointer(field).and_then(Value::as_str);
                 let dims = doc.get("dimension_names").and_then(Value::as_array).map(Vec::len);
                 let ndim = doc.get("shape").and_then(Value::as_array).map(Vec::len);
@@ -593,8 +592,8 @@ impl Node {
                 }
                 super::parse_v3(&doc)
             }
-            (2, _) if !zarr_python_v2_type(&doc) => return false,
-            (2, _) => super::parse_v2(&doc, None),
+            2 if !zarr_python_v2_type(&doc) => return false,
+            2 => super::parse_v2(&doc, None),
             _ => return false,
         };
         match parsed {
