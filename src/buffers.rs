@@ -4,9 +4,39 @@
 //! written: for a zstd chunk of 1 MiB that is about a third of the CPU of decoding it. Memory the
 //! process already has costs no faults, so buffers that are freed at the rate new ones are needed
 //! (read buffers; decoded chunks once the chunk cache is full) are handed back here and reused.
+//! A new large buffer has its pages mapped in one call rather than a fault at a time.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+/// Allocations at least this large are populated when new ([`populate`]).
+const POPULATE_FROM: usize = 256 << 10;
+
+/// Has the kernel map all pages of a new large allocation in one call, instead of one page
+/// fault per 4 KiB as the decoder first writes each. The pages are the same zeroed pages the
+/// faults would map, and the bytes the buffer holds are unchanged; what is saved is a trap
+/// per page: a cold 64 MiB region of 1 MiB zstd chunks took ~9% less CPU (bench/README.md).
+fn populate(buf: &mut Vec<u8>) {
+    #[cfg(target_os = "linux")]
+    {
+        const PAGE: usize = 4096;
+        if buf.capacity() < POPULATE_FROM {
+            return;
+        }
+        let start = buf.as_mut_ptr() as usize;
+        let first = start.next_multiple_of(PAGE);
+        let end = (start + buf.capacity()) / PAGE * PAGE;
+        if end > first {
+            // SAFETY: the range lies within the buffer's allocation, which this function has
+            // exclusive access to; MADV_POPULATE_WRITE maps pages as a write would without
+            // writing, so no byte of the allocation changes. An error (a kernel before 5.14)
+            // leaves the pages to be faulted in as usual.
+            unsafe {
+                libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_POPULATE_WRITE);
+            }
+        }
+    }
+}
 
 /// A pool of spare buffers: at most `max_total` bytes of capacity, each between `min_each` and
 /// `max_each` bytes.
@@ -72,7 +102,11 @@ impl BufferPool {
     /// An empty buffer with room for `len` bytes: a kept one (see [`Self::kept`]), or a new
     /// allocation.
     pub fn take(&self, len: usize) -> Vec<u8> {
-        self.kept(len).unwrap_or_else(|| Vec::with_capacity(len))
+        self.kept(len).unwrap_or_else(|| {
+            let mut buf = Vec::with_capacity(len);
+            populate(&mut buf);
+            buf
+        })
     }
 
     /// `len` zero bytes, for decoders that write into an initialised slice: a kept buffer
@@ -83,7 +117,11 @@ impl BufferPool {
                 buf.resize(len, 0);
                 buf
             }
-            None => vec![0; len],
+            None => {
+                let mut buf = vec![0; len];
+                populate(&mut buf);
+                buf
+            }
         }
     }
 
@@ -171,5 +209,12 @@ mod tests {
         assert_eq!((z.as_ptr(), z.len()), (ptr, 4000));
         assert!(z.iter().all(|&b| b == 0));
         assert_eq!(pool.take_zeroed(5000), vec![0; 5000]);
+        // New large buffers are populated: still zeros, and what is written stays.
+        let big = pool.take_zeroed(POPULATE_FROM + 12345);
+        assert_eq!(big.len(), POPULATE_FROM + 12345);
+        assert!(big.iter().all(|&b| b == 0));
+        let mut fresh = pool.take(POPULATE_FROM * 2);
+        fresh.extend((0..POPULATE_FROM * 2).map(|i| i as u8));
+        assert!(fresh.iter().enumerate().all(|(i, &b)| b == i as u8));
     }
 }
