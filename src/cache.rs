@@ -7,7 +7,7 @@
 //! longer than that after they were loaded, so changed data shows within that bound.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use moka::future::Cache;
@@ -88,6 +88,130 @@ where
 
 /// Loads into a cache between two runs of its pending work ([`cached`]).
 const SETTLE_EVERY: u64 = 8;
+
+/// Loads that go on after the request that started them has gone (it timed out, or its client
+/// hung up), so that what they load is cached for the next request rather than thrown away:
+/// otherwise a chunk that takes longer to load than `limits.request_timeout_s` could never be
+/// read, and a viewer that cancels requests as it pans would have each chunk decoded again. At
+/// most `most` such loads run at once; a load left over that bound is stopped.
+#[derive(Debug)]
+pub struct Orphans {
+    running: AtomicUsize,
+    stopped: AtomicU64,
+    most: usize,
+}
+
+impl Orphans {
+    /// Room for `most` orphaned loads.
+    pub const fn new(most: usize) -> Self {
+        Self {
+            running: AtomicUsize::new(0),
+            stopped: AtomicU64::new(0),
+            most,
+        }
+    }
+
+    /// Orphaned loads running now.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Loads stopped when their request went, for want of room.
+    pub fn stopped(&self) -> u64 {
+        self.stopped.load(Ordering::Relaxed)
+    }
+}
+
+/// The orphaned chunk and shard-index loads of the server: a few, as decoding is CPU work that
+/// no request is waiting for any more.
+pub static ORPHANED_LOADS: Orphans = Orphans::new(8);
+
+const ATTACHED: u8 = 0;
+const ORPHANED: u8 = 1;
+const FINISHED: u8 = 2;
+
+/// Runs `work` in a task of its own and waits for it. If this future is dropped before the
+/// task has finished, the task runs on as one of `orphans`' loads when there is room, and is
+/// stopped when there is none.
+pub fn detach<T: Send + 'static>(
+    orphans: &'static Orphans,
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> Detached<T> {
+    let state = Arc::new(AtomicU8::new(ATTACHED));
+    let finish = Finish {
+        state: state.clone(),
+        orphans,
+    };
+    let handle = tokio::spawn(async move {
+        let _finish = finish;
+        work.await
+    });
+    Detached {
+        handle,
+        state,
+        orphans,
+        finished: false,
+    }
+}
+
+/// Marks a detached task finished when it ends (completed, panicked or stopped), and gives back
+/// its orphan's room if it was running as one.
+struct Finish {
+    state: Arc<AtomicU8>,
+    orphans: &'static Orphans,
+}
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        if self.state.swap(FINISHED, Ordering::AcqRel) == ORPHANED {
+            self.orphans.running.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// A task started by [`detach`], awaited.
+#[derive(Debug)]
+pub struct Detached<T> {
+    handle: tokio::task::JoinHandle<T>,
+    state: Arc<AtomicU8>,
+    orphans: &'static Orphans,
+    finished: bool,
+}
+
+impl<T> std::future::Future for Detached<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let polled = std::pin::Pin::new(&mut self.handle).poll(cx);
+        if polled.is_ready() {
+            self.finished = true;
+        }
+        polled
+    }
+}
+
+impl<T> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let orphans = self.orphans;
+        if orphans.running.fetch_add(1, Ordering::AcqRel) < orphans.most {
+            let adopted = self
+                .state
+                .compare_exchange(ATTACHED, ORPHANED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
+            if adopted {
+                return;
+            }
+            // It finished meanwhile: nothing to run on.
+        } else {
+            self.handle.abort();
+            orphans.stopped.fetch_add(1, Ordering::Relaxed);
+        }
+        orphans.running.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// A consolidated document rendered from a walked tree.
 #[derive(Debug, Clone)]
@@ -334,6 +458,58 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A detached load whose waiter is dropped runs on while there is room for orphans, and is
+    /// stopped when there is none; one awaited to its end is never an orphan.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn detached_loads_run_on_within_their_bound() {
+        static ONE: Orphans = Orphans::new(1);
+        let done = Arc::new(AtomicUsize::new(0));
+        // Each piece of work waits for a permit (permits added before it waits are kept).
+        let release = Arc::new(tokio::sync::Semaphore::new(0));
+        let work = |n: usize| {
+            let (done, release) = (done.clone(), release.clone());
+            async move {
+                if let Ok(permit) = release.acquire().await {
+                    permit.forget();
+                }
+                done.fetch_add(n, Ordering::SeqCst);
+                n
+            }
+        };
+        // Awaited to the end: its value, and no orphan.
+        let waited = detach(&ONE, work(100));
+        release.add_permits(1);
+        assert_eq!(waited.await.unwrap(), 100);
+        assert_eq!((done.load(Ordering::SeqCst), ONE.running()), (100, 0));
+        // Two dropped while waiting: the first runs on, the second is stopped.
+        let (a, b) = (detach(&ONE, work(1)), detach(&ONE, work(10)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(a);
+        drop(b);
+        assert_eq!((ONE.running(), ONE.stopped()), (1, 1));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        release.add_permits(2);
+        for _ in 0..100 {
+            if ONE.running() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!((done.load(Ordering::SeqCst), ONE.running()), (101, 0));
+        // Room again: the next one dropped runs on too.
+        drop(detach(&ONE, async {
+            tokio::time::sleep(Duration::from_millis(20)).await
+        }));
+        assert_eq!(ONE.running(), 1);
+        for _ in 0..100 {
+            if ONE.running() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(ONE.running(), 0);
+    }
 
     /// Entries loaded into a cache too small for them are let go within a few loads, not after
     /// moka's batch of 64: of 64 loads of entries each near the whole bound, at most

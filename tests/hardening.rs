@@ -171,21 +171,33 @@ async fn long_urls_and_wide_slices_are_refused() {
     assert_eq!(r.json()["shape"], serde_json::json!([2, 9]));
 }
 
-/// A store that takes its time, to hold requests open.
+/// A store that takes its time, to hold requests open: for every key, or (`chunks_only`) for
+/// all but metadata documents.
 #[derive(Debug)]
 struct SlowStore {
     inner: Store,
     delay: Duration,
+    chunks_only: bool,
+}
+
+impl SlowStore {
+    async fn wait(&self, key: &StoreKey) {
+        let name = key.as_str().rsplit('/').next().unwrap_or("");
+        let document = matches!(name, "zarr.json" | ".zarray" | ".zgroup" | ".zattrs" | ".zmetadata");
+        if !(self.chunks_only && document) {
+            tokio::time::sleep(self.delay).await;
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl Backend for SlowStore {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
-        tokio::time::sleep(self.delay).await;
+        self.wait(key).await;
         self.inner.head(key).await
     }
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
-        tokio::time::sleep(self.delay).await;
+        self.wait(key).await;
         self.inner.get(key, range).await
     }
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
@@ -194,6 +206,10 @@ impl Backend for SlowStore {
 }
 
 fn slow_app(delay: Duration, config: Config) -> axum::Router {
+    slow_store_app(delay, false, config)
+}
+
+fn slow_store_app(delay: Duration, chunks_only: bool, config: Config) -> axum::Router {
     let mount = Mount {
         name: "slow".into(),
         kind: "local",
@@ -202,6 +218,7 @@ fn slow_app(delay: Duration, config: Config) -> axum::Router {
         store: Store::new(SlowStore {
             inner: Store::new(open_local(&fixtures()).unwrap()),
             delay,
+            chunks_only,
         }),
         tokens: Vec::new(),
     };
@@ -255,6 +272,44 @@ async fn overload_is_503_with_retry_after_and_slowness_is_504() {
     let r = get(&app, uri, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (504, "timeout"));
     assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+/// Loads that take longer than the request timeout (a chunk; a shard's index, then its inner
+/// chunk): each request answers 504, but what it started goes on and is cached, so each one
+/// gets further than the one before, and the slice answers once its loads are done. Before,
+/// every request timed out and threw its loads away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loads_slower_than_the_request_timeout_are_cached_for_the_next_request() {
+    let fast = fixture_app();
+    for (slice, timeouts) in [
+        ("v3/zstd_i4?select=0:2,0:4&format=json", 1),
+        ("v3/sharding_end_i4?select=0:2,0:3&format=json", 2),
+    ] {
+        let mut config = Config::default();
+        config.limits.request_timeout_s = 0.3;
+        let app = slow_store_app(Duration::from_millis(400), true, config);
+        let uri = format!("/api/v1/slice/slow/{slice}");
+        for _ in 0..timeouts {
+            let r = get(&app, &uri, &[]).await;
+            assert_eq!(
+                (r.status.as_u16(), r.error_code().as_str()),
+                (504, "timeout"),
+                "{slice}"
+            );
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        let r = get(&app, &uri, &[]).await;
+        assert_eq!(r.status, 200, "{slice}: {:?}", r.json());
+        let expected = get(&fast, &format!("/api/v1/slice/fx/{slice}"), &[]).await;
+        assert_eq!(expected.status, 200);
+        assert_eq!(r.json()["data"], expected.json()["data"], "{slice}");
+        assert_eq!(
+            sample(&app, "zarrgate_cache_hits_total{cache=\"chunks\"}").await,
+            1.0,
+            "{slice}"
+        );
+        assert_eq!(sample(&app, "zarrgate_orphaned_loads").await, 0.0, "{slice}");
+    }
 }
 
 fn copy_case(dir: &std::path::Path, case: &str) -> std::path::PathBuf {

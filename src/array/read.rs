@@ -16,7 +16,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt, stream};
 
 use super::selection::{CellPart, DimSelection, Selection, cells};
-use crate::cache::{CachedChunk, CachedIndex, Caches, ChunkId, Decoded, cached};
+use crate::cache::{CacheCounters, CachedChunk, CachedIndex, Caches, ChunkId, Decoded, ORPHANED_LOADS, cached, detach};
 use crate::codec::CodecError;
 use crate::codec::chain::CodecChain;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
@@ -768,22 +768,13 @@ async fn load_inner(
     range: Range<u64>,
     shard: &ObjectMeta,
 ) -> Result<CachedChunk, ReadError> {
-    let load = read_and_decode(
-        ctx,
-        meta,
-        key,
-        Some((ByteRange::Bounded(range.start, range.end), shard.clone())),
-    );
-    match &ctx.caches {
-        Some(c) => Ok(cached(
-            &c.chunks,
-            &c.chunk_counters,
-            ctx.inner_id(meta, key, number, shard),
-            load,
-        )
-        .await?),
-        None => load.await,
-    }
+    let stored = Some((ByteRange::Bounded(range.start, range.end), shard.clone()));
+    let Some(c) = &ctx.caches else {
+        return read_and_decode(ctx, meta, key, stored).await;
+    };
+    let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
+    let load = async move { read_and_decode(&owned, &meta_, &key_, stored).await };
+    through_cache(c, chunks, ctx.inner_id(meta, key, number, shard), load).await
 }
 
 /// Reads `sel` of the array at `path`. The result has `sel.full_shape()` in C order. A shard
@@ -1080,11 +1071,48 @@ async fn copy_out(
 
 /// A whole decoded chunk of an unsharded array, through the cache.
 async fn load_chunk(ctx: &ReadContext, key: &StoreKey, meta: &Arc<ArrayMeta>) -> Result<CachedChunk, ReadError> {
-    let load = read_and_decode(ctx, meta, key, None);
-    match &ctx.caches {
-        Some(c) => Ok(cached(&c.chunks, &c.chunk_counters, ctx.id(meta, key, None), load).await?),
-        None => load.await,
+    let Some(c) = &ctx.caches else {
+        return read_and_decode(ctx, meta, key, None).await;
+    };
+    let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
+    let load = async move { read_and_decode(&owned, &meta_, &key_, None).await };
+    through_cache(c, chunks, ctx.id(meta, key, None), load).await
+}
+
+/// Looks a decoded chunk or a shard index up in `caches` (`pick` says which cache), loading it
+/// on a miss in a task of its own ([`detach`]): a load the request no longer waits for (it
+/// timed out, its client went) runs on, within [`ORPHANED_LOADS`], and is cached for the next.
+async fn through_cache<V, F>(
+    caches: &Arc<Caches>,
+    pick: fn(&Caches) -> (&moka::future::Cache<ChunkId, V>, &CacheCounters),
+    id: ChunkId,
+    load: F,
+) -> Result<V, ReadError>
+where
+    V: Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<V, ReadError>> + Send + 'static,
+{
+    let (cache, counters) = pick(caches);
+    if let Some(hit) = cache.get(&id).await {
+        counters.record(false);
+        return Ok(hit);
     }
+    let caches = caches.clone();
+    let loaded = detach(&ORPHANED_LOADS, async move {
+        let (cache, counters) = pick(&caches);
+        cached(cache, counters, id, load).await
+    })
+    .await
+    .map_err(|e| ReadError::Internal(format!("load task failed: {e}")))?;
+    Ok(loaded?)
+}
+
+fn chunks(c: &Caches) -> (&moka::future::Cache<ChunkId, CachedChunk>, &CacheCounters) {
+    (&c.chunks, &c.chunk_counters)
+}
+
+fn indexes(c: &Caches) -> (&moka::future::Cache<ChunkId, CachedIndex>, &CacheCounters) {
+    (&c.shard_indexes, &c.index_counters)
 }
 
 async fn read_chunk(
@@ -1128,16 +1156,23 @@ async fn load_index(
 
 async fn shard_index(
     ctx: &ReadContext,
-    meta: &ArrayMeta,
+    meta: &Arc<ArrayMeta>,
     key: &StoreKey,
     codec: &ShardingCodec,
     n: u64,
 ) -> Result<CachedIndex, ReadError> {
-    let load = load_index(ctx, key, codec, n);
-    match &ctx.caches {
-        Some(c) => Ok(cached(&c.shard_indexes, &c.index_counters, ctx.id(meta, key, None), load).await?),
-        None => load.await,
-    }
+    let Some(c) = &ctx.caches else {
+        return load_index(ctx, key, codec, n).await;
+    };
+    let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
+    let load = async move {
+        let codec = meta_
+            .chain
+            .sharding()
+            .ok_or_else(|| ReadError::Internal("not sharded".into()))?;
+        load_index(&owned, &key_, codec, n).await
+    };
+    through_cache(c, indexes, ctx.id(meta, key, None), load).await
 }
 
 /// Byte ranges of one shard fetched as one request.
@@ -1292,60 +1327,29 @@ async fn read_shard_once(
         return Err(too_large_unit(key.as_str(), r.end - r.start, most));
     }
     let groups = coalesce(missing, ctx.opts.coalesce_gap, MAX_COALESCED_SPAN);
-    let wanted = &wanted;
+    let (wanted, inner_shape) = (&wanted, &codec.inner_shape);
     stream::iter(groups)
         .map(|RangeGroup { span, members }| {
-            let (meta, output) = (meta.clone(), output.clone());
+            let output = output.clone();
+            let members = members.into_iter().map(|(i, r)| (i, wanted[i].number, r)).collect();
+            let load = fetch_inner(ctx.clone(), meta.clone(), key.clone(), shard.clone(), span, members);
             async move {
-                let fetched = ctx
-                    .store
-                    .get_range_bytes(key, ByteRange::Bounded(span.start, span.end))
-                    .await;
-                let Some((bytes, object)) = fetched.map_err(|e| inner_read_error(key, e))? else {
-                    // The shard vanished between requests: fill.
-                    for (i, _) in members {
-                        output.fill(&wanted[i].parts)?;
-                    }
-                    return Ok(());
+                // With a cache, the fetch and its decodes go on if the request goes, and what
+                // they decode is cached (see through_cache).
+                let decoded = match &ctx.caches {
+                    Some(_) => detach(&ORPHANED_LOADS, load)
+                        .await
+                        .map_err(|e| ReadError::Internal(format!("load task failed: {e}")))??,
+                    None => load.await?,
                 };
-                if !object.same_object(shard) {
-                    return Err(ReadError::Changed(key.to_string()));
+                for (i, block) in decoded {
+                    match block {
+                        Some(block) => {
+                            copy_out(&output, block, inner_shape.clone(), wanted[i].parts.clone(), key).await?
+                        }
+                        None => output.fill(&wanted[i].parts)?, // the shard vanished: fill
+                    }
                 }
-                // The inner chunks of one fetched range decode concurrently, as many at once
-                // as the request has decode turns.
-                let (meta, output, bytes) = (&meta, &output, &bytes);
-                stream::iter(members)
-                    .map(|(i, r)| async move {
-                        let (a, b) = ((r.start - span.start) as usize, (r.end - span.start) as usize);
-                        if b > bytes.len() {
-                            return Err(ReadError::copy(key, "short read of a shard range".into()));
-                        }
-                        let slice = bytes.slice(a..b);
-                        let w = &wanted[i];
-                        let load = decode(ctx, meta, key, slice, true);
-                        let block = match &ctx.caches {
-                            Some(c) => {
-                                let load = async { load.await.map(Some) };
-                                cached(
-                                    &c.chunks,
-                                    &c.chunk_counters,
-                                    ctx.inner_id(meta, key, w.number, shard),
-                                    load,
-                                )
-                                .await?
-                            }
-                            None => Some(load.await?),
-                        };
-                        match (block, meta.chain.sharding()) {
-                            (Some(block), Some(codec)) => {
-                                copy_out(output, block, codec.inner_shape.clone(), w.parts.clone(), key).await
-                            }
-                            _ => Ok(()),
-                        }
-                    })
-                    .buffer_unordered(ctx.opts.decode_turns.max(1))
-                    .try_collect::<Vec<()>>()
-                    .await?;
                 Ok::<(), ReadError>(())
             }
         })
@@ -1353,6 +1357,51 @@ async fn read_shard_once(
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())
+}
+
+/// Fetches `span` of the remote shard at `key` (as its index saw it: `shard`) and decodes the
+/// inner chunks `members` (the caller's number, the inner chunk's number, its range) in it,
+/// through the cache; each comes back with the caller's number (`None`: the shard vanished).
+async fn fetch_inner(
+    ctx: ReadContext,
+    meta: Arc<ArrayMeta>,
+    key: StoreKey,
+    shard: ObjectMeta,
+    span: Range<u64>,
+    members: Vec<(usize, u64, Range<u64>)>,
+) -> Result<Vec<(usize, CachedChunk)>, ReadError> {
+    let fetched = ctx
+        .store
+        .get_range_bytes(&key, ByteRange::Bounded(span.start, span.end))
+        .await;
+    let Some((bytes, object)) = fetched.map_err(|e| inner_read_error(&key, e))? else {
+        return Ok(members.into_iter().map(|(i, ..)| (i, None)).collect());
+    };
+    if !object.same_object(&shard) {
+        return Err(ReadError::Changed(key.to_string()));
+    }
+    // The inner chunks of one fetched range decode concurrently, as many at once as the
+    // request has decode turns.
+    let (ctx, meta, key, shard, bytes) = (&ctx, &meta, &key, &shard, &bytes);
+    stream::iter(members)
+        .map(|(i, number, r)| async move {
+            let (a, b) = ((r.start - span.start) as usize, (r.end - span.start) as usize);
+            if b > bytes.len() {
+                return Err(ReadError::copy(key, "short read of a shard range".into()));
+            }
+            let load = decode(ctx, meta, key, bytes.slice(a..b), true);
+            let block = match &ctx.caches {
+                Some(c) => {
+                    let id = ctx.inner_id(meta, key, number, shard);
+                    cached(&c.chunks, &c.chunk_counters, id, async { load.await.map(Some) }).await?
+                }
+                None => Some(load.await?),
+            };
+            Ok((i, block))
+        })
+        .buffer_unordered(ctx.opts.decode_turns.max(1))
+        .try_collect()
+        .await
 }
 
 #[cfg(test)]
