@@ -288,7 +288,10 @@ pub struct Caches {
     pub walking: Walking,
     /// Consolidated metadata synthesized for a group (`.zmetadata`, or `zarr.json` with
     /// `consolidated_metadata`: the flag says which), with the walked tree it was rendered from.
-    pub consolidated: Cache<(Arc<str>, StoreKey, bool), Rendered>,
+    pub consolidated: Cache<ConsolidatedKey, Rendered>,
+    /// The renderings of consolidated documents under way: requests for the same document
+    /// wait for one rather than each rendering its own copy.
+    pub rendering: Rendering,
     /// Counters of `chunks`.
     pub chunk_counters: CacheCounters,
     /// Counters of `shard_indexes`.
@@ -348,6 +351,61 @@ impl std::fmt::Debug for Walking {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let n = self.0.lock().map_or(0, |w| w.len());
         write!(f, "Walking({n})")
+    }
+}
+
+/// A synthesized consolidated document's key: (mount, group, whether it is a v3 `zarr.json`).
+pub type ConsolidatedKey = (Arc<str>, StoreKey, bool);
+
+/// A place where the requests for one consolidated document take turns to render it; holds
+/// the last one rendered while requests still wait there.
+type RenderSlot = Arc<tokio::sync::Mutex<Option<Rendered>>>;
+
+/// The places of [`Caches::rendering`] by document, each while some request holds it.
+#[derive(Debug, Default)]
+pub struct Rendering(std::sync::Mutex<std::collections::HashMap<ConsolidatedKey, RenderSlot>>);
+
+impl Rendering {
+    /// The place for `key`, shared with the other requests for it until the last lets go.
+    pub fn enter(&self, key: &ConsolidatedKey) -> RenderTurn<'_> {
+        let slot = self
+            .0
+            .lock()
+            .map(|mut slots| slots.entry(key.clone()).or_default().clone())
+            .unwrap_or_default();
+        RenderTurn {
+            rendering: self,
+            key: key.clone(),
+            slot,
+        }
+    }
+}
+
+/// A request's hold on a [`RenderSlot`]; the slot leaves the map with its last holder.
+#[derive(Debug)]
+pub struct RenderTurn<'a> {
+    rendering: &'a Rendering,
+    key: ConsolidatedKey,
+    slot: RenderSlot,
+}
+
+impl RenderTurn<'_> {
+    /// The slot (borrowed: its holders are counted by their turns).
+    pub fn slot(&self) -> &tokio::sync::Mutex<Option<Rendered>> {
+        &self.slot
+    }
+}
+
+impl Drop for RenderTurn<'_> {
+    fn drop(&mut self) {
+        // Turns take and let go of slots under the map's lock only, so the count seen here is
+        // every holder: this turn and the map when it is the last.
+        if let Ok(mut slots) = self.rendering.0.lock()
+            && Arc::strong_count(&self.slot) == 2
+            && slots.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &self.slot))
+        {
+            slots.remove(&self.key);
+        }
     }
 }
 
@@ -450,6 +508,7 @@ impl Caches {
             hierarchy_counters,
             walks: tokio::sync::Semaphore::new(WALKS),
             walking: Walking::default(),
+            rendering: Rendering::default(),
             decodes: AtomicU64::new(0),
         }
     }
@@ -458,6 +517,35 @@ impl Caches {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Requests for one document share its slot while any holds it; the last to let go takes
+    /// it out of the map, and the next request finds a fresh one.
+    #[test]
+    fn render_slots_leave_with_their_last_holder() {
+        let rendering = Rendering::default();
+        let key: ConsolidatedKey = (Arc::from("m"), StoreKey::root(), false);
+        let other: ConsolidatedKey = (Arc::from("m"), StoreKey::root(), true);
+        let slots = |r: &Rendering| r.0.lock().unwrap().len();
+        let a = rendering.enter(&key);
+        let b = rendering.enter(&key);
+        let c = rendering.enter(&other);
+        assert!(Arc::ptr_eq(&a.slot, &b.slot));
+        assert!(!Arc::ptr_eq(&a.slot, &c.slot));
+        assert_eq!(slots(&rendering), 2);
+        *a.slot().try_lock().unwrap() = Some(Rendered {
+            from: std::sync::Weak::new(),
+            own: None,
+            bytes: bytes::Bytes::from_static(b"{}"),
+        });
+        assert!(b.slot().try_lock().unwrap().is_some());
+        drop(a);
+        assert_eq!(slots(&rendering), 2);
+        drop(b);
+        drop(c);
+        assert_eq!(slots(&rendering), 0);
+        let d = rendering.enter(&key);
+        assert!(d.slot().try_lock().unwrap().is_none(), "a fresh slot");
+    }
 
     /// A detached load whose waiter is dropped runs on while there is room for orphans, and is
     /// stopped when there is none; one awaited to its end is never an orphan.

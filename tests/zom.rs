@@ -676,6 +676,37 @@ async fn consolidated_documents_are_rendered_once_and_caches_weigh_documents() {
     assert!(meta > 800_000.0, "{meta}");
 }
 
+/// Requests that miss together (they waited for the same walk) take the one document rendered
+/// first rather than each rendering a copy: one miss, the others hits, the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_share_one_rendering() {
+    let dir = tempfile::tempdir().unwrap();
+    // Over 100 nodes: the document is rendered on the blocking pool, so requests overlap.
+    let g = dir.path().join("g");
+    std::fs::create_dir_all(&g).unwrap();
+    std::fs::write(g.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    for i in 0..150 {
+        let a = g.join(format!("a{i}"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::write(
+            a.join(".zarray"),
+            r#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4", "compressor": null,
+                "filters": null, "fill_value": 0, "order": "C"}"#,
+        )
+        .unwrap();
+    }
+    let app = app_for(&[("m", dir.path())]);
+    let replies = futures::future::join_all((0..8).map(|_| get(&app, "/zarr/m/g/.zmetadata", &[]))).await;
+    for r in &replies {
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, replies[0].body);
+    }
+    assert_eq!(replies[0].json()["metadata"].as_object().unwrap().len(), 151);
+    let hits = "zarrgate_cache_hits_total{cache=\"consolidated\"}";
+    let misses = "zarrgate_cache_misses_total{cache=\"consolidated\"}";
+    assert_eq!((metric(&app, hits).await, metric(&app, misses).await), (7.0, 1.0));
+}
+
 /// Python's json module writes non-finite attributes bare (`"missing_value": NaN`), and
 /// zarr-python reads them back. Such a hierarchy is no corrupt data: the Zarr Object Model
 /// shows them as the strings slices use, and consolidated metadata writes them back bare, as

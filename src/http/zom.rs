@@ -179,10 +179,25 @@ async fn rendered(
 ) -> Result<Bytes, ApiError> {
     let key = (Arc::from(mount.name.as_str()), group.clone(), own.is_some());
     let caches = &state.caches;
+    let same = |done: &Rendered| {
+        std::sync::Weak::ptr_eq(&done.from, &Arc::downgrade(&tree)) && done.own.as_deref() == own.as_ref()
+    };
     if let Some(done) = caches.consolidated.get(&key).await
-        && std::sync::Weak::ptr_eq(&done.from, &Arc::downgrade(&tree))
-        && done.own.as_deref() == own.as_ref()
+        && same(&done)
     {
+        caches.consolidated_counters.record(false);
+        return Ok(done.bytes);
+    }
+    // One rendering at a time per document: the requests that missed together (they waited
+    // for the same walk) take the one rendered first, from the cache or, for a document too
+    // large for it, from the slot they share.
+    let turn = caches.rendering.enter(&key);
+    let mut slot = turn.slot().lock().await;
+    let done = match slot.as_ref() {
+        Some(done) if same(done) => Some(done.clone()),
+        _ => caches.consolidated.get(&key).await.filter(|done| same(done)),
+    };
+    if let Some(done) = done {
         caches.consolidated_counters.record(false);
         return Ok(done.bytes);
     }
@@ -203,6 +218,7 @@ async fn rendered(
         own,
         bytes: bytes.clone(),
     };
+    *slot = Some(done.clone());
     if fits(&caches.consolidated, bytes.len()) {
         caches.consolidated.insert(key, done).await;
     }
