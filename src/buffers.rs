@@ -13,19 +13,24 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 const POPULATE_FROM: usize = 256 << 10;
 
 /// Has the kernel map all pages of a new large allocation in one call, instead of one page
-/// fault per 4 KiB as the decoder first writes each. The pages are the same zeroed pages the
-/// faults would map, and the bytes the buffer holds are unchanged; what is saved is a trap
-/// per page: a cold 64 MiB region of 1 MiB zstd chunks took ~9% less CPU (bench/README.md).
+/// fault per page (4 KiB here) as the decoder first writes each. The pages are the same zeroed
+/// pages the faults would map, and the bytes the buffer holds are unchanged; what is saved is
+/// a trap per page: a cold 64 MiB region of 1 MiB zstd chunks took ~9% less CPU
+/// (bench/README.md).
 fn populate(buf: &mut Vec<u8>) {
     #[cfg(target_os = "linux")]
     {
-        const PAGE: usize = 4096;
         if buf.capacity() < POPULATE_FROM {
             return;
         }
+        // SAFETY: sysconf only reads a system setting.
+        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+            p if p > 0 => p as usize,
+            _ => return,
+        };
         let start = buf.as_mut_ptr() as usize;
-        let first = start.next_multiple_of(PAGE);
-        let end = (start + buf.capacity()) / PAGE * PAGE;
+        let first = start.next_multiple_of(page);
+        let end = (start + buf.capacity()) / page * page;
         if end > first {
             // SAFETY: the range lies within the buffer's allocation, which this function has
             // exclusive access to; MADV_POPULATE_WRITE maps pages as a write would without

@@ -192,24 +192,29 @@ impl<T> std::future::Future for Detached<T> {
 
 impl<T> Drop for Detached<T> {
     fn drop(&mut self) {
-        if self.finished {
+        if self.finished || self.state.load(Ordering::Acquire) == FINISHED {
             return;
         }
         let orphans = self.orphans;
-        if orphans.running.fetch_add(1, Ordering::AcqRel) < orphans.most {
-            let adopted = self
-                .state
-                .compare_exchange(ATTACHED, ORPHANED, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok();
-            if adopted {
-                return;
-            }
-            // It finished meanwhile: nothing to run on.
-        } else {
+        let room = orphans
+            .running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < orphans.most).then_some(n + 1)
+            })
+            .is_ok();
+        if !room {
             self.handle.abort();
             orphans.stopped.fetch_add(1, Ordering::Relaxed);
+            return;
         }
-        orphans.running.fetch_sub(1, Ordering::AcqRel);
+        let adopted = self
+            .state
+            .compare_exchange(ATTACHED, ORPHANED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if !adopted {
+            // It finished meanwhile: nothing runs on.
+            orphans.running.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

@@ -1332,25 +1332,40 @@ async fn read_shard_once(
         .map(|RangeGroup { span, members }| {
             let output = output.clone();
             let members = members.into_iter().map(|(i, r)| (i, wanted[i].number, r)).collect();
-            let load = fetch_inner(ctx.clone(), meta.clone(), key.clone(), shard.clone(), span, members);
+            // Decoded inner chunks come back as they are done, a few at most waiting to be
+            // copied, and each is dropped once copied (the span's members may be thousands).
+            let (sent, mut decoded) = tokio::sync::mpsc::channel(ctx.opts.decode_turns.max(1));
+            let load = fetch_inner(
+                ctx.clone(),
+                meta.clone(),
+                key.clone(),
+                shard.clone(),
+                span,
+                members,
+                sent,
+            );
             async move {
+                let copied = async {
+                    while let Some((i, block)) = decoded.recv().await {
+                        let parts = &wanted[i].parts;
+                        match block {
+                            Some(block) => copy_out(&output, block, inner_shape.clone(), parts.clone(), key).await?,
+                            None => output.fill(parts)?, // the shard vanished: fill
+                        }
+                    }
+                    Ok::<(), ReadError>(())
+                };
                 // With a cache, the fetch and its decodes go on if the request goes, and what
                 // they decode is cached (see through_cache).
-                let decoded = match &ctx.caches {
-                    Some(_) => detach(&ORPHANED_LOADS, load)
-                        .await
-                        .map_err(|e| ReadError::Internal(format!("load task failed: {e}")))??,
-                    None => load.await?,
-                };
-                for (i, block) in decoded {
-                    match block {
-                        Some(block) => {
-                            copy_out(&output, block, inner_shape.clone(), wanted[i].parts.clone(), key).await?
-                        }
-                        None => output.fill(&wanted[i].parts)?, // the shard vanished: fill
+                let loaded = async {
+                    match &ctx.caches {
+                        Some(_) => detach(&ORPHANED_LOADS, load)
+                            .await
+                            .map_err(|e| ReadError::Internal(format!("load task failed: {e}")))?,
+                        None => load.await,
                     }
-                }
-                Ok::<(), ReadError>(())
+                };
+                futures::try_join!(loaded, copied).map(|_| ())
             }
         })
         .buffer_unordered(ctx.opts.concurrency.max(1))
@@ -1361,7 +1376,8 @@ async fn read_shard_once(
 
 /// Fetches `span` of the remote shard at `key` (as its index saw it: `shard`) and decodes the
 /// inner chunks `members` (the caller's number, the inner chunk's number, its range) in it,
-/// through the cache; each comes back with the caller's number (`None`: the shard vanished).
+/// through the cache, sending each to `done` with the caller's number (`None`: the shard
+/// vanished). A send nobody receives any more is no error: the decodes go on, to be cached.
 async fn fetch_inner(
     ctx: ReadContext,
     meta: Arc<ArrayMeta>,
@@ -1369,20 +1385,24 @@ async fn fetch_inner(
     shard: ObjectMeta,
     span: Range<u64>,
     members: Vec<(usize, u64, Range<u64>)>,
-) -> Result<Vec<(usize, CachedChunk)>, ReadError> {
+    done: tokio::sync::mpsc::Sender<(usize, CachedChunk)>,
+) -> Result<(), ReadError> {
     let fetched = ctx
         .store
         .get_range_bytes(&key, ByteRange::Bounded(span.start, span.end))
         .await;
     let Some((bytes, object)) = fetched.map_err(|e| inner_read_error(&key, e))? else {
-        return Ok(members.into_iter().map(|(i, ..)| (i, None)).collect());
+        for (i, ..) in members {
+            let _ = done.send((i, None)).await;
+        }
+        return Ok(());
     };
     if !object.same_object(&shard) {
         return Err(ReadError::Changed(key.to_string()));
     }
     // The inner chunks of one fetched range decode concurrently, as many at once as the
     // request has decode turns.
-    let (ctx, meta, key, shard, bytes) = (&ctx, &meta, &key, &shard, &bytes);
+    let (ctx, meta, key, shard, bytes, done) = (&ctx, &meta, &key, &shard, &bytes, &done);
     stream::iter(members)
         .map(|(i, number, r)| async move {
             let (a, b) = ((r.start - span.start) as usize, (r.end - span.start) as usize);
@@ -1397,11 +1417,13 @@ async fn fetch_inner(
                 }
                 None => Some(load.await?),
             };
-            Ok((i, block))
+            let _ = done.send((i, block)).await;
+            Ok(())
         })
         .buffer_unordered(ctx.opts.decode_turns.max(1))
-        .try_collect()
+        .try_collect::<Vec<()>>()
         .await
+        .map(|_| ())
 }
 
 #[cfg(test)]

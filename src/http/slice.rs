@@ -719,7 +719,8 @@ async fn stream_bands(
     let mut loads = stream::iter(bands)
         .map(move |(first, band)| {
             let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
-            // Aborted when dropped: a client that leaves stops the bands still loading.
+            // Aborted when dropped: a client that leaves stops the bands still loading (the
+            // chunk loads they started run on to be cached, within ORPHANED_LOADS).
             tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
                 (first, load_region(&ctx, &path, meta, &band).await)
             }))
