@@ -366,22 +366,27 @@ pub type ConsolidatedKey = (Arc<str>, StoreKey, bool);
 /// the last one rendered while requests still wait there.
 type RenderSlot = Arc<tokio::sync::Mutex<Option<Rendered>>>;
 
+/// A document to render: its key, and the address of the walked tree it is rendered from
+/// (requests holding different trees render different documents, and do not wait for each
+/// other; a held tree's address is not reused).
+pub type RenderKey = (ConsolidatedKey, usize);
+
 /// The places of [`Caches::rendering`] by document, each while some request holds it.
 #[derive(Debug, Default)]
-pub struct Rendering(std::sync::Mutex<std::collections::HashMap<ConsolidatedKey, RenderSlot>>);
+pub struct Rendering(std::sync::Mutex<std::collections::HashMap<RenderKey, RenderSlot>>);
 
 impl Rendering {
+    fn slots(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<RenderKey, RenderSlot>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The place for `key`, shared with the other requests for it until the last lets go.
-    pub fn enter(&self, key: &ConsolidatedKey) -> RenderTurn<'_> {
-        let slot = self
-            .0
-            .lock()
-            .map(|mut slots| slots.entry(key.clone()).or_default().clone())
-            .unwrap_or_default();
+    pub fn enter(&self, key: RenderKey) -> RenderTurn<'_> {
+        let slot = self.slots().entry(key.clone()).or_default().clone();
         RenderTurn {
             rendering: self,
-            key: key.clone(),
-            slot,
+            key,
+            slot: Some(slot),
         }
     }
 }
@@ -390,26 +395,28 @@ impl Rendering {
 #[derive(Debug)]
 pub struct RenderTurn<'a> {
     rendering: &'a Rendering,
-    key: ConsolidatedKey,
-    slot: RenderSlot,
+    key: RenderKey,
+    /// `None` only once let go.
+    slot: Option<RenderSlot>,
 }
 
 impl RenderTurn<'_> {
     /// The slot (borrowed: its holders are counted by their turns).
-    pub fn slot(&self) -> &tokio::sync::Mutex<Option<Rendered>> {
-        &self.slot
+    pub fn slot(&self) -> Option<&tokio::sync::Mutex<Option<Rendered>>> {
+        self.slot.as_deref()
     }
 }
 
 impl Drop for RenderTurn<'_> {
     fn drop(&mut self) {
-        // Turns take and let go of slots under the map's lock only, so the count seen here is
-        // every holder: this turn and the map when it is the last.
-        if let Ok(mut slots) = self.rendering.0.lock()
-            && Arc::strong_count(&self.slot) == 2
-            && slots.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &self.slot))
-        {
-            slots.remove(&self.key);
+        // Turns take and let go of their slots under the map's lock only, so the count seen
+        // here is every holder: this turn and the map when it is the last.
+        let mut slots = self.rendering.slots();
+        if let Some(slot) = self.slot.take() {
+            if Arc::strong_count(&slot) == 2 && slots.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                slots.remove(&self.key);
+            }
+            drop(slot);
         }
     }
 }
@@ -528,28 +535,29 @@ mod tests {
     #[test]
     fn render_slots_leave_with_their_last_holder() {
         let rendering = Rendering::default();
-        let key: ConsolidatedKey = (Arc::from("m"), StoreKey::root(), false);
-        let other: ConsolidatedKey = (Arc::from("m"), StoreKey::root(), true);
-        let slots = |r: &Rendering| r.0.lock().unwrap().len();
-        let a = rendering.enter(&key);
-        let b = rendering.enter(&key);
-        let c = rendering.enter(&other);
-        assert!(Arc::ptr_eq(&a.slot, &b.slot));
-        assert!(!Arc::ptr_eq(&a.slot, &c.slot));
+        let key: RenderKey = ((Arc::from("m"), StoreKey::root(), false), 1);
+        let other: RenderKey = ((Arc::from("m"), StoreKey::root(), false), 2);
+        let slots = |r: &Rendering| r.slots().len();
+        let a = rendering.enter(key.clone());
+        let b = rendering.enter(key.clone());
+        let c = rendering.enter(other);
+        let same = |x: &RenderTurn, y: &RenderTurn| std::ptr::eq(x.slot().unwrap(), y.slot().unwrap());
+        assert!(same(&a, &b));
+        assert!(!same(&a, &c));
         assert_eq!(slots(&rendering), 2);
-        *a.slot().try_lock().unwrap() = Some(Rendered {
+        *a.slot().unwrap().try_lock().unwrap() = Some(Rendered {
             from: std::sync::Weak::new(),
             own: None,
             bytes: bytes::Bytes::from_static(b"{}"),
         });
-        assert!(b.slot().try_lock().unwrap().is_some());
+        assert!(b.slot().unwrap().try_lock().unwrap().is_some());
         drop(a);
         assert_eq!(slots(&rendering), 2);
         drop(b);
         drop(c);
         assert_eq!(slots(&rendering), 0);
-        let d = rendering.enter(&key);
-        assert!(d.slot().try_lock().unwrap().is_none(), "a fresh slot");
+        let d = rendering.enter(key);
+        assert!(d.slot().unwrap().try_lock().unwrap().is_none(), "a fresh slot");
     }
 
     /// A detached load whose waiter is dropped runs on while there is room for orphans, and is

@@ -1393,7 +1393,9 @@ async fn fetch_inner(
         .await;
     let Some((bytes, object)) = fetched.map_err(|e| inner_read_error(&key, e))? else {
         for (i, ..) in members {
-            let _ = done.send((i, None)).await;
+            if done.send((i, None)).await.is_err() {
+                break;
+            }
         }
         return Ok(());
     };

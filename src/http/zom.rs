@@ -188,11 +188,11 @@ async fn rendered(
         caches.consolidated_counters.record(false);
         return Ok(done.bytes);
     }
-    // One rendering at a time per document: the requests that missed together (they waited
-    // for the same walk) take the one rendered first, from the cache or, for a document too
-    // large for it, from the slot they share.
-    let turn = caches.rendering.enter(&key);
-    let mut slot = turn.slot().lock().await;
+    // One rendering at a time per document and walked tree: the requests that missed together
+    // (they waited for the same walk) take the one rendered first, from the cache or, for a
+    // document too large for it, from the slot they share.
+    let turn = caches.rendering.enter((key.clone(), Arc::as_ptr(&tree) as usize));
+    let mut slot = turn.slot().ok_or(ApiError::Internal)?.lock().await;
     let done = match slot.as_ref() {
         Some(done) if same(done) => Some(done.clone()),
         _ => caches.consolidated.get(&key).await.filter(|done| same(done)),
