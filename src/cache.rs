@@ -7,7 +7,7 @@
 //! longer than that after they were loaded, so changed data shows within that bound.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use moka::future::Cache;
@@ -151,6 +151,7 @@ pub fn detach<T: Send + 'static>(
         state,
         orphans,
         finished: false,
+        working: None,
     }
 }
 
@@ -176,6 +177,18 @@ pub struct Detached<T> {
     state: Arc<AtomicU8>,
     orphans: &'static Orphans,
     finished: bool,
+    /// Set once the task does work of its own (see [`Self::unless_idle`]).
+    working: Option<Arc<AtomicBool>>,
+}
+
+impl<T> Detached<T> {
+    /// Runs on when dropped only if `working` is set by then: a task that so far only waits
+    /// (for a load another request started, which runs on by itself) is stopped, and takes no
+    /// orphan's room.
+    pub fn unless_idle(mut self, working: Arc<AtomicBool>) -> Self {
+        self.working = Some(working);
+        self
+    }
 }
 
 impl<T> std::future::Future for Detached<T> {
@@ -193,6 +206,10 @@ impl<T> std::future::Future for Detached<T> {
 impl<T> Drop for Detached<T> {
     fn drop(&mut self) {
         if self.finished || self.state.load(Ordering::Acquire) == FINISHED {
+            return;
+        }
+        if self.working.as_ref().is_some_and(|w| !w.load(Ordering::Acquire)) {
+            self.handle.abort();
             return;
         }
         let orphans = self.orphans;
@@ -590,7 +607,7 @@ mod tests {
         drop(b);
         assert_eq!((ONE.running(), ONE.stopped()), (1, 1));
         tokio::time::sleep(Duration::from_millis(50)).await;
-        release.add_permits(2);
+        release.add_permits(1);
         for _ in 0..100 {
             if ONE.running() == 0 {
                 break;
@@ -598,6 +615,23 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!((done.load(Ordering::SeqCst), ONE.running()), (101, 0));
+        // One that only waits is stopped without taking room or counting as stopped; once it
+        // works, it runs on.
+        let idle = Arc::new(AtomicBool::new(false));
+        drop(detach(&ONE, work(1000)).unless_idle(idle.clone()));
+        assert_eq!((ONE.running(), ONE.stopped()), (0, 1));
+        idle.store(true, Ordering::SeqCst);
+        drop(detach(&ONE, work(10_000)).unless_idle(idle));
+        assert_eq!(ONE.running(), 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        release.add_permits(1);
+        for _ in 0..100 {
+            if ONE.running() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!((done.load(Ordering::SeqCst), ONE.running()), (10_101, 0));
         // Room again: the next one dropped runs on too.
         drop(detach(&ONE, async {
             tokio::time::sleep(Duration::from_millis(20)).await

@@ -1098,10 +1098,19 @@ where
         return Ok(hit);
     }
     let caches = caches.clone();
+    // Set when this request's task is the one loading (moka runs one caller's load for a key;
+    // the others wait for it, and need not run on for it).
+    let working = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started = working.clone();
+    let load = async move {
+        started.store(true, Ordering::Release);
+        load.await
+    };
     let loaded = detach(&ORPHANED_LOADS, async move {
         let (cache, counters) = pick(&caches);
         cached(cache, counters, id, load).await
     })
+    .unless_idle(working)
     .await
     .map_err(|e| ReadError::Internal(format!("load task failed: {e}")))?;
     Ok(loaded?)
