@@ -577,6 +577,16 @@ mod tests {
         assert!(d.slot().unwrap().try_lock().unwrap().is_none(), "a fresh slot");
     }
 
+    /// Waits (up to a second) for the orphaned loads of `orphans` to end.
+    async fn ended(orphans: &Orphans) {
+        for _ in 0..100 {
+            if orphans.running() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// A detached load whose waiter is dropped runs on while there is room for orphans, and is
     /// stopped when there is none; one awaited to its end is never an orphan.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -608,12 +618,7 @@ mod tests {
         assert_eq!((ONE.running(), ONE.stopped()), (1, 1));
         tokio::time::sleep(Duration::from_millis(50)).await;
         release.add_permits(1);
-        for _ in 0..100 {
-            if ONE.running() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        ended(&ONE).await;
         assert_eq!((done.load(Ordering::SeqCst), ONE.running()), (101, 0));
         // One that only waits is stopped without taking room or counting as stopped; once it
         // works, it runs on.
@@ -625,24 +630,14 @@ mod tests {
         assert_eq!(ONE.running(), 1);
         tokio::time::sleep(Duration::from_millis(50)).await;
         release.add_permits(1);
-        for _ in 0..100 {
-            if ONE.running() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        ended(&ONE).await;
         assert_eq!((done.load(Ordering::SeqCst), ONE.running()), (10_101, 0));
         // Room again: the next one dropped runs on too.
         drop(detach(&ONE, async {
             tokio::time::sleep(Duration::from_millis(20)).await
         }));
         assert_eq!(ONE.running(), 1);
-        for _ in 0..100 {
-            if ONE.running() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        ended(&ONE).await;
         assert_eq!(ONE.running(), 0);
     }
 

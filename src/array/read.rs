@@ -769,12 +769,7 @@ async fn load_inner(
     shard: &ObjectMeta,
 ) -> Result<CachedChunk, ReadError> {
     let stored = Some((ByteRange::Bounded(range.start, range.end), shard.clone()));
-    let Some(c) = &ctx.caches else {
-        return read_and_decode(ctx, meta, key, stored).await;
-    };
-    let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
-    let load = async move { read_and_decode(&owned, &meta_, &key_, stored).await };
-    through_cache(c, chunks, ctx.inner_id(meta, key, number, shard), load).await
+    load_unit(ctx, meta, key, stored, || ctx.inner_id(meta, key, number, shard)).await
 }
 
 /// Reads `sel` of the array at `path`. The result has `sel.full_shape()` in C order. A shard
@@ -1071,12 +1066,24 @@ async fn copy_out(
 
 /// A whole decoded chunk of an unsharded array, through the cache.
 async fn load_chunk(ctx: &ReadContext, key: &StoreKey, meta: &Arc<ArrayMeta>) -> Result<CachedChunk, ReadError> {
+    load_unit(ctx, meta, key, None, || ctx.id(meta, key, None)).await
+}
+
+/// A stored unit read and decoded ([`read_and_decode`]), through the chunk cache under the id
+/// `id` gives when there is one.
+async fn load_unit(
+    ctx: &ReadContext,
+    meta: &Arc<ArrayMeta>,
+    key: &StoreKey,
+    stored: Option<(ByteRange, ObjectMeta)>,
+    id: impl FnOnce() -> ChunkId,
+) -> Result<CachedChunk, ReadError> {
     let Some(c) = &ctx.caches else {
-        return read_and_decode(ctx, meta, key, None).await;
+        return read_and_decode(ctx, meta, key, stored).await;
     };
     let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
-    let load = async move { read_and_decode(&owned, &meta_, &key_, None).await };
-    through_cache(c, chunks, ctx.id(meta, key, None), load).await
+    let load = async move { read_and_decode(&owned, &meta_, &key_, stored).await };
+    through_cache(c, chunks, id(), load).await
 }
 
 /// Looks a decoded chunk or a shard index up in `caches` (`pick` says which cache), loading it
@@ -1112,8 +1119,13 @@ where
     })
     .unless_idle(working)
     .await
-    .map_err(|e| ReadError::Internal(format!("load task failed: {e}")))?;
+    .map_err(load_task_failed)?;
     Ok(loaded?)
+}
+
+/// The error of a detached load's task that did not end with a result (it panicked).
+fn load_task_failed(e: tokio::task::JoinError) -> ReadError {
+    ReadError::Internal(format!("load task failed: {e}"))
 }
 
 fn chunks(c: &Caches) -> (&moka::future::Cache<ChunkId, CachedChunk>, &CacheCounters) {
@@ -1368,9 +1380,7 @@ async fn read_shard_once(
                 // they decode is cached (see through_cache).
                 let loaded = async {
                     match &ctx.caches {
-                        Some(_) => detach(&ORPHANED_LOADS, load)
-                            .await
-                            .map_err(|e| ReadError::Internal(format!("load task failed: {e}")))?,
+                        Some(_) => detach(&ORPHANED_LOADS, load).await.map_err(load_task_failed)?,
                         None => load.await,
                     }
                 };
