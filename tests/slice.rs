@@ -392,6 +392,18 @@ async fn errors_have_codes() {
         assert_eq!(r.error_code(), code, "{uri}");
         assert!(!r.json()["error"]["message"].as_str().unwrap().is_empty());
     }
+    // A format chosen by Accept may be the one refused: a shared cache must not give this error
+    // to a request that accepts another format.
+    let r = get(&app, "/api/v1/slice/fx/v2/order_F_3d_f4", &[("accept", "text/csv")]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (400, "bad_request"));
+    let vary: Vec<&str> = r
+        .headers
+        .get_all("vary")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    assert!(vary.contains(&"accept"), "{vary:?}");
+    assert_eq!(get(&app, "/api/v1/slice/fx/v2/order_F_3d_f4", &[]).await.status, 200);
 }
 
 #[tokio::test]

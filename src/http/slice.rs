@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
@@ -77,13 +77,19 @@ fn choose_format(query: &SliceQuery, headers: &HeaderMap) -> Result<Format, ApiE
     }
 }
 
-/// The handler.
-pub async fn slice(
-    State(state): State<AppState>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Result<Response, ApiError> {
+/// The handler. An error depends on Accept too (the format it chose may be the one refused),
+/// so it says so as a response does.
+pub async fn slice(State(state): State<AppState>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    answer(state, method, uri, headers).await.unwrap_or_else(|e| {
+        let mut response = e.into_response();
+        response
+            .headers_mut()
+            .append(header::VARY, HeaderValue::from_static("accept"));
+        response
+    })
+}
+
+async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
     let query: SliceQuery = super::query(&uri)?;
     let format = choose_format(&query, &headers)?;
     let png_opts = PngOptions {
