@@ -708,9 +708,10 @@ async fn concurrent_requests_share_one_rendering() {
 }
 
 /// Python's json module writes non-finite attributes bare (`"missing_value": NaN`), and
-/// zarr-python reads them back. Such a hierarchy is no corrupt data: the Zarr Object Model
-/// shows them as the strings slices use, and consolidated metadata writes them back bare, as
-/// they were stored (a string "NaN" would change the attribute's type for clients).
+/// zarr-python reads them back; a float literal beyond a double's range (`1e400`) it reads as
+/// an infinity. Such a hierarchy is no corrupt data: the Zarr Object Model shows them as the
+/// strings slices use, and consolidated metadata writes them back bare, as Python would (a
+/// string "NaN" would change the attribute's type for clients).
 #[tokio::test]
 async fn bare_non_finite_attributes_are_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -720,9 +721,11 @@ async fn bare_non_finite_attributes_are_read() {
     std::fs::write(root.join("v2/.zgroup"), br#"{"zarr_format": 2}"#).unwrap();
     std::fs::write(
         root.join("v2/.zattrs"),
-        br#"{"missing_value": NaN, "range": [-Infinity, Infinity], "text": "NaN, not a number"}"#,
+        br#"{"missing_value": NaN, "range": [-Infinity, Infinity], "text": "NaN, not a number",
+            "huge": [1e400, -2.5E+999, 1.5e3, "1e400"]}"#,
     )
     .unwrap();
+    std::fs::write(root.join("v2/a/.zattrs"), br#"{"valid_max": 1.0e309}"#).unwrap();
     std::fs::write(
         root.join("v2/a/.zarray"),
         br#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<f4", "compressor": null,
@@ -751,6 +754,11 @@ async fn bare_non_finite_attributes_are_read() {
     assert_eq!(zom["attributes"]["missing_value"], "NaN");
     assert_eq!(zom["attributes"]["range"], json!(["-Infinity", "Infinity"]));
     assert_eq!(zom["attributes"]["text"], "NaN, not a number");
+    assert_eq!(
+        zom["attributes"]["huge"],
+        json!(["Infinity", "-Infinity", 1500.0, "1e400"])
+    );
+    assert_eq!(zom["members"]["a"]["attributes"]["valid_max"], "Infinity");
     let r = get(&app, "/api/v1/zom/m/v3", &[]).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     let zom = r.json();
@@ -765,6 +773,8 @@ async fn bare_non_finite_attributes_are_read() {
     assert!(text.contains(r#""range":[-Infinity,Infinity]"#), "{text}");
     assert!(text.contains(r#""text":"NaN, not a number""#), "{text}");
     assert!(text.contains(r#""fill_value":NaN"#), "{text}");
+    assert!(text.contains(r#""huge":[Infinity,-Infinity,1500.0,"1e400"]"#), "{text}");
+    assert!(text.contains(r#""valid_max":Infinity"#), "{text}");
     assert!(!text.contains("\\u0001"), "{text}");
     let r = get(&app, "/zarr/m/v3/zarr.json", &[]).await;
     assert_eq!(r.status, 200);

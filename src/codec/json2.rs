@@ -78,8 +78,8 @@ mod tests {
     #[test]
     fn decodes_items_and_non_finite_numbers() {
         let got = decode(
-            br#"["text",1,2.5,NaN,"NaN in a string",-Infinity,"|O",[6]]"#,
-            6,
+            br#"["text",1,2.5,NaN,"NaN in a string",-Infinity,-1e999,"|O",[7]]"#,
+            7,
             1 << 20,
         )
         .unwrap();
@@ -91,6 +91,7 @@ mod tests {
                 json!(2.5),
                 json!("NaN"),
                 json!("NaN in a string"),
+                json!("-Infinity"),
                 json!("-Infinity")
             ])
         );

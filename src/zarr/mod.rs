@@ -384,8 +384,9 @@ pub enum OpenError {
 }
 
 /// Quotes the bare non-finite literals Python's json module writes (`NaN`, `Infinity`,
-/// `-Infinity`), leaving strings alone: each becomes the JSON string of `mark` (JSON text, so
-/// escaped where it must be) and the literal.
+/// `-Infinity`) and reads (those, and float literals too large for a double, such as `1e400`),
+/// leaving strings alone: each becomes the JSON string of `mark` (JSON text, so escaped where
+/// it must be) and the literal.
 pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
     let mut out = String::with_capacity(text.len() + 16);
     let mut in_string = false;
@@ -408,11 +409,24 @@ pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
             .into_iter()
             .find(|l| rest.starts_with(l));
         if let Some(l) = literal {
-            out.push('"');
-            out.push_str(mark);
-            out.push_str(l);
-            out.push('"');
+            push_marked(&mut out, mark, l);
             rest = &rest[l.len()..];
+            continue;
+        }
+        if c == '-' || c.is_ascii_digit() {
+            let end = rest
+                .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
+                .unwrap_or(rest.len());
+            let number = &rest[..end];
+            match number.parse::<f64>() {
+                // A float literal beyond f64's range, which Python's json module reads as an
+                // infinity (and writes back as `Infinity`).
+                Ok(v) if v.is_infinite() && number.contains(['.', 'e', 'E']) => {
+                    push_marked(&mut out, mark, if v < 0.0 { "-Infinity" } else { "Infinity" })
+                }
+                _ => out.push_str(number),
+            }
+            rest = &rest[end..];
             continue;
         }
         if c == '"' {
@@ -424,15 +438,27 @@ pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
     out
 }
 
-/// Parses a metadata document as zarr-python writes it: JSON, where Python's json module may
-/// have written bare `NaN`, `Infinity` or `-Infinity` (attributes such as `missing_value`).
-/// Those are read as the strings of `mark` and the literal.
+fn push_marked(out: &mut String, mark: &str, literal: &str) {
+    out.push('"');
+    out.push_str(mark);
+    out.push_str(literal);
+    out.push('"');
+}
+
+/// Parses a metadata document as zarr-python reads it: JSON, where Python's json module may
+/// have written bare `NaN`, `Infinity` or `-Infinity` (attributes such as `missing_value`), and
+/// reads a float beyond a double's range as an infinity. Those are read as the strings of
+/// `mark` and the literal ([`quote_non_finite`]).
 pub(crate) fn parse_document(bytes: &[u8], mark: &str) -> serde_json::Result<Value> {
     serde_json::from_slice(bytes).or_else(|e| match std::str::from_utf8(bytes) {
-        Ok(text) if ["NaN", "Infinity"].iter().any(|l| text.contains(l)) => {
-            serde_json::from_str(&quote_non_finite(text, mark))
+        Ok(text) => {
+            let quoted = quote_non_finite(text, mark);
+            if quoted == text {
+                return Err(e);
+            }
+            serde_json::from_str(&quoted)
         }
-        _ => Err(e),
+        Err(_) => Err(e),
     })
 }
 
