@@ -992,6 +992,22 @@ async fn large_whole_responses_take_turns() {
         .unwrap();
     let r = get(&app, uri, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
+    // The turn is taken before the region is read: a server with none left reads nothing.
+    let fresh = zarrgate::AppState::from_config(config_with(&[("m", dir.path())])).unwrap();
+    let fresh_app = zarrgate::app(fresh.clone());
+    let _every_fresh = fresh
+        .streams
+        .clone()
+        .acquire_many_owned(MAX_STREAMS as u32)
+        .await
+        .unwrap();
+    let r = get(&fresh_app, uri, &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
+    let text = String::from_utf8(get(&fresh_app, "/metrics", &[]).await.body.to_vec()).unwrap();
+    assert!(
+        text.contains("zarrgate_cache_misses_total{cache=\"chunks\"} 0"),
+        "{text}"
+    );
     // Smaller whole responses need no turn.
     assert_eq!(
         get(&app, "/api/v1/slice/m/noise?select=0:100,0:100&format=png", &[])

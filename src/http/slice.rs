@@ -229,6 +229,17 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
             .map_err(|_| ApiError::Internal);
     }
 
+    // A result that is sent whole but large (an image, text of variable-length elements)
+    // takes its turn before it is read: the region and its encoding are held meanwhile, and a
+    // busy server refuses before reading rather than after.
+    let whole = match format {
+        Format::Png => asked.max(pixels.saturating_mul(4)),
+        _ => asked,
+    };
+    let turn = match whole > BAND_BYTES {
+        true => Some(stream_turn(&state)?),
+        false => None,
+    };
     let elements = read_region(&ctx, &path, meta.clone(), &sel).await?;
     let variable = crate::format::variable_bytes(&elements, format);
     if let Some(bytes) = variable.filter(|&b| b > limit) {
@@ -299,20 +310,27 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     response
         .header("x-zarr-dtype", dtype)
         .header(header::CONTENT_LENGTH, HeaderValue::from(length))
-        .body(whole_body(&state, Bytes::from(body))?)
+        .body(whole_body(&state, Bytes::from(body), turn)?)
         .map_err(|_| ApiError::Internal)
 }
 
 /// The body of a response encoded whole (png, variable-length elements, text of small
-/// results). One over [`BAND_BYTES`] takes a stream turn, as a streamed one does, and is sent
-/// in pieces of [`PIECE_BYTES`] holding it: hyper takes a body of one piece at once, so clients
-/// that did not read held such bodies (a 26 MB image each) past every limit, and the access
-/// log counted them as sent.
-fn whole_body(state: &AppState, body: Bytes) -> Result<Body, ApiError> {
+/// results). One over [`BAND_BYTES`] holds a stream turn (`turn`, taken before it was read, or
+/// one taken now), as a streamed one does, and is sent in pieces of [`PIECE_BYTES`]: hyper
+/// takes a body of one piece at once, so clients that did not read held such bodies (a 26 MB
+/// image each) past every limit, and the access log counted them as sent.
+fn whole_body(
+    state: &AppState,
+    body: Bytes,
+    turn: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Result<Body, ApiError> {
     if body.len() as u64 <= BAND_BYTES {
         return Ok(Body::from(body));
     }
-    let turn = stream_turn(state)?;
+    let turn = match turn {
+        Some(turn) => turn,
+        None => stream_turn(state)?,
+    };
     let piece = PIECE_BYTES as usize;
     let pieces = (0..body.len().div_ceil(piece))
         .map(move |i| Ok::<Bytes, std::io::Error>(body.slice(i * piece..((i + 1) * piece).min(body.len()))));
