@@ -122,8 +122,8 @@ impl Orphans {
     }
 }
 
-/// The orphaned chunk and shard-index loads of the server: a few, as decoding is CPU work that
-/// no request is waiting for any more.
+/// The orphaned loads of the server (chunks, shard indexes, renderings of consolidated
+/// documents): a few, as decoding and rendering are CPU work no request is waiting for any more.
 pub static ORPHANED_LOADS: Orphans = Orphans::new(8);
 
 const ATTACHED: u8 = 0;

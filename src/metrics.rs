@@ -272,7 +272,7 @@ impl Metrics {
         let orphans = &crate::cache::ORPHANED_LOADS;
         let _ = writeln!(
             text,
-            "# HELP zarrgate_orphaned_loads Chunk and shard index loads running on after their request ended, to be cached.\n# TYPE zarrgate_orphaned_loads gauge\nzarrgate_orphaned_loads {}\n# HELP zarrgate_orphaned_loads_stopped Loads stopped when their request ended, for want of room to run on.\n# TYPE zarrgate_orphaned_loads_stopped counter\nzarrgate_orphaned_loads_stopped_total {}",
+            "# HELP zarrgate_orphaned_loads Loads (chunks, shard indexes, consolidated documents) running on after their request ended, to be cached.\n# TYPE zarrgate_orphaned_loads gauge\nzarrgate_orphaned_loads {}\n# HELP zarrgate_orphaned_loads_stopped Loads stopped when their request ended, for want of room to run on.\n# TYPE zarrgate_orphaned_loads_stopped counter\nzarrgate_orphaned_loads_stopped_total {}",
             orphans.running(),
             orphans.stopped()
         );

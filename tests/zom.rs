@@ -707,6 +707,57 @@ async fn concurrent_requests_share_one_rendering() {
     assert_eq!((metric(&app, hits).await, metric(&app, misses).await), (7.0, 1.0));
 }
 
+/// A consolidated document whose request goes while it is rendered is still rendered, once:
+/// the next request takes it from the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rendering_outlives_the_request_that_started_it() {
+    use zarrgate::cache::ORPHANED_LOADS;
+    let dir = tempfile::tempdir().unwrap();
+    // Thousands of arrays with long attributes: megabytes of JSON, rendered for a while on the
+    // blocking pool.
+    let g = dir.path().join("g");
+    std::fs::create_dir_all(&g).unwrap();
+    std::fs::write(g.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    let attrs = json!({ "note": "x".repeat(2000), "values": (0..200).collect::<Vec<_>>() }).to_string();
+    for i in 0..3000 {
+        let a = g.join(format!("a{i}"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::write(
+            a.join(".zarray"),
+            r#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4", "compressor": null,
+                "filters": null, "fill_value": 0, "order": "C"}"#,
+        )
+        .unwrap();
+        std::fs::write(a.join(".zattrs"), &attrs).unwrap();
+    }
+    let app = app_for(&[("m", dir.path())]);
+    let hits = "zarrgate_cache_hits_total{cache=\"consolidated\"}";
+    let misses = "zarrgate_cache_misses_total{cache=\"consolidated\"}";
+    // The request is dropped once its rendering has begun (the miss is counted as it begins).
+    let mut first = Box::pin(get(&app, "/zarr/m/g/.zmetadata", &[]));
+    let begun = loop {
+        if futures::poll!(first.as_mut()).is_ready() {
+            break false;
+        }
+        if metric(&app, misses).await == 1.0 {
+            break true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    };
+    assert!(begun, "the rendering was over before the request could go");
+    drop(first);
+    for _ in 0..2000 {
+        if ORPHANED_LOADS.running() == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let r = get(&app, "/zarr/m/g/.zmetadata", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["metadata"].as_object().unwrap().len(), 6001);
+    assert_eq!((metric(&app, hits).await, metric(&app, misses).await), (1.0, 1.0));
+}
+
 /// Python's json module writes non-finite attributes bare (`"missing_value": NaN`), and
 /// zarr-python reads them back; a float literal beyond a double's range (`1e400`) it reads as
 /// an infinity. Such a hierarchy is no corrupt data: the Zarr Object Model shows them as the

@@ -4,6 +4,7 @@
 //! `POST /api/v1/validate/{mount}[/{path}]`, and the consolidated metadata the raw-key route
 //! synthesizes.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{joined, own_task, query};
-use crate::cache::{Caches, MAX_PENDING_WALKS, Rendered, Walked, fits, remembered};
+use crate::cache::{Caches, MAX_PENDING_WALKS, ORPHANED_LOADS, Rendered, Walked, detach, fits, remembered};
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
 use crate::store::{Store, StoreError, StoreKey};
@@ -178,51 +179,69 @@ async fn rendered(
     own: Option<Map<String, Value>>,
 ) -> Result<Bytes, ApiError> {
     let key = (Arc::from(mount.name.as_str()), group.clone(), own.is_some());
-    let caches = &state.caches;
-    let same = |done: &Rendered| {
-        std::sync::Weak::ptr_eq(&done.from, &Arc::downgrade(&tree)) && done.own.as_deref() == own.as_ref()
-    };
+    let caches = state.caches.clone();
     if let Some(done) = caches.consolidated.get(&key).await
-        && same(&done)
+        && same_rendering(&done, &tree, own.as_ref())
     {
         caches.consolidated_counters.record(false);
         return Ok(done.bytes);
     }
-    // One rendering at a time per document and walked tree: the requests that missed together
-    // (they waited for the same walk) take the one rendered first, from the cache or, for a
-    // document too large for it, from the slot they share.
-    let turn = caches.rendering.enter((key.clone(), Arc::as_ptr(&tree) as usize));
-    let mut slot = turn.slot().ok_or(ApiError::Internal)?.lock().await;
-    let done = match slot.as_ref() {
-        Some(done) if same(done) => Some(done.clone()),
-        _ => caches.consolidated.get(&key).await.filter(|done| same(done)),
-    };
-    if let Some(done) = done {
-        caches.consolidated_counters.record(false);
-        return Ok(done.bytes);
-    }
-    caches.consolidated_counters.record(true);
-    let own = own.map(Arc::new);
-    let with = own.clone();
-    let bytes = tree_work(tree.clone(), move |from| {
-        let doc = match &with {
-            Some(own) => from.consolidated_zarr_json(own),
-            None => from.zmetadata(),
+    // Rendered in a task of its own: when this request goes while rendering, the rendering
+    // runs on (one of the server's few orphaned loads) and the requests waiting for it, or the
+    // next, take it rather than render again. A task that only waits is stopped with its request.
+    let working = Arc::new(AtomicBool::new(false));
+    let started = working.clone();
+    let render = async move {
+        // One rendering at a time per document and walked tree: the requests that missed
+        // together (they waited for the same walk) take the one rendered first, from the cache
+        // or, for a document too large for it, from the slot they share.
+        let turn = caches.rendering.enter((key.clone(), Arc::as_ptr(&tree) as usize));
+        let mut slot = turn.slot().ok_or(ApiError::Internal)?.lock().await;
+        let done = match slot.as_ref() {
+            Some(done) if same_rendering(done, &tree, own.as_ref()) => Some(done.clone()),
+            _ => caches
+                .consolidated
+                .get(&key)
+                .await
+                .filter(|done| same_rendering(done, &tree, own.as_ref())),
         };
-        Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string()))
-    })
-    .await
-    .map_err(|_| ApiError::Internal)?;
-    let done = Rendered {
-        from: Arc::downgrade(&tree),
-        own,
-        bytes: bytes.clone(),
+        if let Some(done) = done {
+            caches.consolidated_counters.record(false);
+            return Ok(done.bytes);
+        }
+        started.store(true, Ordering::Release);
+        caches.consolidated_counters.record(true);
+        let own = own.map(Arc::new);
+        let with = own.clone();
+        let bytes = tree_work(tree.clone(), move |from| {
+            let doc = match &with {
+                Some(own) => from.consolidated_zarr_json(own),
+                None => from.zmetadata(),
+            };
+            Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string()))
+        })
+        .await
+        .map_err(|_| ApiError::Internal)?;
+        let done = Rendered {
+            from: Arc::downgrade(&tree),
+            own,
+            bytes: bytes.clone(),
+        };
+        *slot = Some(done.clone());
+        if fits(&caches.consolidated, bytes.len()) {
+            caches.consolidated.insert(key, done).await;
+        }
+        Ok(bytes)
     };
-    *slot = Some(done.clone());
-    if fits(&caches.consolidated, bytes.len()) {
-        caches.consolidated.insert(key, done).await;
-    }
-    Ok(bytes)
+    detach(&ORPHANED_LOADS, render)
+        .unless_idle(working)
+        .await
+        .map_err(|_| ApiError::Internal)?
+}
+
+/// Whether `done` was rendered from `tree` (and the group's stored document `own`).
+fn same_rendering(done: &Rendered, tree: &Arc<Tree>, own: Option<&Map<String, Value>>) -> bool {
+    std::sync::Weak::ptr_eq(&done.from, &Arc::downgrade(tree)) && done.own.as_deref() == own
 }
 
 /// A `.zmetadata` for the v2 group at `group`, if it is one.
