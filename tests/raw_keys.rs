@@ -636,6 +636,65 @@ async fn an_object_replaced_while_served_is_served_anew() {
     }
 }
 
+/// An object replaced by a shorter one between the read of its validators and of its bytes is
+/// served anew too: the range that no longer fits the new object is no upstream failure.
+#[tokio::test]
+async fn an_object_shortened_while_served_is_served_anew() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("obj");
+    std::fs::write(&path, vec![7u8; 1000]).unwrap();
+    let replaced = std::sync::Arc::new(AtomicBool::new(false));
+    let mount = zarrgate::state::Mount {
+        name: "m".into(),
+        kind: "local",
+        url: "m".into(),
+        consolidated: false,
+        // Before its first read of bytes, the object is replaced by one of 10 bytes.
+        store: zarrgate::store::Store::new(ReadHook {
+            inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
+            head: None,
+            read: {
+                let (replaced, path) = (replaced.clone(), path.clone());
+                Box::new(move |inner, key, range| {
+                    let (replaced, path) = (replaced.clone(), path.clone());
+                    Box::pin(async move {
+                        if !replaced.swap(true, Ordering::SeqCst) {
+                            let new = path.with_extension("new");
+                            std::fs::write(&new, b"0123456789").unwrap();
+                            std::fs::rename(&new, &path).unwrap();
+                        }
+                        inner.get(&key, range).await
+                    })
+                })
+            },
+        }),
+        tokens: Vec::new(),
+    };
+    let app = zarrgate::app(zarrgate::AppState::with_mounts(
+        zarrgate::config::Config::default(),
+        vec![mount],
+    ));
+    let r = get(
+        &app,
+        "/zarr/m/obj",
+        &[("if-none-match", "\"other\""), ("range", "bytes=500-600")],
+    )
+    .await;
+    assert_eq!(
+        (r.status.as_u16(), r.header("content-range")),
+        (416, Some("bytes */10"))
+    );
+    assert!(replaced.load(Ordering::SeqCst));
+    let r = get(
+        &app,
+        "/zarr/m/obj",
+        &[("if-none-match", "\"other\""), ("range", "bytes=5-")],
+    )
+    .await;
+    assert_eq!((r.status.as_u16(), &r.body[..]), (206, &b"56789"[..]));
+}
+
 /// `cors_origins = []`: no CORS headers at all, not even `Vary` or the exposed headers, and
 /// preflights are not answered as CORS.
 #[tokio::test]

@@ -397,12 +397,18 @@ async fn serve(
         match rep.content {
             Content::Memory(bytes) => Body::from(bytes.slice(range.start as usize..range.end as usize)),
             Content::Stored => {
-                // The object may have vanished since the HEAD: that is a 404 like any other.
-                let object = mount
+                let object = match mount
                     .store
                     .get(&key, Some(ByteRange::Bounded(range.start, range.end)))
-                    .await?
-                    .ok_or_else(missing)?;
+                    .await
+                {
+                    Ok(Some(object)) => object,
+                    // The object may have vanished since the HEAD: that is a 404 like any other.
+                    Ok(None) => return Err(missing()),
+                    // The range is past the end of what is stored now: another, shorter object.
+                    Err(StoreError::Range { .. }) => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                };
                 // Another object: another tag, or (where there is no tag) another size.
                 if etag_of(&object.meta) != etag || object.meta.size != rep.size {
                     return Ok(None);
