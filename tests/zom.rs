@@ -323,6 +323,35 @@ async fn validate(app: &axum::Router, path: &str, schema: &[u8]) -> Reply {
     send(app, req).await
 }
 
+/// A validation error shows the value it is about, which may be the whole hierarchy: each
+/// message is cut short, so a small schema failing many times cannot make a huge answer.
+#[tokio::test]
+async fn validation_messages_are_cut_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = dir.path().join("g");
+    std::fs::create_dir_all(&g).unwrap();
+    std::fs::write(g.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    let long = "é".repeat(50_000);
+    std::fs::write(g.join(".zattrs"), json!({ "long": long }).to_string()).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let schema = json!({
+        "allOf": (0..20).map(|i| json!({"anyOf": [{"required": [format!("missing{i}")]}]})).collect::<Vec<_>>()
+    });
+    let r = validate(&app, "m/g", schema.to_string().as_bytes()).await;
+    assert_eq!(r.status, 200);
+    let out = r.json();
+    assert_eq!(out["valid"], false);
+    let errors = out["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 20);
+    for e in errors {
+        let message = e["message"].as_str().unwrap();
+        assert!(message.len() <= 1024 + '…'.len_utf8(), "{}", message.len());
+        assert!(message.ends_with("éé…"), "{message}");
+        assert!(message.starts_with("{"), "{message}");
+    }
+    assert!(r.body.len() < 30_000, "{}", r.body.len());
+}
+
 #[tokio::test]
 async fn zom_validates_against_its_own_schemas() {
     let app = fixture_app();

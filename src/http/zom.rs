@@ -451,6 +451,42 @@ pub async fn zom_schema(uri: Uri) -> Result<Json<Value>, ApiError> {
 pub const MAX_SCHEMA_FANOUT: u64 = 1_000;
 /// Validation errors reported, at most.
 const MAX_VALIDATION_ERRORS: usize = 1000;
+/// Bytes of one validation error's message, at most: a message shows the value it is about,
+/// which may be the whole hierarchy (megabytes), and a small schema can fail it many times.
+const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
+
+/// `value` as text, cut (on a character boundary, marked with `…`) after `most` bytes; what is
+/// past them is never written.
+fn text_upto(value: &impl std::fmt::Display, most: usize) -> String {
+    struct Upto {
+        text: String,
+        most: usize,
+        cut: bool,
+    }
+    impl std::fmt::Write for Upto {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let room = self.most - self.text.len();
+            if s.len() <= room {
+                self.text.push_str(s);
+                return Ok(());
+            }
+            let end = (0..=room).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+            self.text.push_str(&s[..end]);
+            self.cut = true;
+            Err(std::fmt::Error)
+        }
+    }
+    let mut out = Upto {
+        text: String::new(),
+        most,
+        cut: false,
+    };
+    let _ = std::fmt::Write::write_fmt(&mut out, format_args!("{value}"));
+    if out.cut {
+        out.text.push('…');
+    }
+    out.text
+}
 /// Validations run at once in the whole server.
 static VALIDATIONS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
 
@@ -548,7 +584,12 @@ pub async fn validate(
         validator
             .iter_errors(&zom)
             .take(MAX_VALIDATION_ERRORS)
-            .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
+            .map(|e| {
+                json!({
+                    "path": e.instance_path().to_string(),
+                    "message": text_upto(&e, MAX_ERROR_MESSAGE_BYTES),
+                })
+            })
             .collect::<Vec<Value>>()
     })
     .await;
