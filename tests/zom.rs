@@ -1061,6 +1061,19 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
         v2(r#""O""#, r#"[{"id": "vlen-utf8"}]"#).as_bytes(),
     );
     write("obj2/field_alias/.zarray", v2(r#"[["a", "int32"]]"#, "null").as_bytes());
+    // Object arrays' fill values as zarr-python 3 reads them: zarr 2 wrote 0 by default, which
+    // it reads as text ("0") and refuses as bytes (base64 text or null).
+    for (name, codec, fill) in [
+        ("utf8_zero", "vlen-utf8", "0"),
+        ("utf8_list", "vlen-utf8", "[1]"),
+        ("bytes_zero", "vlen-bytes", "0"),
+        ("bytes_text", "vlen-bytes", r#""abc""#),
+        ("bytes_b64", "vlen-bytes", r#""AAA=""#),
+    ] {
+        let doc = v2(r#""|O""#, &format!(r#"[{{"id": "{codec}"}}]"#))
+            .replace(r#""fill_value": null"#, &format!(r#""fill_value": {fill}"#));
+        write(&format!("obj2/{name}/.zarray"), doc.as_bytes());
+    }
     // v3: plain types as objects, variable-length fields of structured types, grids and chunk
     // keys it does not know, dimension names that do not match the shape, and a group with a
     // field it does not know (whose members go with it).
@@ -1115,6 +1128,9 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
             vec![
                 "bare_o",
                 "big",
+                "bytes_b64",
+                "bytes_text",
+                "bytes_zero",
                 "field_alias",
                 "flat",
                 "int32",
@@ -1123,6 +1139,8 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
                 "nested",
                 "subarray",
                 "utf8",
+                "utf8_list",
+                "utf8_zero",
             ],
         ),
     ] {
@@ -1157,7 +1175,17 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
     );
     for (group, want) in [
         ("bad2", vec![".zgroup", "a/.zarray"]),
-        ("obj2", vec![".zgroup", "big/.zarray", "flat/.zarray", "utf8/.zarray"]),
+        (
+            "obj2",
+            vec![
+                ".zgroup",
+                "big/.zarray",
+                "bytes_b64/.zarray",
+                "flat/.zarray",
+                "utf8/.zarray",
+                "utf8_zero/.zarray",
+            ],
+        ),
     ] {
         let r = get(&app, &format!("/zarr/m/{group}/.zmetadata"), &[]).await;
         assert_eq!(r.status, 200, "{group}");

@@ -683,7 +683,16 @@ fn zarr_python_v2_type(doc: &Value) -> bool {
                 .chain(doc.get("compressor"))
                 .filter_map(|c| c.get("id").and_then(Value::as_str))
                 .find(|id| OBJECT_CODECS.contains(id));
-            matches!(first, Some("vlen-utf8" | "vlen-bytes"))
+            // The fill value of its type: zarr 2 wrote 0 for every object array by default,
+            // which zarr-python 3 reads as text ("0") but refuses as bytes.
+            match (first, doc.get("fill_value")) {
+                (Some("vlen-utf8"), None | Some(Value::Null | Value::String(_) | Value::Number(_))) => true,
+                (Some("vlen-bytes"), None | Some(Value::Null)) => true,
+                (Some("vlen-bytes"), Some(Value::String(s))) => {
+                    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).is_ok()
+                }
+                _ => false,
+            }
         }
         Some(Value::String(t)) => numpy_spelling(t),
         Some(Value::Array(fields)) => fields.iter().all(|f| {
