@@ -787,6 +787,46 @@ async fn a_rendering_outlives_the_request_that_started_it() {
     assert_eq!((metric(&app, hits).await, metric(&app, misses).await), (1.0, 1.0));
 }
 
+/// `meta` is a name plain directories use: one that is not JSON makes no v1 array (a 404, a
+/// directory in listings), not corrupt data. Only v1's `attrs` may be a JSON string holding
+/// the object; another document that is one is invalid.
+#[tokio::test]
+async fn a_meta_file_that_is_not_json_is_no_v1_array() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("g/withmeta")).unwrap();
+    std::fs::create_dir_all(root.join("g/quoted")).unwrap();
+    std::fs::write(root.join("g/.zgroup"), r#"{"zarr_format": 2}"#).unwrap();
+    std::fs::write(root.join("g/withmeta/meta"), "some notes, not JSON\n").unwrap();
+    std::fs::write(
+        root.join("g/quoted/zarr.json"),
+        serde_json::to_string(r#"{"zarr_format": 3, "node_type": "group"}"#).unwrap(),
+    )
+    .unwrap();
+    let app = app_for(&[("m", root)]);
+    for uri in ["/api/v1/zom/m/g/withmeta", "/api/v1/slice/m/g/withmeta"] {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (404, "not_found"),
+            "{uri}"
+        );
+    }
+    let r = get(&app, "/api/v1/list/m/g", &[]).await;
+    assert_eq!(r.status, 200);
+    let children = r.json()["children"].clone();
+    let kind = |name: &str| {
+        children
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["node_type"].clone())
+    };
+    assert_eq!(kind("withmeta"), Some(json!("directory")), "{children}");
+    assert_eq!(kind("quoted"), Some(json!("invalid")), "{children}");
+}
+
 /// Python's json module writes non-finite attributes bare (`"missing_value": NaN`), and
 /// zarr-python reads them back; a float literal beyond a double's range (`1e400`) it reads as
 /// an infinity. Such a hierarchy is no corrupt data: the Zarr Object Model shows them as the

@@ -138,7 +138,7 @@ async fn json_object(
     match super::parse_document_off(bytes, NON_FINITE_JSON).await {
         Ok(Value::Object(o)) => Ok(Some(o)),
         // v1 stored `attrs` as a JSON string holding the JSON object.
-        Ok(Value::String(s)) => match super::parse_document(s.as_bytes(), NON_FINITE_JSON) {
+        Ok(Value::String(s)) if key.name() == "attrs" => match super::parse_document(s.as_bytes(), NON_FINITE_JSON) {
             Ok(Value::Object(o)) => Ok(Some(o)),
             _ => Err(invalid("not a JSON object".into())),
         },
@@ -224,7 +224,12 @@ async fn find_v2(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option
 }
 
 async fn find_v1(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option<Node>, HierarchyError> {
-    if let Some(doc) = json_object(store, &child(path, "meta")?, reads).await?
+    let meta = match json_object(store, &child(path, "meta")?, reads).await {
+        // A `meta` that is no JSON object is some other file (a name plain directories use).
+        Err(HierarchyError::Invalid { .. }) => None,
+        other => other?,
+    };
+    if let Some(doc) = meta
         && doc.get("zarr_format").and_then(Value::as_u64) == Some(1)
     {
         let attrs = json_object(store, &child(path, "attrs")?, reads).await?;

@@ -520,7 +520,12 @@ pub async fn open_array(store: &Store, path: &StoreKey) -> Result<ArrayMeta, Ope
         return parse_v2(&doc, attrs.as_ref()).map_err(wrap(&v2));
     }
     let v1 = key("meta")?;
-    if let Some(doc) = json_doc(store, &v1).await?
+    let meta = match json_doc(store, &v1).await {
+        // A `meta` that is not JSON is some other file (a name plain directories use).
+        Err(OpenError::Meta { .. }) => None,
+        other => other?,
+    };
+    if let Some(doc) = meta
         && doc.get("zarr_format").and_then(Value::as_u64) == Some(1)
     {
         let attrs = match json_doc(store, &key("attrs")?).await? {
