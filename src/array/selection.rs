@@ -37,20 +37,21 @@ impl DimSelection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection(pub Vec<DimSelection>);
 
-fn parse_int(s: &str, what: &str) -> Result<i64, SelectionError> {
+/// An integer: wide enough for every index of a dimension of up to 2^64 - 1, negative ones too.
+fn parse_int(s: &str, what: &str) -> Result<i128, SelectionError> {
     s.trim()
-        .parse::<i64>()
+        .parse::<i128>()
         .map_err(|_| SelectionError(format!("'{s}' is not an integer {what}")))
 }
 
-/// A slice's start, stop or step: an integer, one past i64 saturating (NumPy clamps
-/// `a[0:10**20]` to the dimension).
-fn parse_bound(s: &str, what: &str) -> Result<i64, SelectionError> {
+/// A slice's start, stop or step: an integer, one past i128 saturating (NumPy clamps
+/// `a[0:10**40]` to the dimension).
+fn parse_bound(s: &str, what: &str) -> Result<i128, SelectionError> {
     let t = s.trim();
-    t.parse::<i64>().or_else(|_| {
+    t.parse::<i128>().or_else(|_| {
         let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
         if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-            Ok(if t.starts_with('-') { i64::MIN } else { i64::MAX })
+            Ok(if t.starts_with('-') { i128::MIN } else { i128::MAX })
         } else {
             Err(SelectionError(format!("'{s}' is not an integer {what}")))
         }
@@ -124,7 +125,7 @@ impl Selection {
             let i = parse_int(term, "index").map_err(|e| match parse_bound(term, "index") {
                 Ok(_) => out_of_bounds(&term.trim()),
                 Err(_) => e,
-            })? as i128;
+            })?;
             let idx = if i < 0 { i + n_i } else { i };
             if idx < 0 || idx >= n_i {
                 return Err(out_of_bounds(&i));
@@ -138,7 +139,7 @@ impl Selection {
         let opt = |s: Option<&&str>, what: &str| -> Result<Option<i128>, SelectionError> {
             match s.map(|s| s.trim()) {
                 None | Some("") => Ok(None),
-                Some(s) => parse_bound(s, what).map(|v| Some(v as i128)),
+                Some(s) => parse_bound(s, what).map(Some),
             }
         };
         let step = opt(parts.get(2), "step")?.unwrap_or(1);
@@ -147,6 +148,8 @@ impl Selection {
                 "step {step} in dimension {dim}: steps must be >= 1"
             )));
         }
+        // A step past the dimension takes one element, as the dimension's size does.
+        let step = step.min(n_i.max(1));
         let clamp = |v: i128| -> i128 { if v < 0 { (v + n_i).max(0) } else { v.min(n_i) } };
         let start = opt(parts.first(), "start")?.map(clamp).unwrap_or(0);
         let stop = opt(parts.get(1), "stop")?.map(clamp).unwrap_or(n_i);
@@ -331,6 +334,25 @@ mod tests {
             "0-d arrays have one element"
         );
         assert!(Selection::parse("0", &[]).is_err());
+        // A dimension of 2^64 - 1: every index of it, from either end, and bounds past i64.
+        let vast = [u64::MAX, 3];
+        let max = u64::MAX;
+        assert_eq!(
+            Selection::parse(&(max - 2).to_string(), &vast).unwrap().0[0],
+            Index(max - 2)
+        );
+        assert_eq!(Selection::parse(&format!("-{max}"), &vast).unwrap().0[0], Index(0));
+        assert_eq!(
+            Selection::parse("9223372036854775807:9223372036854775810", &vast)
+                .unwrap()
+                .0[0],
+            s(i64::MAX as u64, 1, 3)
+        );
+        assert_eq!(
+            Selection::parse(&format!("-3::{}", u128::MAX), &vast).unwrap().0[0],
+            s(max - 3, max, 1)
+        );
+        assert!(Selection::parse(&max.to_string(), &vast).is_err());
     }
 
     #[test]
