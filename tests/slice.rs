@@ -520,6 +520,31 @@ async fn formats_are_checked_before_reading() {
     // vmin and vmax are PNG's: other formats do not look at them.
     let r = get(&app, "/api/v1/slice/m/cube?select=0,0&vmin=2&vmax=1", &[]).await;
     assert_eq!(r.status, 200);
+    // A client that accepts other formats too gets the best that can hold the result: a 3-D
+    // result is no csv or png, a 2-D one is.
+    for (accept, select, want) in [
+        ("text/csv, application/json;q=0.9", "", "application/json"),
+        ("image/png, */*;q=0.8", "", "application/json"),
+        (
+            "image/png, application/octet-stream;q=0.5, */*;q=0.1",
+            "",
+            "application/octet-stream",
+        ),
+        ("image/png, */*;q=0.8", "select=0", "image/png"),
+        ("text/csv, application/json;q=0.9", "select=0", "text/csv; charset=utf-8"),
+    ] {
+        let r = get(&app, &format!("/api/v1/slice/m/cube?{select}"), &[("accept", accept)]).await;
+        assert_eq!(r.status, 200, "{accept} {select}: {:?}", r.body);
+        assert_eq!(r.header("content-type"), Some(want), "{accept} {select}");
+    }
+    // One it cannot hold and nothing else: refused, saying why.
+    let r = get(&app, "/api/v1/slice/m/cube", &[("accept", "text/csv")]).await;
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["error"]["message"].as_str().unwrap().contains("csv"),
+        "{:?}",
+        r.body
+    );
     // [0, 100000000] as JSON is one empty list.
     let r = get(&app, "/api/v1/slice/m/wide?select=0:0", &[]).await;
     assert_eq!(r.status, 200, "{:?}", r.body);

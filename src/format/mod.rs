@@ -102,11 +102,17 @@ impl Format {
         })
     }
 
-    /// From an `Accept` header (RFC 9110 §12.5.1): the format with the highest weight, where a
-    /// format's weight is the `q` of the most specific range naming it (`image/png` over
-    /// `image/*` over `*/*`). Ties go to the more specific range, then to the one listed
-    /// first, then to JSON. `None` when no format is acceptable (`q=0` for all, or none named).
+    /// From an `Accept` header (RFC 9110 §12.5.1): the format with the highest weight (the
+    /// first of [`Self::accepted`]). `None` when no format is acceptable.
     pub fn from_accept(accept: &str) -> Option<Format> {
+        Self::accepted(accept).first().copied()
+    }
+
+    /// The formats an `Accept` header accepts, best first: by weight, where a format's weight
+    /// is the `q` of the most specific range naming it (`image/png` over `image/*` over
+    /// `*/*`); ties go to the more specific range, then to the one listed first, then to JSON.
+    /// Empty when none is acceptable (`q=0` for all, or none named).
+    pub fn accepted(accept: &str) -> Vec<Format> {
         const ALL: [(Format, &str, &str); 6] = [
             (Format::Json, "application", "json"),
             (Format::Bin, "application", "octet-stream"),
@@ -130,7 +136,7 @@ impl Format {
             })
             .collect();
         // (q, specificity, -position) of the best range for each of our media types.
-        let mut best: Option<((f32, u8, isize), Format)> = None;
+        let mut ranked: Vec<((f32, u8, isize), Format)> = Vec::new();
         for (format, kind, sub) in ALL {
             let matched = ranges
                 .iter()
@@ -148,12 +154,17 @@ impl Format {
                 .max_by_key(|&(specificity, i, _)| (specificity, std::cmp::Reverse(i)));
             if let Some((specificity, i, q)) = matched.filter(|m| m.2 > 0.0) {
                 let rank = (q, specificity, -(i as isize));
-                if best.is_none_or(|(b, _)| rank.partial_cmp(&b) == Some(std::cmp::Ordering::Greater)) {
-                    best = Some((rank, format));
+                match ranked.iter_mut().find(|(_, f)| *f == format) {
+                    // npy has two names: the better one counts.
+                    Some(had) if rank > had.0 => had.0 = rank,
+                    Some(_) => {}
+                    None => ranked.push((rank, format)),
                 }
             }
         }
-        best.map(|(_, f)| f)
+        // Stable: equal ranks keep the order above, JSON first.
+        ranked.sort_by(|a, b| b.0.partial_cmp(&a.0).unwrap_or(std::cmp::Ordering::Equal));
+        ranked.into_iter().map(|(_, f)| f).collect()
     }
 
     /// The name the `format` parameter gives.
@@ -461,6 +472,14 @@ mod tests {
         for (accept, want) in cases {
             assert_eq!(Format::from_accept(accept), want, "{accept}");
         }
+        // All of them, best first (for a result the best cannot hold).
+        use Format::*;
+        assert_eq!(Format::accepted("text/csv, */*;q=0.1"), [Csv, Json, Bin, Npy, Png]);
+        assert_eq!(
+            Format::accepted("application/npy;q=0.2, application/x-npy;q=0.7, image/png;q=0.5"),
+            [Npy, Png]
+        );
+        assert_eq!(Format::accepted("image/png"), [Png]);
     }
 
     #[test]

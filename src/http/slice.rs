@@ -65,16 +65,40 @@ fn parse_number(v: &Option<String>, name: &str) -> Result<Option<f64>, ApiError>
     }
 }
 
-fn choose_format(query: &SliceQuery, headers: &HeaderMap) -> Result<Format, ApiError> {
+/// The formats the request takes, best first: the one `format` names, or those Accept lists
+/// (JSON when it lists none).
+fn formats_taken(query: &SliceQuery, headers: &HeaderMap) -> Result<Vec<Format>, ApiError> {
     match query.format.as_deref() {
         Some(name) => Format::from_name(name)
+            .map(|f| vec![f])
             .ok_or_else(|| ApiError::BadRequest(format!("unknown format '{name}' (json, bin, npy, csv, png)"))),
-        None => Ok(headers
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .and_then(Format::from_accept)
-            .unwrap_or(Format::Json)),
+        None => {
+            let accepted = headers
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .map(Format::accepted)
+                .unwrap_or_default();
+            Ok(if accepted.is_empty() {
+                vec![Format::Json]
+            } else {
+                accepted
+            })
+        }
     }
+}
+
+/// Whether `format` can hold a result of `shape` and `dtype`, before anything is read.
+fn can_hold(format: Format, shape: &[u64], dtype: &DType) -> Result<(), ApiError> {
+    match format {
+        Format::Csv => csv::check(shape, dtype)?,
+        Format::Png => {
+            png::check(shape, dtype)?;
+        }
+        Format::Npy => bin::check_npy(dtype, shape)?,
+        Format::Bin => bin::check_bin(dtype)?,
+        Format::Json => {}
+    }
+    Ok(())
 }
 
 /// The handler. An error depends on Accept too (the format it chose may be the one refused),
@@ -91,7 +115,7 @@ pub async fn slice(State(state): State<AppState>, method: Method, uri: Uri, head
 
 async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
     let query: SliceQuery = super::query(&uri)?;
-    let format = choose_format(&query, &headers)?;
+    let formats = formats_taken(&query, &headers)?;
     let png_opts = PngOptions {
         vmin: parse_number(&query.vmin, "vmin")?,
         vmax: parse_number(&query.vmax, "vmax")?,
@@ -101,26 +125,27 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
                 .ok_or_else(|| ApiError::BadRequest(format!("unknown cmap '{name}' (gray, viridis)")))?,
         },
     };
-    if let (Format::Png, Some(lo), Some(hi)) = (format, png_opts.vmin, png_opts.vmax)
-        && lo > hi
-    {
-        return Err(ApiError::BadRequest(format!("vmin ({lo}) is above vmax ({hi})")));
-    }
     let tail = uri.path().strip_prefix("/api/v1/slice/").unwrap_or("");
     let (mount_name, rest) = tail.split_once('/').unwrap_or((tail, ""));
     let mount = state.mount(mount_name)?;
     let (path, _) = StoreKey::from_url_path(rest)?;
     let meta = state.array(mount, &path).await?;
     let sel = Selection::parse(query.select.as_deref().unwrap_or(""), &meta.shape)?;
-    // Whether the format can hold the result at all, before anything is read.
-    match format {
-        Format::Csv => csv::check(&sel.shape(), &meta.dtype)?,
-        Format::Png => {
-            png::check(&sel.shape(), &meta.dtype)?;
-        }
-        Format::Npy => bin::check_npy(&meta.dtype, &sel.shape())?,
-        Format::Bin => bin::check_bin(&meta.dtype)?,
-        _ => {}
+    // The best format that can hold the result, before anything is read: of those Accept
+    // lists, the next when the best cannot (a csv of 3-D data is JSON for a client that takes
+    // both); the only one, or the best, otherwise, which says why it cannot.
+    let shape = sel.shape();
+    let format = formats
+        .iter()
+        .copied()
+        .find(|&f| can_hold(f, &shape, &meta.dtype).is_ok())
+        .or(formats.first().copied())
+        .unwrap_or(Format::Json);
+    can_hold(format, &shape, &meta.dtype)?;
+    if let (Format::Png, Some(lo), Some(hi)) = (format, png_opts.vmin, png_opts.vmax)
+        && lo > hi
+    {
+        return Err(ApiError::BadRequest(format!("vmin ({lo}) is above vmax ({hi})")));
     }
 
     // Refuse before reading anything: the size is known from the metadata alone. Variable-length
