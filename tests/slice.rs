@@ -531,7 +531,11 @@ async fn formats_are_checked_before_reading() {
             "application/octet-stream",
         ),
         ("image/png, */*;q=0.8", "select=0", "image/png"),
-        ("text/csv, application/json;q=0.9", "select=0", "text/csv; charset=utf-8"),
+        (
+            "text/csv, application/json;q=0.9",
+            "select=0",
+            "text/csv; charset=utf-8",
+        ),
     ] {
         let r = get(&app, &format!("/api/v1/slice/m/cube?{select}"), &[("accept", accept)]).await;
         assert_eq!(r.status, 200, "{accept} {select}: {:?}", r.body);

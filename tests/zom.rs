@@ -915,6 +915,50 @@ async fn bare_non_finite_attributes_are_read() {
     }
 }
 
+/// Attributes whose strings (or names) begin with U+0001, the mark non-finite numbers are held
+/// with, are served as stored, beside bare non-finite numbers, in every document.
+#[tokio::test]
+async fn strings_that_begin_with_the_non_finite_mark_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let own = json!({"s1": "\u{1}hello", "s2": "\u{1}NaN", "\u{1}Infinity": 1, "q": "x\"\u{1}NaN"});
+    for (group, bare) in [("plain", ""), ("bare", r#", "nan": NaN"#)] {
+        std::fs::create_dir_all(root.join(format!("{group}/v3"))).unwrap();
+        std::fs::create_dir_all(root.join(format!("{group}/v2"))).unwrap();
+        let attrs = own.to_string();
+        let attrs = format!("{}{bare}}}", &attrs[..attrs.len() - 1]);
+        std::fs::write(
+            root.join(format!("{group}/v3/zarr.json")),
+            format!(r#"{{"zarr_format": 3, "node_type": "group", "attributes": {attrs}}}"#),
+        )
+        .unwrap();
+        std::fs::write(root.join(format!("{group}/v2/.zgroup")), r#"{"zarr_format": 2}"#).unwrap();
+        std::fs::write(root.join(format!("{group}/v2/.zattrs")), &attrs).unwrap();
+    }
+    let app = app_for(&[("m", root)]);
+    for group in ["plain", "bare"] {
+        let mut want = own.clone();
+        if group == "bare" {
+            want["nan"] = json!("NaN");
+        }
+        for fmt in ["v3", "v2"] {
+            let r = get(&app, &format!("/api/v1/zom/m/{group}/{fmt}"), &[]).await;
+            assert_eq!(r.status, 200, "{group}/{fmt}: {:?}", r.body);
+            assert_eq!(r.json()["attributes"], want, "{group}/{fmt}");
+        }
+        // Consolidated: valid JSON, the strings as stored, NaN bare again.
+        let r = get(&app, &format!("/zarr/m/{group}/v3/zarr.json"), &[]).await;
+        let text = String::from_utf8(r.body.to_vec()).unwrap();
+        let doc: Value = serde_json::from_str(&text.replace(":NaN", ":\"NaN\"")).expect(&text);
+        assert_eq!(doc["attributes"], want, "{text}");
+        let r = get(&app, &format!("/zarr/m/{group}/v2/.zmetadata"), &[]).await;
+        let text = String::from_utf8(r.body.to_vec()).unwrap();
+        let doc: Value = serde_json::from_str(&text.replace(":NaN", ":\"NaN\"")).expect(&text);
+        assert_eq!(doc["metadata"][".zattrs"], want, "{text}");
+        assert_eq!(text.contains(r#""nan":NaN"#), group == "bare", "{text}");
+    }
+}
+
 /// Where a listing is refused or fails, a group's members come from its consolidated metadata,
 /// as where the store cannot list (HTTP origins); a group without any keeps the listing's error.
 #[tokio::test]

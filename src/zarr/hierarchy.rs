@@ -63,22 +63,57 @@ pub struct Tree {
 /// How a bare `NaN`, `Infinity` or `-Infinity` of a stored document is held in a hierarchy:
 /// a string of this mark and the literal. Consolidated metadata writes the literal back as it
 /// was stored ([`bare_non_finite`]); the Zarr Object Model shows it as the plain string
-/// ([`unmark_non_finite`]), as slices show non-finite values.
+/// ([`unmark_non_finite`]), as slices show non-finite values. The documents' own strings that
+/// begin with the mark are held with it twice (see `parse_document`): taking one mark off any
+/// string that has one gives back the plain string either way.
 pub const NON_FINITE: &str = "\u{1}";
 /// [`NON_FINITE`] as JSON text.
 const NON_FINITE_JSON: &str = "\\u0001";
 
-/// A consolidated document's text with the marked non-finite numbers written bare again.
+/// A consolidated document's text (as serde_json writes it) with the marked non-finite numbers
+/// written bare again, and the mark taken off the strings that begin with it.
 pub fn bare_non_finite(text: String) -> String {
-    if !text.contains("\"\\u0001") {
+    if !text.contains(NON_FINITE_JSON) {
         return text;
     }
-    ["-Infinity", "Infinity", "NaN"]
-        .iter()
-        .fold(text, |t, l| t.replace(&format!("\"\\u0001{l}\""), l))
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('"') {
+        // The string's end: the next quote not escaped.
+        let body = &rest[open + 1..];
+        let mut end = None;
+        let mut bytes = body.bytes().enumerate();
+        while let Some((i, b)) = bytes.next() {
+            match b {
+                b'\\' => {
+                    bytes.next();
+                }
+                b'"' => {
+                    end = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        out.push_str(&rest[..open]);
+        match body[..end].strip_prefix(NON_FINITE_JSON) {
+            Some(l) if ["NaN", "Infinity", "-Infinity"].contains(&l) => out.push_str(l),
+            Some(own) => {
+                out.push('"');
+                out.push_str(own);
+                out.push('"');
+            }
+            None => out.push_str(&rest[open..open + end + 2]),
+        }
+        rest = &body[end + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
-/// Replaces the marked non-finite numbers of `value` with their plain strings.
+/// Takes the mark off the strings (and names) of `value` that have one: the marked non-finite
+/// numbers become their plain strings, the others what was stored.
 pub fn unmark_non_finite(value: &mut Value) {
     match value {
         Value::String(s) => {
@@ -87,7 +122,18 @@ pub fn unmark_non_finite(value: &mut Value) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(unmark_non_finite),
-        Value::Object(map) => map.values_mut().for_each(unmark_non_finite),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.starts_with(NON_FINITE)) {
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, v)| match k.strip_prefix(NON_FINITE) {
+                        Some(own) => (own.to_owned(), v),
+                        None => (k, v),
+                    })
+                    .collect();
+            }
+            map.values_mut().for_each(unmark_non_finite)
+        }
         _ => {}
     }
 }

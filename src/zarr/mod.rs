@@ -384,9 +384,10 @@ pub enum OpenError {
 }
 
 /// Quotes the bare non-finite literals Python's json module writes (`NaN`, `Infinity`,
-/// `-Infinity`) and reads (those, and float literals too large for a double, such as `1e400`),
-/// leaving strings alone: each becomes the JSON string of `mark` (JSON text, so escaped where
-/// it must be) and the literal.
+/// `-Infinity`) and reads (those, and float literals too large for a double, such as `1e400`):
+/// each becomes the JSON string of `mark` (JSON text, so escaped where it must be) and the
+/// literal. A string of the text that begins with `mark` gets it twice, so that it is told
+/// apart from a quoted literal ([`escape_marked`]).
 pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
     let mut out = String::with_capacity(text.len() + 16);
     let mut in_string = false;
@@ -431,11 +432,40 @@ pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
         }
         if c == '"' {
             in_string = true;
+            if !mark.is_empty() && rest[1..].starts_with(mark) {
+                out.push('"');
+                out.push_str(mark);
+                rest = &rest[1..];
+                continue;
+            }
         }
         out.push(c);
         rest = &rest[c.len_utf8()..];
     }
     out
+}
+
+/// Marks `value`'s strings (and names) that begin with `mark` with it once more: a string of
+/// the mark and a literal is then only ever a quoted literal, and stripping one mark gives
+/// every other string back.
+fn escape_marked(value: &mut Value, mark: &str) {
+    match value {
+        Value::String(s) if s.starts_with(mark) => s.insert_str(0, mark),
+        Value::Array(items) => items.iter_mut().for_each(|v| escape_marked(v, mark)),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.starts_with(mark)) {
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, v)| match k.starts_with(mark) {
+                        true => (format!("{mark}{k}"), v),
+                        false => (k, v),
+                    })
+                    .collect();
+            }
+            map.values_mut().for_each(|v| escape_marked(v, mark));
+        }
+        _ => {}
+    }
 }
 
 fn push_marked(out: &mut String, mark: &str, literal: &str) {
@@ -448,18 +478,28 @@ fn push_marked(out: &mut String, mark: &str, literal: &str) {
 /// Parses a metadata document as zarr-python reads it: JSON, where Python's json module may
 /// have written bare `NaN`, `Infinity` or `-Infinity` (attributes such as `missing_value`), and
 /// reads a float beyond a double's range as an infinity. Those are read as the strings of
-/// `mark` and the literal ([`quote_non_finite`]).
+/// `mark` and the literal ([`quote_non_finite`]); with a mark, the document's own strings that
+/// begin with it get it twice.
 pub(crate) fn parse_document(bytes: &[u8], mark: &str) -> serde_json::Result<Value> {
-    serde_json::from_slice(bytes).or_else(|e| match std::str::from_utf8(bytes) {
-        Ok(text) => {
-            let quoted = quote_non_finite(text, mark);
-            if quoted == text {
-                return Err(e);
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(mut value) => {
+            if !mark.is_empty() {
+                let mark: String = serde_json::from_str(&format!("\"{mark}\""))?;
+                escape_marked(&mut value, &mark);
             }
-            serde_json::from_str(&quoted)
+            Ok(value)
         }
-        Err(_) => Err(e),
-    })
+        Err(e) => match std::str::from_utf8(bytes) {
+            Ok(text) => {
+                let quoted = quote_non_finite(text, mark);
+                if quoted == text {
+                    return Err(e);
+                }
+                serde_json::from_str(&quoted)
+            }
+            Err(_) => Err(e),
+        },
+    }
 }
 
 /// Documents larger than this are parsed on the blocking pool ([`parse_document_off`]).
