@@ -315,9 +315,10 @@ async fn serve(
                 format!("bytes {}-{}/{size}", range.start, range.end.saturating_sub(1)),
             );
         }
+        let body = first_piece_read(object.body, &key).await?;
         return response
             .header(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start))
-            .body(Body::from_stream(object.body))
+            .body(body)
             .map(Some)
             .map_err(|_| ApiError::Internal);
     }
@@ -413,11 +414,28 @@ async fn serve(
                 if etag_of(&object.meta) != etag || object.meta.size != rep.size {
                     return Ok(None);
                 }
-                Body::from_stream(object.body)
+                first_piece_read(object.body, &key).await?
             }
         }
     };
     response.body(body).map(Some).map_err(|_| ApiError::Internal)
+}
+
+/// A body with its first piece read before the response's head is sent: a read that fails
+/// before any byte (a zip entry of one piece that fails its CRC, a file that cannot be read) is
+/// an error response, where a failing body would cut the connection after a 200 head, unsent.
+async fn first_piece_read(
+    mut body: futures::stream::BoxStream<'static, Result<Bytes, StoreError>>,
+    key: &StoreKey,
+) -> Result<Body, ApiError> {
+    use futures::StreamExt;
+    match body.next().await {
+        None => Ok(Body::empty()),
+        Some(Err(e)) => Err(e.naming(key.as_str()).into()),
+        Some(Ok(first)) => Ok(Body::from_stream(
+            futures::stream::once(async move { Ok(first) }).chain(body),
+        )),
+    }
 }
 
 #[cfg(test)]
