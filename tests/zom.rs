@@ -827,6 +827,52 @@ async fn a_meta_file_that_is_not_json_is_no_v1_array() {
     assert_eq!(kind("quoted"), Some(json!("invalid")), "{children}");
 }
 
+/// Documents that are JSON but no node's (another zarr_format, an unknown node_type,
+/// attributes that are no object) are invalid nodes, as zarr-python finds them, rather than
+/// walked as groups or arrays into output that no longer validates.
+#[tokio::test]
+async fn documents_of_no_node_are_invalid() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let write = |path: &str, text: &str| {
+        let path = root.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write("g/zarr.json", r#"{"zarr_format": 3, "node_type": "group"}"#);
+    write(
+        "g/ok/zarr.json",
+        r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#,
+    );
+    write("g/f4/zarr.json", r#"{"zarr_format": 4, "node_type": "group"}"#);
+    write("g/foo/zarr.json", r#"{"zarr_format": 3, "node_type": "foo"}"#);
+    write(
+        "g/listed/zarr.json",
+        r#"{"zarr_format": 3, "node_type": "group", "attributes": [1]}"#,
+    );
+    write("h/.zgroup", r#"{"zarr_format": 2}"#);
+    write("h/ok/.zgroup", r#"{"zarr_format": 2}"#);
+    write("h/f5/.zarray", r#"{"zarr_format": 5}"#);
+    write("h/f3/.zgroup", r#"{"zarr_format": 3}"#);
+    let app = app_for(&[("m", root)]);
+    for (group, invalid) in [("g", vec!["f4", "foo", "listed"]), ("h", vec!["f3", "f5"])] {
+        let r = get(&app, &format!("/api/v1/list/m/{group}"), &[]).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        let children = r.json()["children"].clone();
+        for c in children.as_array().unwrap() {
+            let name = c["name"].as_str().unwrap();
+            let want = if invalid.contains(&name) { "invalid" } else { "group" };
+            assert_eq!(c["node_type"], want, "{group}/{name}: {children}");
+        }
+        for name in &invalid {
+            let r = get(&app, &format!("/api/v1/zom/m/{group}/{name}"), &[]).await;
+            assert_eq!(r.status, 500, "{group}/{name}: {:?}", r.body);
+        }
+        let r = get(&app, &format!("/api/v1/zom/m/{group}/ok"), &[]).await;
+        assert_eq!(r.status, 200, "{group}/ok: {:?}", r.body);
+    }
+}
+
 /// Python's json module writes non-finite attributes bare (`"missing_value": NaN`), and
 /// zarr-python reads them back; a float literal beyond a double's range (`1e400`) it reads as
 /// an infinity. Such a hierarchy is no corrupt data: the Zarr Object Model shows them as the

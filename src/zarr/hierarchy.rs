@@ -193,22 +193,33 @@ async fn json_object(
     }
 }
 
-/// The node of a v3 `zarr.json` document.
-fn v3(doc: Map<String, Value>) -> Node {
-    let is_group = doc.get("node_type").and_then(Value::as_str) == Some("group");
-    Node {
+/// The node of a v3 `zarr.json` document; what is wrong with one that names another format or
+/// node type, or whose attributes are no object (zarr-python refuses it).
+fn v3(doc: Map<String, Value>) -> Result<Node, String> {
+    if doc.get("zarr_format").and_then(Value::as_u64) != Some(3) {
+        return Err("zarr_format is not 3".into());
+    }
+    let is_group = match doc.get("node_type").and_then(Value::as_str) {
+        Some("group") => true,
+        Some("array") => false,
+        _ => return Err("node_type is neither 'array' nor 'group'".into()),
+    };
+    if doc.get("attributes").is_some_and(|a| !a.is_object()) {
+        return Err("attributes is not a JSON object".into());
+    }
+    Ok(Node {
         zarr_format: 3,
         is_group,
         doc,
         attrs: None,
-    }
+    })
 }
 
 /// The node a stored `zarr.json` describes, read as [`find_node`] reads it; `None` when it is
-/// not a JSON object.
+/// not a valid node's document.
 pub fn v3_node(stored: &[u8]) -> Option<Node> {
     match super::parse_document(stored, NON_FINITE_JSON) {
-        Ok(Value::Object(doc)) => Some(v3(doc)),
+        Ok(Value::Object(doc)) => v3(doc).ok(),
         _ => None,
     }
 }
@@ -248,7 +259,14 @@ async fn find_member(
 }
 
 async fn find_v3(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option<Node>, HierarchyError> {
-    Ok(json_object(store, &child(path, "zarr.json")?, reads).await?.map(v3))
+    let key = child(path, "zarr.json")?;
+    match json_object(store, &key, reads).await? {
+        None => Ok(None),
+        Some(doc) => v3(doc).map(Some).map_err(|message| HierarchyError::Invalid {
+            key: key.to_string(),
+            message,
+        }),
+    }
 }
 
 async fn find_v2(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option<Node>, HierarchyError> {
@@ -260,6 +278,12 @@ async fn find_v2(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option
     let Some((doc, is_group)) = zarray.map(|d| (d, false)).or(zgroup.map(|d| (d, true))) else {
         return Ok(None);
     };
+    if doc.get("zarr_format").and_then(Value::as_u64) != Some(2) {
+        return Err(HierarchyError::Invalid {
+            key: if is_group { zgroup_key } else { zarray_key }.to_string(),
+            message: "zarr_format is not 2".into(),
+        });
+    }
     let attrs = json_object(store, &child(path, ".zattrs")?, reads).await?;
     Ok(Some(Node {
         zarr_format: 2,
