@@ -258,8 +258,43 @@ async fn png_range_headers_stay_short() {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         std::fs::write(dir.path().join(name).join("c/0/0"), bytes).unwrap();
     }
+    // float32 and float16 ends in the fewest digits of their own size, as JSON writes them.
+    for (name, data_type, bytes) in [
+        (
+            "f4",
+            "float32",
+            [-3.692_276_5f32, 0.1]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        ),
+        (
+            "f2",
+            "float16",
+            [half::f16::from_f64(0.1), half::f16::from_f64(1.5)]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+    ] {
+        write_v3_array(
+            &dir.path().join(name),
+            &[1, 2],
+            &[1, 2],
+            data_type,
+            json!("NaN"),
+            json!([{"name": "bytes", "configuration": {"endian": "little"}}]),
+        );
+        std::fs::create_dir_all(dir.path().join(name).join("c/0")).unwrap();
+        std::fs::write(dir.path().join(name).join("c/0/0"), bytes).unwrap();
+    }
     let app = app_for(&[("m", dir.path())]);
-    for (name, want) in [("wide", ("-1e308", "1e308")), ("tiny", ("0", "5e-324"))] {
+    for (name, want) in [
+        ("wide", ("-1e308", "1e308")),
+        ("tiny", ("0", "5e-324")),
+        ("f4", ("-3.6922765", "0.1")),
+        ("f2", ("0.1", "1.5")),
+    ] {
         let r = get(&app, &format!("/api/v1/slice/m/{name}?format=png"), &[]).await;
         assert_eq!(r.status, 200, "{name}");
         assert_eq!(

@@ -24,7 +24,7 @@ pub(crate) fn push_field(out: &mut Vec<u8>, s: &str) {
 pub fn check(shape: &[u64], dtype: &DType) -> Result<(), FormatError> {
     if shape.len() > 2 {
         return Err(FormatError::BadRequest(format!(
-            "csv holds 0-, 1- or 2-D results; this one has {} dimensions (select fewer)",
+            "csv holds 0-, 1- or 2-D results; this one is {}-D (select fewer)",
             shape.len()
         )));
     }

@@ -245,7 +245,7 @@ fn push_float(out: &mut Vec<u8>, x: f64, size: usize, quote: bool) {
 /// its own digits are 0.0999755859375): ryu knows no float16. Found by trying 1 to 5
 /// significant digits, once for each of the 65,536 float16s (a table of 512 KiB, made on first
 /// use in some 50 ms), not per element written.
-fn shortest_half(x: f64) -> f64 {
+pub(crate) fn shortest_half(x: f64) -> f64 {
     static TABLE: std::sync::OnceLock<Box<[f64]>> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
         (0..=u16::MAX)

@@ -93,7 +93,7 @@ pub struct Rendered {
 pub fn check(shape: &[u64], dtype: &DType) -> Result<(u32, u32), FormatError> {
     let &[h, w] = shape else {
         return Err(FormatError::BadRequest(format!(
-            "png needs a 2-D result; this one has {} dimensions",
+            "png needs a 2-D result; this one is {}-D",
             shape.len()
         )));
     };

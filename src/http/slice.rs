@@ -321,11 +321,27 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
             .map_err(|_| ApiError::Internal)??
     };
     if let Some((vmin, vmax)) = range {
-        // As Rust writes numbers (0, 1.5), in exponent form where that is long (1e308, not
-        // its 309 digits).
-        let text = |v: f64| match v.to_string() {
-            t if t.len() <= 24 => t,
-            _ => format!("{v:e}"),
+        // As Rust writes numbers (0, 1.5), in the fewest digits of the data's own float size
+        // as JSON writes them (-3.6922765 of a float32, not its f64 -3.6922764778137207), in
+        // exponent form where that is long (1e308, not its 309 digits).
+        let size = match meta.dtype.kind {
+            crate::zarr::dtype::Kind::Float(n) => n,
+            _ => 8,
+        };
+        let text = |v: f64| {
+            let shortest = match size {
+                2 if f64::from(half::f16::from_f64(v)) == v => crate::format::shortest_half(v),
+                _ => v,
+            };
+            let t = match size {
+                4 if f64::from(v as f32) == v => (v as f32).to_string(),
+                _ => shortest.to_string(),
+            };
+            match t.len() <= 24 {
+                true => t,
+                false if size == 4 && f64::from(v as f32) == v => format!("{:e}", v as f32),
+                false => format!("{shortest:e}"),
+            }
         };
         response = response
             .header("x-zarr-vmin", text(vmin))
