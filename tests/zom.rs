@@ -854,7 +854,30 @@ async fn documents_of_no_node_are_invalid() {
     write("h/ok/.zgroup", r#"{"zarr_format": 2}"#);
     write("h/f5/.zarray", r#"{"zarr_format": 5}"#);
     write("h/f3/.zgroup", r#"{"zarr_format": 3}"#);
+    // What zarr-python takes: null attributes (none), a format written as a float.
+    write(
+        "g/nulled/zarr.json",
+        r#"{"zarr_format": 3.0, "node_type": "group", "attributes": null}"#,
+    );
+    write("h/float/.zgroup", r#"{"zarr_format": 2.0}"#);
+    // An array of another format is no array to slice either.
+    let array4 = r#"{"zarr_format": 4, "node_type": "array", "shape": [2], "data_type": "int8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default"}, "fill_value": 0, "codecs": [{"name": "bytes"}]}"#;
+    write("a4/zarr.json", array4);
+    write(
+        "a4ok/zarr.json",
+        &array4.replace(r#""zarr_format": 4"#, r#""zarr_format": 3"#),
+    );
     let app = app_for(&[("m", root)]);
+    let r = get(&app, "/api/v1/slice/m/a4", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (500, "corrupt_data"));
+    assert_eq!(
+        get(&app, "/api/v1/slice/m/a4ok", &[]).await.json()["data"],
+        json!([0, 0])
+    );
+    let r = get(&app, "/api/v1/zom/m/g/nulled", &[]).await;
+    assert_eq!((r.status.as_u16(), r.json()["attributes"].clone()), (200, json!({})));
     for (group, invalid) in [("g", vec!["f4", "foo", "listed"]), ("h", vec!["f3", "f5"])] {
         let r = get(&app, &format!("/api/v1/list/m/{group}"), &[]).await;
         assert_eq!(r.status, 200, "{:?}", r.body);
@@ -1199,6 +1222,9 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
         ("bytes_zero", "vlen-bytes", "0"),
         ("bytes_text", "vlen-bytes", r#""abc""#),
         ("bytes_b64", "vlen-bytes", r#""AAA=""#),
+        // Python's base64 drops characters outside the alphabet and takes trailing bits.
+        ("bytes_lenient", "vlen-bytes", r#""AB==\n""#),
+        ("utf8_bool", "vlen-utf8", "true"),
     ] {
         let doc = v2(r#""|O""#, &format!(r#"[{{"id": "{codec}"}}]"#))
             .replace(r#""fill_value": null"#, &format!(r#""fill_value": {fill}"#));
@@ -1259,6 +1285,7 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
                 "bare_o",
                 "big",
                 "bytes_b64",
+                "bytes_lenient",
                 "bytes_text",
                 "bytes_zero",
                 "field_alias",
@@ -1269,6 +1296,7 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
                 "nested",
                 "subarray",
                 "utf8",
+                "utf8_bool",
                 "utf8_list",
                 "utf8_zero",
             ],
@@ -1311,8 +1339,10 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
                 ".zgroup",
                 "big/.zarray",
                 "bytes_b64/.zarray",
+                "bytes_lenient/.zarray",
                 "flat/.zarray",
                 "utf8/.zarray",
+                "utf8_bool/.zarray",
                 "utf8_zero/.zarray",
             ],
         ),

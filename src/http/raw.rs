@@ -315,7 +315,10 @@ async fn serve(
                 format!("bytes {}-{}/{size}", range.start, range.end.saturating_sub(1)),
             );
         }
-        let body = first_piece_read(object.body, &key).await?;
+        let body = match requested {
+            None => first_piece_read(object.body, &key).await?,
+            Some(_) => Body::from_stream(object.body),
+        };
         return response
             .header(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start))
             .body(body)
@@ -414,16 +417,21 @@ async fn serve(
                 if etag_of(&object.meta) != etag || object.meta.size != rep.size {
                     return Ok(None);
                 }
-                first_piece_read(object.body, &key).await?
+                match status {
+                    StatusCode::OK => first_piece_read(object.body, &key).await?,
+                    _ => Body::from_stream(object.body),
+                }
             }
         }
     };
     response.body(body).map(Some).map_err(|_| ApiError::Internal)
 }
 
-/// A body with its first piece read before the response's head is sent: a read that fails
-/// before any byte (a zip entry of one piece that fails its CRC, a file that cannot be read) is
-/// an error response, where a failing body would cut the connection after a 200 head, unsent.
+/// The body of a whole object with its first piece read before the response's head is sent:
+/// a read that fails in its first piece (a zip entry of one piece that fails its CRC, a file
+/// that cannot be read) is an error response, where a failing body would cut the connection
+/// after a 200 head, unsent. Ranges are not read ahead: reaching a range's first byte may take
+/// long (inflating a zip entry up to it), and would then count against the request's timeout.
 async fn first_piece_read(
     mut body: futures::stream::BoxStream<'static, Result<Bytes, StoreError>>,
     key: &StoreKey,

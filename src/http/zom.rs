@@ -465,6 +465,9 @@ fn text_upto(value: &impl std::fmt::Display, most: usize) -> String {
     }
     impl std::fmt::Write for Upto {
         fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            if self.cut {
+                return Err(std::fmt::Error);
+            }
             let room = self.most - self.text.len();
             if s.len() <= room {
                 self.text.push_str(s);

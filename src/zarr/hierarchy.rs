@@ -196,7 +196,7 @@ async fn json_object(
 /// The node of a v3 `zarr.json` document; what is wrong with one that names another format or
 /// node type, or whose attributes are no object (zarr-python refuses it).
 fn v3(doc: Map<String, Value>) -> Result<Node, String> {
-    if doc.get("zarr_format").and_then(Value::as_u64) != Some(3) {
+    if !super::format_is(&doc, 3) {
         return Err("zarr_format is not 3".into());
     }
     let is_group = match doc.get("node_type").and_then(Value::as_str) {
@@ -204,7 +204,8 @@ fn v3(doc: Map<String, Value>) -> Result<Node, String> {
         Some("array") => false,
         _ => return Err("node_type is neither 'array' nor 'group'".into()),
     };
-    if doc.get("attributes").is_some_and(|a| !a.is_object()) {
+    // zarr-python reads null as no attributes.
+    if doc.get("attributes").is_some_and(|a| !a.is_object() && !a.is_null()) {
         return Err("attributes is not a JSON object".into());
     }
     Ok(Node {
@@ -278,7 +279,7 @@ async fn find_v2(store: &Store, path: &StoreKey, reads: &Reads) -> Result<Option
     let Some((doc, is_group)) = zarray.map(|d| (d, false)).or(zgroup.map(|d| (d, true))) else {
         return Ok(None);
     };
-    if doc.get("zarr_format").and_then(Value::as_u64) != Some(2) {
+    if !super::format_is(&doc, 2) {
         return Err(HierarchyError::Invalid {
             key: if is_group { zgroup_key } else { zarray_key }.to_string(),
             message: "zarr_format is not 2".into(),
@@ -623,7 +624,13 @@ impl Node {
         match self.zarr_format {
             3 => {
                 out.remove("consolidated_metadata");
-                out.entry("attributes").or_insert_with(|| json!({}));
+                match out.get_mut("attributes") {
+                    Some(a) if a.is_object() => {}
+                    Some(a) => *a = json!({}),
+                    None => {
+                        out.insert("attributes".into(), json!({}));
+                    }
+                }
             }
             _ => {
                 // zarr-python 3 writes an empty one into the .zgroup entries of .zmetadata.
@@ -731,6 +738,23 @@ fn zarr_python_v3_type(value: &Value, in_structure: bool) -> bool {
 /// NumPy writes them (`dtype.str`: `<i4`, not `int32`, `i4` or `|i4`), objects only when the
 /// first object codec among the filters and compressor is `vlen-utf8` or `vlen-bytes`,
 /// structured types only of such plain fields (no nested types, sub-arrays or objects).
+/// Whether Python's `base64.standard_b64decode` decodes `text`: it drops the characters outside
+/// the alphabet, and takes padded groups with any trailing bits.
+fn python_base64(text: &str) -> bool {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new()
+            .with_decode_allow_trailing_bits(true)
+            .with_decode_padding_mode(DecodePaddingMode::RequireCanonical),
+    );
+    let kept: String = text
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '='))
+        .collect();
+    base64::Engine::decode(&LENIENT, kept).is_ok()
+}
+
 fn zarr_python_v2_type(doc: &Value) -> bool {
     const OBJECT_CODECS: &[&str] = &[
         "vlen-utf8",
@@ -761,11 +785,12 @@ fn zarr_python_v2_type(doc: &Value) -> bool {
             // The fill value of its type: zarr 2 wrote 0 for every object array by default,
             // which zarr-python 3 reads as text ("0") but refuses as bytes.
             match (first, doc.get("fill_value")) {
-                (Some("vlen-utf8"), None | Some(Value::Null | Value::String(_) | Value::Number(_))) => true,
+                (
+                    Some("vlen-utf8"),
+                    None | Some(Value::Null | Value::String(_) | Value::Number(_) | Value::Bool(_)),
+                ) => true,
                 (Some("vlen-bytes"), None | Some(Value::Null)) => true,
-                (Some("vlen-bytes"), Some(Value::String(s))) => {
-                    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, s).is_ok()
-                }
+                (Some("vlen-bytes"), Some(Value::String(s))) => python_base64(s),
                 _ => false,
             }
         }

@@ -419,10 +419,12 @@ pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
                 .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
                 .unwrap_or(rest.len());
             let number = &rest[..end];
-            match number.parse::<f64>() {
+            // Only an exponent or more than 308 digits can take a number past a double.
+            let may_overflow = number.contains(['e', 'E']) || number.len() > 308;
+            match number.parse::<f64>().ok().filter(|_| may_overflow) {
                 // A float literal beyond f64's range, which Python's json module reads as an
                 // infinity (and writes back as `Infinity`).
-                Ok(v) if v.is_infinite() && number.contains(['.', 'e', 'E']) => {
+                Some(v) if v.is_infinite() && number.contains(['.', 'e', 'E']) => {
                     push_marked(&mut out, mark, if v < 0.0 { "-Infinity" } else { "Infinity" })
                 }
                 _ => out.push_str(number),
@@ -540,6 +542,11 @@ async fn json_doc(store: &Store, key: &StoreKey) -> Result<Option<Value>, OpenEr
     }
 }
 
+/// Whether a document's `zarr_format` is `n`, as zarr-python compares it (3.0 is 3).
+pub(crate) fn format_is(doc: &Map<String, Value>, n: u8) -> bool {
+    doc.get("zarr_format").and_then(Value::as_f64) == Some(f64::from(n))
+}
+
 /// Finds the array at `path` (v3, then v2, then v1) and parses its metadata.
 pub async fn open_array(store: &Store, path: &StoreKey) -> Result<ArrayMeta, OpenError> {
     let key = |name: &str| path.join(name).map_err(|_| OpenError::NotFound(path.to_string()));
@@ -548,14 +555,20 @@ pub async fn open_array(store: &Store, path: &StoreKey) -> Result<ArrayMeta, Ope
         move |error| OpenError::Meta { key: k, error }
     };
     let v3 = key("zarr.json")?;
+    // A document of another format is invalid here as in a hierarchy (see hierarchy::v3).
+    let other_format = |n: u8| MetaError::Invalid(format!("zarr_format is not {n}"));
     if let Some(doc) = json_doc(store, &v3).await? {
         return match doc.get("node_type").and_then(Value::as_str) {
+            Some("array") if !doc.as_object().is_some_and(|d| format_is(d, 3)) => Err(wrap(&v3)(other_format(3))),
             Some("array") => parse_v3(&doc).map_err(wrap(&v3)),
             _ => Err(OpenError::NotFound(path.to_string())),
         };
     }
     let v2 = key(".zarray")?;
     if let Some(doc) = json_doc(store, &v2).await? {
+        if !doc.as_object().is_some_and(|d| format_is(d, 2)) {
+            return Err(wrap(&v2)(other_format(2)));
+        }
         let attrs = json_doc(store, &key(".zattrs")?).await?;
         return parse_v2(&doc, attrs.as_ref()).map_err(wrap(&v2));
     }
