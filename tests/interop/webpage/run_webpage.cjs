@@ -541,6 +541,32 @@ async function main() {
       assertEq((await page.locator("[data-testid=fill]").innerText()).trim(), '"NaN"', "fill value");
     });
 
+    await check("integers past 2^53 in the ZOM show exactly (fill value, attributes)", async () => {
+      // The served ZOM of demo/v3.zarr/volume, with a uint64 fill value and an attribute that a
+      // plain JSON.parse would round.
+      const re = /\/api\/v1\/zom\/demo\/v3\.zarr\/volume(\?.*)?$/;
+      await page.route(re, async (r) => {
+        const res = await r.fetch();
+        const text = await res.text();
+        assert(text.includes('"fill_value":0') && text.includes('"attributes":{'), `zom: ${text.slice(0, 200)}`);
+        const body = text.replace('"fill_value":0', '"fill_value":18446744073709551615')
+          .replace('"attributes":{', '"attributes":{"big":9007199254740993,');
+        await r.fulfill({ response: res, body });
+      });
+      try {
+        await page.goto("about:blank");
+        await page.goto(base + "/#/demo/v3.zarr/volume");
+        const fill = page.locator("[data-testid=fill]").first();
+        await fill.waitFor({ timeout: STEP_TIMEOUT });
+        assertEq((await fill.innerText()).trim(), "18446744073709551615", "fill value");
+        const attrs = (await page.locator("[data-testid=attributes]").first().innerText()).trim();
+        assert(attrs.includes('"big": 9007199254740993'), `attributes: ${attrs}`);
+      } finally {
+        await page.unroute(re);
+        await page.goto("about:blank");
+      }
+    });
+
     await check("an unknown node shows a readable 404", async () => {
       const expected = (await api("/api/v1/zom/demo/v3.zarr/nope")).body.error;
       assertEq((await api("/api/v1/zom/demo/v3.zarr/nope")).status, 404, "API status");
