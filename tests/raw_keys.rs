@@ -576,6 +576,26 @@ proptest! {
     }
 }
 
+/// The app over one local mount "m" at `root` whose reads of bytes go through `read`.
+fn hooked_app(root: &std::path::Path, read: ReadFn) -> axum::Router {
+    let mount = zarrgate::state::Mount {
+        name: "m".into(),
+        kind: "local",
+        url: "m".into(),
+        consolidated: false,
+        store: zarrgate::store::Store::new(ReadHook {
+            inner: zarrgate::store::Store::new(zarrgate::store::open_local(root).unwrap()),
+            head: None,
+            read,
+        }),
+        tokens: Vec::new(),
+    };
+    zarrgate::app(zarrgate::AppState::with_mounts(
+        zarrgate::config::Config::default(),
+        vec![mount],
+    ))
+}
+
 /// Headers and bytes come from the same object: when the object is replaced between the read
 /// of its validators and the read of its bytes, the request is served anew (once), and a store
 /// that keeps changing is a 502, never old headers over new bytes.
@@ -586,40 +606,25 @@ async fn an_object_replaced_while_served_is_served_anew() {
     let want = std::fs::read(&file).unwrap();
     for (lies, status) in [(1, 200), (2, 502)] {
         let gets = std::sync::Arc::new(AtomicUsize::new(0));
-        let mount = zarrgate::state::Mount {
-            name: "m".into(),
-            kind: "local",
-            url: "m".into(),
-            consolidated: false,
-            // Its first `lies` reads report another version of the object than its HEAD did
-            // (the object replaced between the two).
-            store: zarrgate::store::Store::new(ReadHook {
-                inner: zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap()),
-                head: None,
-                read: {
-                    let (lies, gets) = (std::sync::Arc::new(AtomicUsize::new(lies)), gets.clone());
-                    Box::new(move |inner, key, range| {
-                        let (lies, gets) = (lies.clone(), gets.clone());
-                        Box::pin(async move {
-                            gets.fetch_add(1, Ordering::SeqCst);
-                            let mut object = inner.get(&key, range).await?;
-                            let lie = lies
-                                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                                .is_ok();
-                            if let Some(o) = object.as_mut().filter(|_| lie) {
-                                o.meta.version = Some("replaced".into());
-                            }
-                            Ok(object)
-                        })
-                    })
-                },
-            }),
-            tokens: Vec::new(),
-        };
-        let app = zarrgate::app(zarrgate::AppState::with_mounts(
-            zarrgate::config::Config::default(),
-            vec![mount],
-        ));
+        // Its first `lies` reads report another version of the object than its HEAD did (the
+        // object replaced between the two).
+        let app = hooked_app(&fixtures(), {
+            let (lies, gets) = (std::sync::Arc::new(AtomicUsize::new(lies)), gets.clone());
+            Box::new(move |inner, key, range| {
+                let (lies, gets) = (lies.clone(), gets.clone());
+                Box::pin(async move {
+                    gets.fetch_add(1, Ordering::SeqCst);
+                    let mut object = inner.get(&key, range).await?;
+                    let lie = lies
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    if let Some(o) = object.as_mut().filter(|_| lie) {
+                        o.meta.version = Some("replaced".into());
+                    }
+                    Ok(object)
+                })
+            })
+        });
         // A conditional GET reads the validators first, then the bytes.
         let r = get(
             &app,
@@ -645,36 +650,21 @@ async fn an_object_shortened_while_served_is_served_anew() {
     let path = dir.path().join("obj");
     std::fs::write(&path, vec![7u8; 1000]).unwrap();
     let replaced = std::sync::Arc::new(AtomicBool::new(false));
-    let mount = zarrgate::state::Mount {
-        name: "m".into(),
-        kind: "local",
-        url: "m".into(),
-        consolidated: false,
-        // Before its first read of bytes, the object is replaced by one of 10 bytes.
-        store: zarrgate::store::Store::new(ReadHook {
-            inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
-            head: None,
-            read: {
-                let (replaced, path) = (replaced.clone(), path.clone());
-                Box::new(move |inner, key, range| {
-                    let (replaced, path) = (replaced.clone(), path.clone());
-                    Box::pin(async move {
-                        if !replaced.swap(true, Ordering::SeqCst) {
-                            let new = path.with_extension("new");
-                            std::fs::write(&new, b"0123456789").unwrap();
-                            std::fs::rename(&new, &path).unwrap();
-                        }
-                        inner.get(&key, range).await
-                    })
-                })
-            },
-        }),
-        tokens: Vec::new(),
-    };
-    let app = zarrgate::app(zarrgate::AppState::with_mounts(
-        zarrgate::config::Config::default(),
-        vec![mount],
-    ));
+    // Before its first read of bytes, the object is replaced by one of 10 bytes.
+    let app = hooked_app(dir.path(), {
+        let (replaced, path) = (replaced.clone(), path.clone());
+        Box::new(move |inner, key, range| {
+            let (replaced, path) = (replaced.clone(), path.clone());
+            Box::pin(async move {
+                if !replaced.swap(true, Ordering::SeqCst) {
+                    let new = path.with_extension("new");
+                    std::fs::write(&new, b"0123456789").unwrap();
+                    std::fs::rename(&new, &path).unwrap();
+                }
+                inner.get(&key, range).await
+            })
+        })
+    });
     let r = get(
         &app,
         "/zarr/m/obj",

@@ -937,6 +937,12 @@ fn streamed_text_values(r: &Reply, format: &str, shape: [u64; 2], outer: usize) 
 
 /// Streamed responses are sent after the request limit has let their requests go: they take
 /// turns of their own, held by the body until it is sent or dropped; with none left, 503.
+/// Every stream turn of `state`, held until dropped: the server is as busy as it lets itself be.
+async fn every_turn(state: &zarrgate::AppState) -> tokio::sync::OwnedSemaphorePermit {
+    let all = zarrgate::state::MAX_STREAMS as u32;
+    state.streams.clone().acquire_many_owned(all).await.unwrap()
+}
+
 #[tokio::test]
 async fn streamed_responses_take_turns() {
     use tower::ServiceExt;
@@ -972,12 +978,7 @@ async fn streamed_responses_take_turns() {
         MAX_STREAMS,
         "dropped: the turn is back"
     );
-    let every = state
-        .streams
-        .clone()
-        .acquire_many_owned(MAX_STREAMS as u32)
-        .await
-        .unwrap();
+    let every = every_turn(&state).await;
     let r = get(&app, uri, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
     assert!(r.header("retry-after").is_some());
@@ -1048,23 +1049,13 @@ async fn large_whole_responses_take_turns() {
             assert_eq!(rgba[k * 4..k * 4 + 4], [gray, gray, gray, 255], "pixel {k}");
         }
     }
-    let every = state
-        .streams
-        .clone()
-        .acquire_many_owned(MAX_STREAMS as u32)
-        .await
-        .unwrap();
+    let every = every_turn(&state).await;
     let r = get(&app, uri, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
     // The turn is taken before the region is read: a server with none left reads nothing.
     let fresh = zarrgate::AppState::from_config(config_with(&[("m", dir.path())])).unwrap();
     let fresh_app = zarrgate::app(fresh.clone());
-    let _every_fresh = fresh
-        .streams
-        .clone()
-        .acquire_many_owned(MAX_STREAMS as u32)
-        .await
-        .unwrap();
+    let _every_fresh = every_turn(&fresh).await;
     let r = get(&fresh_app, uri, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
     let text = String::from_utf8(get(&fresh_app, "/metrics", &[]).await.body.to_vec()).unwrap();

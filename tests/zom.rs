@@ -705,16 +705,11 @@ async fn consolidated_documents_are_rendered_once_and_caches_weigh_documents() {
     assert!(meta > 800_000.0, "{meta}");
 }
 
-/// Requests that miss together (they waited for the same walk) take the one document rendered
-/// first rather than each rendering a copy: one miss, the others hits, the same bytes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_requests_share_one_rendering() {
-    let dir = tempfile::tempdir().unwrap();
-    // Over 100 nodes: the document is rendered on the blocking pool, so requests overlap.
-    let g = dir.path().join("g");
-    std::fs::create_dir_all(&g).unwrap();
+/// A v2 group at `g` of `n` small arrays `a0`, `a1`, ..., each with `attrs` if given.
+fn v2_group_of_arrays(g: &Path, n: usize, attrs: Option<&str>) {
+    std::fs::create_dir_all(g).unwrap();
     std::fs::write(g.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
-    for i in 0..150 {
+    for i in 0..n {
         let a = g.join(format!("a{i}"));
         std::fs::create_dir_all(&a).unwrap();
         std::fs::write(
@@ -723,7 +718,19 @@ async fn concurrent_requests_share_one_rendering() {
                 "filters": null, "fill_value": 0, "order": "C"}"#,
         )
         .unwrap();
+        if let Some(attrs) = attrs {
+            std::fs::write(a.join(".zattrs"), attrs).unwrap();
+        }
     }
+}
+
+/// Requests that miss together (they waited for the same walk) take the one document rendered
+/// first rather than each rendering a copy: one miss, the others hits, the same bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_share_one_rendering() {
+    let dir = tempfile::tempdir().unwrap();
+    // Over 100 nodes: the document is rendered on the blocking pool, so requests overlap.
+    v2_group_of_arrays(&dir.path().join("g"), 150, None);
     let app = app_for(&[("m", dir.path())]);
     let replies = futures::future::join_all((0..8).map(|_| get(&app, "/zarr/m/g/.zmetadata", &[]))).await;
     for r in &replies {
@@ -744,21 +751,8 @@ async fn a_rendering_outlives_the_request_that_started_it() {
     let dir = tempfile::tempdir().unwrap();
     // Thousands of arrays with long attributes: megabytes of JSON, rendered for a while on the
     // blocking pool.
-    let g = dir.path().join("g");
-    std::fs::create_dir_all(&g).unwrap();
-    std::fs::write(g.join(".zgroup"), r#"{"zarr_format": 2}"#).unwrap();
     let attrs = json!({ "note": "x".repeat(2000), "values": (0..200).collect::<Vec<_>>() }).to_string();
-    for i in 0..3000 {
-        let a = g.join(format!("a{i}"));
-        std::fs::create_dir_all(&a).unwrap();
-        std::fs::write(
-            a.join(".zarray"),
-            r#"{"zarr_format": 2, "shape": [4], "chunks": [2], "dtype": "<i4", "compressor": null,
-                "filters": null, "fill_value": 0, "order": "C"}"#,
-        )
-        .unwrap();
-        std::fs::write(a.join(".zattrs"), &attrs).unwrap();
-    }
+    v2_group_of_arrays(&dir.path().join("g"), 3000, Some(&attrs));
     let app = app_for(&[("m", dir.path())]);
     let hits = "zarrgate_cache_hits_total{cache=\"consolidated\"}";
     let misses = "zarrgate_cache_misses_total{cache=\"consolidated\"}";

@@ -567,6 +567,29 @@ async function main() {
       }
     });
 
+    await check("the consolidated-metadata snippet shows on consolidated mounts only", async () => {
+      const labels = async () => {
+        await page.goto("about:blank");
+        await page.goto(base + "/#/demo/v3.zarr");
+        await page.locator('main .tabs [data-tab="curl"]').click();
+        await page.locator("main .snippet .label", { hasText: "metadata" }).first().waitFor({ timeout: STEP_TIMEOUT });
+        return page.$$eval("main .snippet .label", (ls) => ls.map((l) => l.textContent));
+      };
+      assert((await labels()).includes("consolidated metadata"), "snippet on demo (consolidated)");
+      const re = /\/api\/v1\/mounts$/;
+      await editJson(re, (body) => {
+        for (const m of body.mounts) if (m.name === "demo") m.consolidated = false;
+        return body;
+      });
+      try {
+        const shown = await labels();
+        assert(shown.includes("metadata") && !shown.includes("consolidated metadata"), `labels: ${shown}`);
+      } finally {
+        await page.unroute(re);
+        await page.goto("about:blank");
+      }
+    });
+
     await check("an unknown node shows a readable 404", async () => {
       const expected = (await api("/api/v1/zom/demo/v3.zarr/nope")).body.error;
       assertEq((await api("/api/v1/zom/demo/v3.zarr/nope")).status, 404, "API status");
