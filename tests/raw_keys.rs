@@ -350,6 +350,8 @@ async fn unsafe_paths_are_400() {
         "/zarr/fx/v2%5c..%5cx",
         "/zarr/fx/a%00b",
         "/zarr/fx//etc/passwd",
+        "/zarr/fx//",
+        "/zarr/fx/%2F",
         "/zarr/fx/%2fetc%2fpasswd",
         "/zarr/fx/%ff",
     ] {

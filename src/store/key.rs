@@ -64,6 +64,10 @@ impl StoreKey {
     /// never an object).
     pub fn from_url_path(raw: &str) -> Result<(Self, bool), KeyError> {
         let decoded = percent_decode_str(raw).decode_utf8().map_err(|_| KeyError::NotUtf8)?;
+        // `m//` (the path "/"): an empty segment, as in `m/a//b`, not the root with a slash.
+        if decoded.starts_with('/') {
+            return Err(KeyError::EmptySegment);
+        }
         let (body, trailing_slash) = match decoded.strip_suffix('/') {
             Some(body) => (body, true),
             None => (&*decoded, false),
@@ -175,6 +179,8 @@ mod tests {
             "/etc/passwd",
             "%2fetc",
             "a//b",
+            "/",
+            "%2F",
             "a\\b",
             "a%5cb",
             "a%00b",
