@@ -734,10 +734,6 @@ fn zarr_python_v3_type(value: &Value, in_structure: bool) -> bool {
     }
 }
 
-/// Whether zarr-python 3.1 knows the data type of the v2 array document `doc`: types spelt as
-/// NumPy writes them (`dtype.str`: `<i4`, not `int32`, `i4` or `|i4`), objects only when the
-/// first object codec among the filters and compressor is `vlen-utf8` or `vlen-bytes`,
-/// structured types only of such plain fields (no nested types, sub-arrays or objects).
 /// Whether Python's `base64.standard_b64decode` decodes `text`: it drops the characters outside
 /// the alphabet, and takes padded groups with any trailing bits.
 fn python_base64(text: &str) -> bool {
@@ -755,6 +751,11 @@ fn python_base64(text: &str) -> bool {
     base64::Engine::decode(&LENIENT, kept).is_ok()
 }
 
+/// Whether zarr-python 3.1 knows the data type of the v2 array document `doc`: types spelt as
+/// NumPy writes them (`dtype.str`: `<i4`, not `int32`, `i4` or `|i4`), objects only when the
+/// first object codec among the filters and compressor is `vlen-utf8` or `vlen-bytes` and the
+/// fill value is one zarr-python reads for it, structured types only of such plain fields (no
+/// nested types, sub-arrays or objects).
 fn zarr_python_v2_type(doc: &Value) -> bool {
     const OBJECT_CODECS: &[&str] = &[
         "vlen-utf8",
