@@ -115,27 +115,7 @@ pub fn bare_non_finite(text: String) -> String {
 /// Takes the mark off the strings (and names) of `value` that have one: the marked non-finite
 /// numbers become their plain strings, the others what was stored.
 pub fn unmark_non_finite(value: &mut Value) {
-    match value {
-        Value::String(s) => {
-            if let Some(l) = s.strip_prefix(NON_FINITE) {
-                *s = l.to_owned();
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(unmark_non_finite),
-        Value::Object(map) => {
-            if map.keys().any(|k| k.starts_with(NON_FINITE)) {
-                *map = std::mem::take(map)
-                    .into_iter()
-                    .map(|(k, v)| match k.strip_prefix(NON_FINITE) {
-                        Some(own) => (own.to_owned(), v),
-                        None => (k, v),
-                    })
-                    .collect();
-            }
-            map.values_mut().for_each(unmark_non_finite)
-        }
-        _ => {}
-    }
+    super::rewrite_strings(value, &|s| s.strip_prefix(NON_FINITE).map(str::to_owned));
 }
 
 /// The most bytes of metadata documents one walk (or one listing) reads: past it the walk

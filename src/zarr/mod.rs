@@ -451,20 +451,27 @@ pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
 /// the mark and a literal is then only ever a quoted literal, and stripping one mark gives
 /// every other string back.
 fn escape_marked(value: &mut Value, mark: &str) {
+    rewrite_strings(value, &|s| s.starts_with(mark).then(|| format!("{mark}{s}")));
+}
+
+/// Replaces each string of `value`, and each name of its objects, for which `new` gives a
+/// replacement (names keep their order).
+pub(crate) fn rewrite_strings(value: &mut Value, new: &impl Fn(&str) -> Option<String>) {
     match value {
-        Value::String(s) if s.starts_with(mark) => s.insert_str(0, mark),
-        Value::Array(items) => items.iter_mut().for_each(|v| escape_marked(v, mark)),
+        Value::String(s) => {
+            if let Some(n) = new(s) {
+                *s = n;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| rewrite_strings(v, new)),
         Value::Object(map) => {
-            if map.keys().any(|k| k.starts_with(mark)) {
+            if map.keys().any(|k| new(k).is_some()) {
                 *map = std::mem::take(map)
                     .into_iter()
-                    .map(|(k, v)| match k.starts_with(mark) {
-                        true => (format!("{mark}{k}"), v),
-                        false => (k, v),
-                    })
+                    .map(|(k, v)| (new(&k).unwrap_or(k), v))
                     .collect();
             }
-            map.values_mut().for_each(|v| escape_marked(v, mark));
+            map.values_mut().for_each(|v| rewrite_strings(v, new));
         }
         _ => {}
     }
