@@ -170,6 +170,32 @@ impl Drop for Finish {
     }
 }
 
+/// [`detach`] for work that may only wait for another's (a load another request started,
+/// which runs on by itself) before it does its own: `work` is given the [`Working`] mark to set
+/// when it begins its own, and until then the task is stopped when dropped, taking no orphan's
+/// room.
+pub fn detach_working<T, F>(orphans: &'static Orphans, work: impl FnOnce(Working) -> F) -> Detached<T>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = T> + Send + 'static,
+{
+    let working = Working(Arc::new(AtomicBool::new(false)));
+    let mut detached = detach(orphans, work(working.clone()));
+    detached.working = Some(working.0);
+    detached
+}
+
+/// The mark of [`detach_working`]'s work that it does work of its own.
+#[derive(Debug, Clone)]
+pub struct Working(Arc<AtomicBool>);
+
+impl Working {
+    /// The work is its own from now on: dropped, its task runs on as an orphan.
+    pub fn begin(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// A task started by [`detach`], awaited.
 #[derive(Debug)]
 pub struct Detached<T> {
@@ -177,18 +203,8 @@ pub struct Detached<T> {
     state: Arc<AtomicU8>,
     orphans: &'static Orphans,
     finished: bool,
-    /// Set once the task does work of its own (see [`Self::unless_idle`]).
+    /// Set once the task does work of its own ([`detach_working`]; `None`: it always does).
     working: Option<Arc<AtomicBool>>,
-}
-
-impl<T> Detached<T> {
-    /// Runs on when dropped only if `working` is set by then: a task that so far only waits
-    /// (for a load another request started, which runs on by itself) is stopped, and takes no
-    /// orphan's room.
-    pub fn unless_idle(mut self, working: Arc<AtomicBool>) -> Self {
-        self.working = Some(working);
-        self
-    }
 }
 
 impl<T> std::future::Future for Detached<T> {
@@ -622,11 +638,15 @@ mod tests {
         assert_eq!((done.load(Ordering::SeqCst), ONE.running()), (101, 0));
         // One that only waits is stopped without taking room or counting as stopped; once it
         // works, it runs on.
-        let idle = Arc::new(AtomicBool::new(false));
-        drop(detach(&ONE, work(1000)).unless_idle(idle.clone()));
+        drop(detach_working(&ONE, |_| work(1000)));
         assert_eq!((ONE.running(), ONE.stopped()), (0, 1));
-        idle.store(true, Ordering::SeqCst);
-        drop(detach(&ONE, work(10_000)).unless_idle(idle));
+        let mut mark = None;
+        let begun = detach_working(&ONE, |w| {
+            mark = Some(w);
+            work(10_000)
+        });
+        mark.expect("the work is given its mark").begin();
+        drop(begun);
         assert_eq!(ONE.running(), 1);
         tokio::time::sleep(Duration::from_millis(50)).await;
         release.add_permits(1);

@@ -16,7 +16,9 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt, stream};
 
 use super::selection::{CellPart, DimSelection, Selection, cells};
-use crate::cache::{CacheCounters, CachedChunk, CachedIndex, Caches, ChunkId, Decoded, ORPHANED_LOADS, cached, detach};
+use crate::cache::{
+    CacheCounters, CachedChunk, CachedIndex, Caches, ChunkId, Decoded, ORPHANED_LOADS, cached, detach, detach_working,
+};
 use crate::codec::CodecError;
 use crate::codec::chain::CodecChain;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
@@ -1105,19 +1107,16 @@ where
         return Ok(hit);
     }
     let caches = caches.clone();
-    // Set when this request's task is the one loading (moka runs one caller's load for a key;
-    // the others wait for it, and need not run on for it).
-    let working = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let started = working.clone();
-    let load = async move {
-        started.store(true, Ordering::Release);
-        load.await
-    };
-    let loaded = detach(&ORPHANED_LOADS, async move {
+    // Its own work once this request's task is the one loading (moka runs one caller's load
+    // for a key; the others wait for it, and need not run on for it).
+    let loaded = detach_working(&ORPHANED_LOADS, |working| async move {
         let (cache, counters) = pick(&caches);
+        let load = async move {
+            working.begin();
+            load.await
+        };
         cached(cache, counters, id, load).await
     })
-    .unless_idle(working)
     .await
     .map_err(load_task_failed)?;
     Ok(loaded?)

@@ -4,7 +4,6 @@
 //! `POST /api/v1/validate/{mount}[/{path}]`, and the consolidated metadata the raw-key route
 //! synthesizes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
@@ -18,7 +17,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{joined, own_task, query};
-use crate::cache::{Caches, MAX_PENDING_WALKS, ORPHANED_LOADS, Rendered, Walked, detach, fits, remembered};
+use crate::cache::{
+    Caches, MAX_PENDING_WALKS, ORPHANED_LOADS, Rendered, Walked, Working, detach_working, fits, remembered,
+};
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
 use crate::store::{Store, StoreError, StoreKey};
@@ -189,9 +190,7 @@ async fn rendered(
     // Rendered in a task of its own: when this request goes while rendering, the rendering
     // runs on (one of the server's few orphaned loads) and the requests waiting for it, or the
     // next, take it rather than render again. A task that only waits is stopped with its request.
-    let working = Arc::new(AtomicBool::new(false));
-    let started = working.clone();
-    let render = async move {
+    let render = |working: Working| async move {
         // One rendering at a time per document and walked tree: the requests that missed
         // together (they waited for the same walk) take the one rendered first, from the cache
         // or, for a document too large for it, from the slot they share.
@@ -209,7 +208,7 @@ async fn rendered(
             caches.consolidated_counters.record(false);
             return Ok(done.bytes);
         }
-        started.store(true, Ordering::Release);
+        working.begin();
         caches.consolidated_counters.record(true);
         let own = own.map(Arc::new);
         let with = own.clone();
@@ -233,8 +232,7 @@ async fn rendered(
         }
         Ok(bytes)
     };
-    detach(&ORPHANED_LOADS, render)
-        .unless_idle(working)
+    detach_working(&ORPHANED_LOADS, render)
         .await
         .map_err(|_| ApiError::Internal)?
 }
