@@ -328,20 +328,16 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
             crate::zarr::dtype::Kind::Float(n) => n,
             _ => 8,
         };
-        let text = |v: f64| {
-            let shortest = match size {
-                2 if f64::from(half::f16::from_f64(v)) == v => crate::format::shortest_half(v),
-                _ => v,
-            };
-            let t = match size {
-                4 if f64::from(v as f32) == v => (v as f32).to_string(),
-                _ => shortest.to_string(),
-            };
-            match t.len() <= 24 {
-                true => t,
-                false if size == 4 && f64::from(v as f32) == v => format!("{:e}", v as f32),
-                false => format!("{shortest:e}"),
+        fn short<T: std::fmt::Display + std::fmt::LowerExp>(v: T) -> String {
+            match v.to_string() {
+                t if t.len() <= 24 => t,
+                _ => format!("{v:e}"),
             }
+        }
+        let text = |v: f64| match size {
+            4 if f64::from(v as f32) == v => short(v as f32),
+            2 if f64::from(half::f16::from_f64(v)) == v => short(crate::format::shortest_half(v)),
+            _ => short(v),
         };
         response = response
             .header("x-zarr-vmin", text(vmin))
