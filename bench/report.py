@@ -143,6 +143,15 @@ def main():
               f"{mmm(ng, '{:.0f}') if ng else 'n/a'} | {mmm(ng_p50) if ng_p50 else 'n/a'} | "
               f"{paired(rps, ng)} |")
     w("")
+    floor = g("slice_one", "sharded_64x64_16KiB_hyper_floor_c64", "rps")
+    tile = g("slice_one", "sharded_64x64_16KiB_c64", "rps")
+    if floor and tile:
+        w("Floor of the HTTP stack: `bench/hyper-floor`, a bare hyper server (no routing, no "
+          "middleware, nothing read) answering the same 64 connections with a static 16 KiB body: "
+          f"{mmm(floor, '{:.0f}')} requests/s, p50 "
+          f"{mmm(g('slice_one', 'sharded_64x64_16KiB_hyper_floor_c64', 'p50_ms'))} ms; "
+          f"the 16 KiB tile / floor requests/s per run pair {paired(tile, floor)}.")
+        w("")
 
     # Regions
     w("## Regions: 64 MiB and 256 MiB float32, zarrgate over HTTP vs tensorstore and zarr-python in-process")

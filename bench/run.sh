@@ -84,6 +84,9 @@ T_BUILD=$(date +%s)
 CARGO_TARGET_DIR="$TARGET" cargo build --release --quiet
 note build_seconds "$(($(date +%s) - T_BUILD))"
 BIN="$TARGET/release/zarrgate"
+# The floor of the HTTP stack: a bare hyper server (bench/hyper-floor) with a static body.
+cargo build --release --quiet --manifest-path bench/hyper-floor/Cargo.toml --target-dir "$TARGET/hyper-floor"
+HYPER_FLOOR="$TARGET/hyper-floor/release/hyper-floor"
 
 CAN_DROP=0
 if sync && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then CAN_DROP=1; fi
@@ -164,6 +167,11 @@ EOF
 NG_PID=$!
 PIDS+=("$NG_PID")
 wait_http "$NG/raw/c64k.zarr/zarr.json"
+HF_PORT="$(free_port)"
+HF="http://127.0.0.1:$HF_PORT"
+"$HYPER_FLOOR" "$HF_PORT" $((16 << 10)) 2>>"$WORK/hyper-floor.err" &
+PIDS+=("$!")
+wait_http "$HF/"
 start_zg
 
 # ---------------------------------------------------------------------------------------------
@@ -307,6 +315,7 @@ for name in unsharded_chunk_1MiB sharded_inner_1MiB sharded_64x64_16KiB; do
         load slice_one "${name}_c1" "$ZG" "$f" 1
         load slice_one "${name}_nginx_c1" "$NG" "$ref" 1
         if [ "$name" = sharded_64x64_16KiB ]; then
+            load slice_one "${name}_hyper_floor_c64" "$HF" "$ref" 64
             WRK_PACE_MS=2 load slice_one "${name}_c64_paced2ms" "$ZG" "$f" 64
             WRK_PACE_MS=2 load slice_one "${name}_nginx_c64_paced2ms" "$NG" "$ref" 64
         fi
