@@ -777,3 +777,47 @@ async fn an_entry_being_sent_is_read_from_the_archive_it_started_in() {
     got.extend(body.collect().await.expect("the rest of the entry").to_bytes());
     assert!(got == big, "{} bytes of {}", got.len(), big.len());
 }
+
+#[tokio::test]
+async fn names_in_code_page_437_stay_apart() {
+    // Two arrays whose names differ only in a byte above 0x7F, stored without the UTF-8 flag
+    // as Windows' zip and Info-ZIP write them: CP437 "café" and "cafü". Python's zipfile (and
+    // so zarr-python) reads them as those names; replacing the invalid UTF-8 byte made them one
+    // array, "caf\u{FFFD}", serving the chunks of both.
+    let array = br#"{"zarr_format": 3, "node_type": "array", "shape": [4], "data_type": "int32",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "default", "configuration": {"separator": "/"}},
+        "fill_value": 0, "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}]}"#;
+    let group = br#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#;
+    let le = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let (first, second) = (le(&[7, 8]), le(&[1, 2]));
+    // Written with placeholders of the same length, then given the CP437 bytes.
+    let mut zip = zip_written(
+        &[
+            ("zarr.json", group),
+            ("cafA/zarr.json", array),
+            ("cafA/c/0", &first),
+            ("cafB/zarr.json", array),
+            ("cafB/c/1", &second),
+        ],
+        crc32fast::hash,
+        0,
+    );
+    for (placeholder, cp437) in [(b"cafA", b"caf\x82"), (b"cafB", b"caf\x81")] {
+        while let Some(at) = zip.windows(4).position(|w| w == placeholder) {
+            zip[at..at + 4].copy_from_slice(cp437);
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("cp437.zip"), &zip).unwrap();
+    let app = app_for(&[("c", &dir.path().join("cp437.zip"))]);
+    for (name, want) in [("caf%C3%A9", json!([7, 8, 0, 0])), ("caf%C3%BC", json!([0, 0, 1, 2]))] {
+        let r = get(&app, &format!("/api/v1/slice/c/{name}"), &[]).await;
+        assert_eq!(r.status, 200, "{name}: {:?}", r.body);
+        assert_eq!(r.json()["data"], want, "{name}");
+    }
+    assert_eq!(&get(&app, "/zarr/c/caf%C3%A9/c/0", &[]).await.body[..], &first[..]);
+    let zom = get(&app, "/api/v1/zom/c", &[]).await.json();
+    let members: Vec<&String> = zom["members"].as_object().unwrap().keys().collect();
+    assert_eq!(members, ["café", "cafü"]);
+}

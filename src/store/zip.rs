@@ -238,7 +238,7 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
             }
             e += 4 + len;
         }
-        let name = String::from_utf8_lossy(name).replace('\\', "/");
+        let name = entry_name(name).replace('\\', "/");
         if !name.ends_with('/') {
             out.push((
                 name,
@@ -262,6 +262,41 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
     }
     Ok(out)
 }
+
+/// An entry's name as text. Names the writer flags as UTF-8 are UTF-8; names without the flag
+/// are in code page 437 by the zip specification, as Python's zipfile (and so zarr-python's
+/// ZipStore) reads them, but Info-ZIP's `zip` and macOS write UTF-8 there without the flag, as
+/// `unzip` reads them. So a name that is valid UTF-8 is read as UTF-8 and any other as CP437,
+/// in which every byte is a character of its own: two names are never read as one (as
+/// replacing invalid bytes with U+FFFD did, serving one array's chunks under another's name).
+fn entry_name(raw: &[u8]) -> String {
+    match std::str::from_utf8(raw) {
+        Ok(name) => name.to_owned(),
+        Err(_) => raw
+            .iter()
+            .map(|&b| {
+                if b < 0x80 {
+                    char::from(b)
+                } else {
+                    CP437_HIGH[usize::from(b - 0x80)]
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Code page 437's characters for bytes 0x80-0xFF (below 0x80 it is ASCII, as Python reads it).
+#[rustfmt::skip]
+const CP437_HIGH: [char; 128] = [
+    'Ç', 'ü', 'é', 'â', 'ä', 'à', 'å', 'ç', 'ê', 'ë', 'è', 'ï', 'î', 'ì', 'Ä', 'Å',
+    'É', 'æ', 'Æ', 'ô', 'ö', 'ò', 'û', 'ù', 'ÿ', 'Ö', 'Ü', '¢', '£', '¥', '₧', 'ƒ',
+    'á', 'í', 'ó', 'ú', 'ñ', 'Ñ', 'ª', 'º', '¿', '⌐', '¬', '½', '¼', '¡', '«', '»',
+    '░', '▒', '▓', '│', '┤', '╡', '╢', '╖', '╕', '╣', '║', '╗', '╝', '╜', '╛', '┐',
+    '└', '┴', '┬', '├', '─', '┼', '╞', '╟', '╚', '╔', '╩', '╦', '╠', '═', '╬', '╧',
+    '╨', '╤', '╥', '╙', '╘', '╒', '╓', '╫', '╪', '┘', '┌', '█', '▄', '▌', '▐', '▀',
+    'α', 'ß', 'Γ', 'π', 'Σ', 'σ', 'µ', 'τ', 'Φ', 'Θ', 'Ω', 'δ', '∞', 'φ', 'ε', '∩',
+    '≡', '±', '≥', '≤', '⌠', '⌡', '÷', '≈', '°', '∙', '·', '√', 'ⁿ', '²', '■', '\u{a0}',
+];
 
 /// The shared top-level folder of all names, when there is exactly one and the root itself
 /// holds no files. The `__MACOSX/` folder of resource forks that macOS adds is not counted (its
@@ -802,6 +837,20 @@ impl ZipBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_utf8_when_they_can_be_and_code_page_437_otherwise() {
+        assert_eq!(entry_name("ünï%20/zarr.json".as_bytes()), "ünï%20/zarr.json");
+        // As Python's zipfile reads names without the UTF-8 flag.
+        assert_eq!(entry_name(b"caf\x82/c/0"), "café/c/0");
+        assert_eq!(entry_name(b"caf\x81/c/0"), "cafü/c/0");
+        let all: Vec<u8> = (0x80..=0xFF).collect();
+        let read = entry_name(&all);
+        let distinct: std::collections::BTreeSet<char> = read.chars().collect();
+        assert_eq!(distinct.len(), 128, "a character of its own for each byte: {read}");
+        assert!(distinct.iter().all(|c| !c.is_ascii()));
+        assert!(read.starts_with("ÇüéâäàåçêëèïîìÄÅ") && read.ends_with("²■\u{a0}"));
+    }
 
     #[test]
     fn top_folder_detection() {
