@@ -206,6 +206,9 @@ pub const MAX_TIMEOUT_S: f64 = 86_400.0;
 pub const MIN_TIMEOUT_S: f64 = 0.001;
 /// The smallest `limits.max_url_bytes`: the server's own routes and a modest key fit.
 pub const MIN_URL_BYTES: usize = 256;
+/// The largest `limits.max_url_bytes`: hyper refuses longer request targets itself, with a
+/// bare 414 (no JSON, no CORS headers, not logged).
+pub const MAX_URL_BYTES: usize = 65_534;
 
 /// Whether `origin` can match a browser's `Origin` header: `*`, or `scheme://host[:port]`
 /// (no path, not even `/`, no user, query or fragment).
@@ -387,11 +390,19 @@ impl MountConfig {
     /// Resolves the URL to a source, checking what can be checked before start.
     pub fn source(&self, name: &str) -> Result<MountSource, ConfigError> {
         let invalid = |msg: String| ConfigError::Invalid(format!("mount '{name}': {msg}"));
-        // Trailing slashes go, but "/" stays the root directory.
+        // Trailing slashes go, but "/" stays the root directory and `s3://` a URL (of no bucket).
         let url = match self.url.trim() {
             u if u.chars().all(|c| c == '/') && !u.is_empty() => "/",
-            u => u.trim_end_matches('/'),
+            u => match u.trim_end_matches('/') {
+                scheme if scheme.ends_with(':') && u.len() > scheme.len() + 1 => &u[..scheme.len() + 2],
+                trimmed => trimmed,
+            },
         };
+        if url.is_empty() {
+            // Joined to the config file's directory, it would serve that directory (and the
+            // config file in it).
+            return Err(invalid("url is empty".into()));
+        }
         let shown = redact(url);
         if !(MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&self.timeout_s) {
             return Err(invalid(format!(
@@ -499,12 +510,22 @@ impl Secret {
 
 /// Reads an `"env:VAR"` secret; `what` names the setting in errors.
 pub fn secret_from_env(spec: &str, what: &str) -> Result<Secret, ConfigError> {
+    secret_from(spec, what, |var| std::env::var(var).ok())
+}
+
+/// [`secret_from_env`] with the environment looked up by `env`.
+fn secret_from(spec: &str, what: &str, env: impl Fn(&str) -> Option<String>) -> Result<Secret, ConfigError> {
     let var = spec
         .strip_prefix("env:")
         .ok_or_else(|| ConfigError::Invalid(format!("{what}: write tokens as \"env:VARIABLE\", not literally")))?;
-    match std::env::var(var) {
-        Ok(v) if !v.is_empty() => Ok(Secret(v.into_bytes())),
-        _ => Err(ConfigError::Invalid(format!(
+    // Surrounding white space goes, as it does from the token a client sends (a secret read
+    // from a file often ends with a newline, which no Authorization header can carry).
+    match env(var) {
+        Some(v) if !v.trim().is_empty() => Ok(Secret(v.trim().as_bytes().to_vec())),
+        Some(_) => Err(ConfigError::Invalid(format!(
+            "{what}: environment variable {var} is empty"
+        ))),
+        None => Err(ConfigError::Invalid(format!(
             "{what}: environment variable {var} is not set"
         ))),
     }
@@ -533,8 +554,13 @@ fn mount_at(text: &str, at: usize) -> Option<String> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .trim()
-        .strip_prefix("mounts.")?;
-    let name = name.split('.').next()?.trim().trim_matches('"');
+        .strip_prefix("mounts.")?
+        .trim_start();
+    // A quoted name may hold dots (`[mounts."v2.zarr"]`); a bare one ends at the first.
+    let name = match name.chars().next() {
+        Some(q @ ('"' | '\'')) => name[1..].split(q).next()?,
+        _ => name.split('.').next()?.trim(),
+    };
     (!name.is_empty()).then(|| name.to_owned())
 }
 
@@ -554,8 +580,18 @@ impl Config {
         Ok(config)
     }
 
-    /// Builds the configuration from the command line, the environment and the config file.
+    /// Builds the configuration from the command line, the environment and the config file,
+    /// and checks it ([`Config::validate`]).
     pub fn load(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let config = Self::read(args, env)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// [`Config::load`] without checking what it read beyond parsing it: what `zarrgate
+    /// healthcheck` needs is the address, not the mounts (whose directories or token variables
+    /// may be missing in the shell that runs it while the server is fine).
+    pub fn read(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let cwd = std::env::current_dir().map_err(|e| ConfigError::Invalid(format!("no working directory: {e}")))?;
         let file = args
             .config
@@ -610,7 +646,6 @@ impl Config {
                 }
             }
         }
-        config.validate()?;
         Ok(config)
     }
 
@@ -629,6 +664,11 @@ impl Config {
         if l.max_url_bytes < MIN_URL_BYTES {
             return Err(ConfigError::Invalid(format!(
                 "limits.max_url_bytes must be at least {MIN_URL_BYTES} (shorter refuses the server's own routes)"
+            )));
+        }
+        if l.max_url_bytes > MAX_URL_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_url_bytes must be at most {MAX_URL_BYTES} (the HTTP parser's own limit)"
             )));
         }
         if l.max_concurrent_requests > MAX_CONCURRENT_REQUESTS {
@@ -716,6 +756,14 @@ mod tests {
             .to_string();
         assert!(!err.contains("mount '"), "{err}");
         assert_eq!(mount_at("[mounts.\"a b\"]\nx = 1\n", 16).as_deref(), Some("a b"));
+        assert_eq!(
+            mount_at("[mounts.\"v2.zarr\"]\nx = 1\n", 20).as_deref(),
+            Some("v2.zarr")
+        );
+        assert_eq!(
+            mount_at("[mounts.'v2.zarr'.x]\nx = 1\n", 22).as_deref(),
+            Some("v2.zarr")
+        );
         assert_eq!(
             mount_at("[mounts.s3data.extra]\nx = 1\n", 23).as_deref(),
             Some("s3data")
@@ -843,11 +891,22 @@ mod tests {
         assert!(err.contains("mount 'gone'"), "{err}");
         let c = parse("[mounts.plain]\nurl = \"http://example.org/data\"\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("allow_http"));
+        for url in ["s3://", "s3:///", "gs://"] {
+            let c = parse(&format!("[mounts.b]\nurl = \"{url}\"\n")).unwrap();
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("names no bucket"), "{url}: {err}");
+        }
         let c = parse("[mounts.weird]\nurl = \"ftp://x/y\"\n").unwrap();
         let err = c.validate().unwrap_err().to_string();
         assert!(err.contains("mount 'weird'") && err.contains("ftp"), "{err}");
         let c = parse("[mounts.\"a/b\"]\nurl = \"/\"\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("a/b"));
+        // An empty URL would be the config file's own directory.
+        for url in ["", "  "] {
+            let c = parse(&format!("[mounts.e]\nurl = \"{url}\"\n")).unwrap();
+            let err = c.validate().unwrap_err().to_string();
+            assert!(err.contains("mount 'e'") && err.contains("url is empty"), "{err}");
+        }
     }
 
     #[test]
@@ -869,6 +928,11 @@ mod tests {
                 .to_string()
                 .contains("not set")
         );
+        // A secret read from a file ends with a newline no Authorization header can carry.
+        let from = |value: &str| secret_from("env:T", "x", |_| Some(value.to_owned()));
+        let s = from("t1\n").unwrap();
+        assert!(s.matches(b"t1") && !s.matches(b"t1\n"));
+        assert!(from(" \n").unwrap_err().to_string().contains("is empty"));
     }
 
     #[test]
@@ -876,6 +940,7 @@ mod tests {
         for (toml, named) in [
             ("[limits]\nrequest_timeout_s = 1e-12\n", "request_timeout_s"),
             ("[limits]\nmax_url_bytes = 5\n", "max_url_bytes"),
+            ("[limits]\nmax_url_bytes = 65535\n", "max_url_bytes"),
             ("[mounts.a]\nurl = \"/\"\ntimeout_s = 0.0000001\n", "timeout_s"),
             ("[server]\ncors_origins = [\"https://a.example/\"]\n", "cors_origins"),
             ("[server]\ncors_origins = [\"a.example\"]\n", "cors_origins"),

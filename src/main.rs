@@ -46,7 +46,12 @@ fn tune_allocator() {}
 fn main() -> ExitCode {
     tune_allocator();
     let (action, args) = Cli::parse().action();
-    let config = match Config::load(&args, |k| std::env::var(k).ok()) {
+    let env = |k: &str| std::env::var(k).ok();
+    let loaded = match action {
+        Action::Healthcheck => Config::read(&args, env),
+        _ => Config::load(&args, env),
+    };
+    let config = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprintln!("zarrgate: {e}");
@@ -82,7 +87,11 @@ fn main() -> ExitCode {
 /// Log lines to stderr, filtered by `ZARRGATE_LOG` (`info` when unset or not a filter), as text
 /// or as one JSON object per line.
 fn init_logging(format: LogFormat) {
-    let filter = std::env::var("ZARRGATE_LOG").unwrap_or_else(|_| "info".into());
+    // Empty is unset, as `-e ZARRGATE_LOG=` in a container or compose file leaves it.
+    let filter = std::env::var("ZARRGATE_LOG")
+        .ok()
+        .filter(|f| !f.trim().is_empty())
+        .unwrap_or_else(|| "info".into());
     let (filter, refused) = match EnvFilter::try_new(&filter) {
         Ok(f) => (f, None),
         Err(e) => (EnvFilter::new("info"), Some(e)),
@@ -122,12 +131,12 @@ async fn serve(config: Config) -> ExitCode {
         }
     };
     let base = format!("http://{}", listener.local_addr().unwrap_or(addr));
-    println!("zarrgate listening on {base}/");
+    say(format_args!("zarrgate listening on {base}/"));
     for mount in state.mounts.values() {
-        println!(
+        say(format_args!(
             "  {:<12} {base}/zarr/{}/   ({} {})",
             mount.name, mount.name, mount.kind, mount.url
-        );
+        ));
     }
     // The first signal stops accepting and lets responses under way finish (for up to
     // `server.drain_s`); a second one ends them at once.
@@ -145,6 +154,13 @@ async fn serve(config: Config) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// A line on standard output, which may be closed (`zarrgate serve | head -1`): what is not
+/// written there is lost, and the server goes on (`println!` would panic).
+fn say(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
 /// `zarrgate healthcheck`: GET /healthz of the server at the configured address (a wildcard
@@ -175,7 +191,7 @@ fn healthcheck(config: &Config) -> ExitCode {
     };
     match check() {
         Ok(said) => {
-            println!("zarrgate: healthy ({said})");
+            say(format_args!("zarrgate: healthy ({said})"));
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -51,6 +51,61 @@ fn bad_config_stops_start_up_with_a_message() {
     let (ok, err) = zarrgate(&["serve", "--config", "/dev/null", "--mount", "x=s3x://b"], dir.path());
     assert!(!ok);
     assert!(err.contains("mount 'x'") && err.contains("s3x"), "{err}");
+
+    // An empty URL is no mount of the working directory.
+    let (ok, err) = zarrgate(&["serve", "--config", "/dev/null", "--mount", "e= "], dir.path());
+    assert!(
+        !ok && err.contains("mount 'e'") && err.contains("url is empty"),
+        "{err}"
+    );
+}
+
+/// Start-up lines go to a standard output that may be closed (`zarrgate serve | head -1`): the
+/// server serves on. An empty `ZARRGATE_LOG` is unset: requests are logged at `info`.
+#[test]
+fn a_closed_stdout_and_an_empty_log_filter() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let bind = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
+        .args(["serve", "--bind", &bind, "--mount", "d=."])
+        .current_dir(dir.path())
+        .env_remove("ZARRGATE_CONFIG")
+        .env_remove("ZARRGATE_BIND")
+        .env_remove("ZARRGATE_LOG_FORMAT")
+        .env("ZARRGATE_LOG", "")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let start = std::time::Instant::now();
+    let mut conn = loop {
+        match std::net::TcpStream::connect(&bind) {
+            Ok(c) => break c,
+            Err(e) => {
+                if let Some(status) = child.try_wait().unwrap() {
+                    panic!("the server exited: {status:?}");
+                }
+                assert!(start.elapsed().as_secs() < 10, "the server did not start: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
+    };
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    conn.read_to_string(&mut reply).unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
+    assert!(!log.contains("panicked"), "{log}");
+    assert!(log.contains("zarrgate::access") && log.contains("/healthz"), "{log}");
 }
 
 /// Starts `zarrgate serve` on a free port in `dir`, mounting it as `d`, with `args` and `envs`
@@ -143,6 +198,16 @@ fn healthcheck_signals_and_the_log() {
     let out = check(&nobody.to_string());
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unhealthy"));
+    // It needs the address, not the mounts: one whose directory is missing where it runs (or
+    // whose token variable is unset there) does not make a healthy server unhealthy.
+    let out = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
+        .args(["healthcheck", "--bind", &bind, "--mount", "gone=./no/such/dir"])
+        .current_dir(dir.path())
+        .env_remove("ZARRGATE_CONFIG")
+        .env_remove("ZARRGATE_BIND")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // A request of a long URL (414) is logged with its path cut at 1 KiB.
     let mut long = std::net::TcpStream::connect(&bind).unwrap();
     let path = format!("/zarr/d/{}", "x".repeat(9000));

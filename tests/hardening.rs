@@ -17,8 +17,9 @@ async fn protected_mounts_need_their_token_everywhere() {
     // SAFETY: the only test in this binary that touches the environment; the variables are
     // unique to it and set before anything reads them.
     unsafe {
-        std::env::set_var("ZG_TEST_MOUNT_TOKEN", "s3cr3t-token");
-        std::env::set_var("ZG_TEST_METRICS_TOKEN", "metrics-token");
+        // Ending with a newline, as a secret read from a file does: no header can carry it.
+        std::env::set_var("ZG_TEST_MOUNT_TOKEN", "s3cr3t-token\n");
+        std::env::set_var("ZG_TEST_METRICS_TOKEN", "metrics-token\n");
     }
     let mut config = config_with(&[("secret", &fixtures()), ("open", &fixtures())]);
     config.mounts.get_mut("secret").unwrap().tokens = vec!["env:ZG_TEST_MOUNT_TOKEN".into()];
