@@ -447,11 +447,11 @@ pub async fn serve_with(
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
-    use hyper_util::service::TowerToHyperService;
 
     // Each connection holds a turn: at the limit, new ones wait in the listen backlog, so
     // what connections hold (buffers, bodies under way, descriptors) is bounded.
-    let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(state.config.limits.max_connections));
+    let state_connections = state.config.limits.max_connections;
+    let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(state_connections));
     let open = state.clone();
     let router = app(state);
     let mut builder = Builder::new(TokioExecutor::new());
@@ -468,7 +468,6 @@ pub async fn serve_with(
         .keep_alive_interval(header_read)
         .keep_alive_timeout(header_read);
     let builder = std::sync::Arc::new(builder);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -492,8 +491,20 @@ pub async fn serve_with(
             () = &mut shutdown => break,
         };
         tune_connection(&mut tcp);
-        let (builder, service) = (builder.clone(), TowerToHyperService::new(router.clone()));
-        let (watcher, mut stopping) = (graceful.watcher(), stopping.clone());
+        let activity = std::sync::Arc::new(Activity::new());
+        let service = {
+            let (router, activity) = (router.clone(), activity.clone());
+            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+                let under_way = Activity::begin(&activity);
+                let answer = router.clone().oneshot(request);
+                async move {
+                    let answered = answer.await;
+                    drop(under_way);
+                    answered
+                }
+            })
+        };
+        let (builder, mut stopping) = (builder.clone(), stopping.clone());
         let open = OpenConnection::new(open.clone(), turn);
         tokio::spawn(async move {
             let _open = open;
@@ -511,21 +522,100 @@ pub async fn serve_with(
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(tcp), service)
                 .into_owned();
-            if let Err(e) = watcher.watch(connection).await {
-                tracing::debug!(error = %e, "connection ended");
+            let mut connection = std::pin::pin!(connection);
+            // Asked to finish (it takes no new request, ends those under way, then closes)
+            // on shutdown, or when it has had no request under way for `header_read`: hyper
+            // closes an idle HTTP/1 connection itself, but keeps an idle HTTP/2 one as long as
+            // its client answers pings.
+            let mut finishing = false;
+            let mut idle = std::pin::pin!(tokio::time::sleep(header_read));
+            loop {
+                tokio::select! {
+                    ended = connection.as_mut() => {
+                        if let Err(e) = ended {
+                            tracing::debug!(error = %e, "connection ended");
+                        }
+                        break;
+                    }
+                    () = idle.as_mut(), if !finishing => match activity.busy_until(header_read) {
+                        Some(until) => idle.as_mut().reset(until),
+                        None => {
+                            finishing = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                    },
+                    _ = stopping.changed(), if !finishing => {
+                        finishing = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
             }
         });
     }
-    // Nothing more is accepted; the responses under way get `drain` to finish.
+    // Nothing more is accepted; the responses under way get `drain` to finish: until every
+    // connection has given its turn back.
     tracing::info!(drain_s = drain.as_secs_f64(), "shutting down");
     drop(listener);
     let _ = stop.send(());
+    let every_turn = u32::try_from(state_connections).unwrap_or(u32::MAX);
     tokio::select! {
-        () = graceful.shutdown() => Ok(()),
+        _ = connections.acquire_many(every_turn) => Ok(()),
         () = tokio::time::sleep(drain) => {
             tracing::warn!(seconds = drain.as_secs_f64(), "closing the connections still open after the shutdown signal");
             Ok(())
         }
+    }
+}
+
+/// What a connection has under way: requests whose response head is not yet given to it,
+/// and when the last began or ended.
+struct Activity {
+    born: tokio::time::Instant,
+    under_way: std::sync::atomic::AtomicUsize,
+    /// Milliseconds from `born` to the last beginning or end of a request.
+    last_ms: std::sync::atomic::AtomicU64,
+}
+
+/// A request under way on a connection ([`Activity::begin`]), until it is dropped.
+struct UnderWay(std::sync::Arc<Activity>);
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            born: tokio::time::Instant::now(),
+            under_way: 0.into(),
+            last_ms: 0.into(),
+        }
+    }
+
+    fn touch(&self) {
+        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn begin(this: &std::sync::Arc<Self>) -> UnderWay {
+        this.under_way.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        this.touch();
+        UnderWay(this.clone())
+    }
+
+    /// `None` when nothing has been under way for `idle`; else when to ask again.
+    fn busy_until(&self, idle: Duration) -> Option<tokio::time::Instant> {
+        let last = self.born + Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
+        let until = last + idle;
+        let busy = self.under_way.load(std::sync::atomic::Ordering::Relaxed) > 0;
+        match (busy, until > tokio::time::Instant::now()) {
+            (false, false) => None,
+            (true, false) => Some(tokio::time::Instant::now() + idle),
+            (_, true) => Some(until),
+        }
+    }
+}
+
+impl Drop for UnderWay {
+    fn drop(&mut self) {
+        self.0.under_way.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.touch();
     }
 }
 

@@ -311,3 +311,48 @@ async fn connections_beyond_the_limit_wait_for_one_to_close() {
     assert_eq!(r.status(), 200);
     served.stop().await.unwrap();
 }
+
+/// An HTTP/2 connection (prior knowledge, as h2c clients open it) is closed once it has had no
+/// request under way for the header read timeout, as an idle HTTP/1 keep-alive connection is:
+/// hyper keeps one as long as its client answers pings, and a few idle clients held every turn
+/// of `limits.max_connections`. One with requests coming stays open.
+#[tokio::test]
+async fn idle_http2_connections_are_closed() {
+    let (_, state, _) = counting_app(&fixtures(), config_with(&[]));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let header_read = std::time::Duration::from_millis(500);
+    let server = tokio::spawn(zarrgate::server::serve_with(
+        listener,
+        state,
+        async {
+            let _ = stopped.await;
+        },
+        std::time::Duration::from_secs(20),
+        header_read,
+    ));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut send, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    let mut connection = tokio::spawn(connection);
+    let start = std::time::Instant::now();
+    while start.elapsed() < header_read * 3 {
+        let request = axum::http::Request::get(format!("http://{addr}/healthz"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let response = send.send_request(request).await.expect("still open while used");
+        assert_eq!(response.status(), 200);
+        tokio::time::sleep(header_read / 3).await;
+    }
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(5), &mut connection).await;
+    assert!(closed.is_ok(), "an idle HTTP/2 connection is still open");
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), server)
+        .await
+        .expect("stops at once")
+        .unwrap()
+        .unwrap();
+}
