@@ -162,27 +162,39 @@ async fn accepted_connections_time_out_when_stalled() {
     served.stop().await.unwrap();
 }
 
-/// A client that sends half a request head (slowloris), one that sends nothing, and an idle
-/// keep-alive connection are closed after the header read timeout; and such a connection does
-/// not hold the shutdown for its drain time.
-#[tokio::test]
-async fn half_sent_requests_and_idle_connections_are_closed() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// The fixtures served on a free port with a header read timeout of `header_read` and a drain
+/// time of 20 s, until the sender is used: its address, the sender and the server's task.
+async fn serve_timed(
+    header_read: std::time::Duration,
+) -> (
+    std::net::SocketAddr,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let (_, state, _) = counting_app(&fixtures(), config_with(&[]));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let header_read = std::time::Duration::from_millis(500);
-    let drain = std::time::Duration::from_secs(20);
     let server = tokio::spawn(zarrgate::server::serve_with(
         listener,
         state,
         async {
             let _ = stopped.await;
         },
-        drain,
+        std::time::Duration::from_secs(20),
         header_read,
     ));
+    (addr, stop, server)
+}
+
+/// A client that sends half a request head (slowloris), one that sends nothing, and an idle
+/// keep-alive connection are closed after the header read timeout; and such a connection does
+/// not hold the shutdown for its drain time.
+#[tokio::test]
+async fn half_sent_requests_and_idle_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let header_read = std::time::Duration::from_millis(500);
+    let (addr, stop, server) = serve_timed(header_read).await;
     let connect = || tokio::net::TcpStream::connect(addr);
     let mut half = connect().await.unwrap();
     half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
@@ -318,20 +330,8 @@ async fn connections_beyond_the_limit_wait_for_one_to_close() {
 /// of `limits.max_connections`. One with requests coming stays open.
 #[tokio::test]
 async fn idle_http2_connections_are_closed() {
-    let (_, state, _) = counting_app(&fixtures(), config_with(&[]));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
     let header_read = std::time::Duration::from_millis(500);
-    let server = tokio::spawn(zarrgate::server::serve_with(
-        listener,
-        state,
-        async {
-            let _ = stopped.await;
-        },
-        std::time::Duration::from_secs(20),
-        header_read,
-    ));
+    let (addr, stop, server) = serve_timed(header_read).await;
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, connection) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
