@@ -499,8 +499,12 @@ pub async fn serve_with(
                 let answer = router.clone().oneshot(request);
                 async move {
                     let answered = answer.await;
-                    drop(under_way);
-                    answered
+                    answered.map(|response| {
+                        response.map(|body| Guarded {
+                            body,
+                            _under_way: under_way,
+                        })
+                    })
                 }
             })
         };
@@ -567,8 +571,8 @@ pub async fn serve_with(
     }
 }
 
-/// What a connection has under way: requests whose response head is not yet given to it,
-/// and when the last began or ended.
+/// What a connection has under way: requests not yet answered to the end of their response
+/// bodies, and when the last began or ended.
 struct Activity {
     born: tokio::time::Instant,
     under_way: std::sync::atomic::AtomicUsize,
@@ -576,8 +580,37 @@ struct Activity {
     last_ms: std::sync::atomic::AtomicU64,
 }
 
-/// A request under way on a connection ([`Activity::begin`]), until it is dropped.
+/// A request under way on a connection ([`Activity::begin`]), until it is dropped: with its
+/// response's body ([`Guarded`]), when that is over (sent, or given up).
 struct UnderWay(std::sync::Arc<Activity>);
+
+/// A response body that keeps its request under way while it is sent: a connection sending
+/// a long body is not idle (asked to finish mid-body, it lost an HTTP/1 client's pipelined
+/// request and made an HTTP/2 client open another connection).
+struct Guarded {
+    body: axum::body::Body,
+    _under_way: UnderWay,
+}
+
+impl http_body::Body for Guarded {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
 
 impl Activity {
     fn new() -> Self {

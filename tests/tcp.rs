@@ -162,16 +162,17 @@ async fn accepted_connections_time_out_when_stalled() {
     served.stop().await.unwrap();
 }
 
-/// The fixtures served on a free port with a header read timeout of `header_read` and a drain
+/// `dir` served as mount `m` on a free port with a header read timeout of `header_read` and a drain
 /// time of 20 s, until the sender is used: its address, the sender and the server's task.
 async fn serve_timed(
     header_read: std::time::Duration,
+    dir: &std::path::Path,
 ) -> (
     std::net::SocketAddr,
     oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
-    let (_, state, _) = counting_app(&fixtures(), config_with(&[]));
+    let (_, state, _) = counting_app(dir, config_with(&[]));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -194,7 +195,7 @@ async fn serve_timed(
 async fn half_sent_requests_and_idle_connections_are_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let header_read = std::time::Duration::from_millis(500);
-    let (addr, stop, server) = serve_timed(header_read).await;
+    let (addr, stop, server) = serve_timed(header_read, &fixtures()).await;
     let connect = || tokio::net::TcpStream::connect(addr);
     let mut half = connect().await.unwrap();
     half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
@@ -331,7 +332,7 @@ async fn connections_beyond_the_limit_wait_for_one_to_close() {
 #[tokio::test]
 async fn idle_http2_connections_are_closed() {
     let header_read = std::time::Duration::from_millis(500);
-    let (addr, stop, server) = serve_timed(header_read).await;
+    let (addr, stop, server) = serve_timed(header_read, &fixtures()).await;
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, connection) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
@@ -349,6 +350,54 @@ async fn idle_http2_connections_are_closed() {
     }
     let closed = tokio::time::timeout(std::time::Duration::from_secs(5), &mut connection).await;
     assert!(closed.is_ok(), "an idle HTTP/2 connection is still open");
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(5), server)
+        .await
+        .expect("stops at once")
+        .unwrap()
+        .unwrap();
+}
+
+/// A connection sending a long response body is not idle, however long its client takes to
+/// read it: a request pipelined behind it is answered (asked to finish mid-body, the
+/// connection closed after the body and left it unanswered).
+#[tokio::test]
+async fn a_body_being_sent_keeps_its_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let size = 32 << 20;
+    std::fs::write(dir.path().join("big"), vec![7u8; size]).unwrap();
+    let header_read = std::time::Duration::from_millis(300);
+    let (addr, stop, server) = serve_timed(header_read, dir.path()).await;
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(b"GET /zarr/m/big HTTP/1.1\r\nHost: x\r\n\r\nGET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Read slowly: the body takes several times the timeout to arrive.
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    let start = std::time::Instant::now();
+    let second = loop {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("the connection answers")
+            .unwrap();
+        assert!(n > 0, "closed after {} bytes", got.len());
+        got.extend_from_slice(&buf[..n]);
+        if got.len() > size
+            && let Some(at) = got[size..].windows(12).position(|w| w == b"HTTP/1.1 200")
+        {
+            break size + at;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    };
+    assert!(
+        start.elapsed() > header_read * 3,
+        "{:?}: not slow enough to test",
+        start.elapsed()
+    );
+    assert!(got.starts_with(b"HTTP/1.1 200"));
+    assert!(second > size, "the pipelined /healthz is answered after the body");
     stop.send(()).unwrap();
     tokio::time::timeout(std::time::Duration::from_secs(5), server)
         .await
