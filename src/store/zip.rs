@@ -197,7 +197,8 @@ fn parse_end(tail: &[u8], archive_size: u64) -> Result<End, StoreError> {
 /// Parses central directory records into (name, entry) pairs; header offsets are moved by
 /// `prepended`. Every byte of the directory is a record, as Python's zipfile requires.
 fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, StoreError> {
-    let mut out = Vec::new();
+    // Names with the UTF-8 flag (bit 11), and the others, as bytes until all are read.
+    let mut out: Vec<(&[u8], bool, Entry)> = Vec::new();
     let mut at = 0usize;
     while at < cd.len() {
         if u32_at(cd, at) != Some(CENTRAL_SIG) {
@@ -238,10 +239,10 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
             }
             e += 4 + len;
         }
-        let name = entry_name(name).replace('\\', "/");
-        if !name.ends_with('/') {
+        if !name.ends_with(b"/") && !name.ends_with(b"\\") {
             out.push((
                 name,
+                flags & (1 << 11) != 0,
                 Entry {
                     header_offset: header_offset
                         .checked_add(prepended)
@@ -260,19 +261,28 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
             return Err(short());
         }
     }
-    Ok(out)
+    let unflagged_utf8 = out
+        .iter()
+        .all(|(name, flagged, _)| *flagged || std::str::from_utf8(name).is_ok());
+    Ok(out
+        .into_iter()
+        .map(|(name, flagged, entry)| (entry_name(name, flagged || unflagged_utf8).replace('\\', "/"), entry))
+        .collect())
 }
 
-/// An entry's name as text. Names the writer flags as UTF-8 are UTF-8; names without the flag
-/// are in code page 437 by the zip specification, as Python's zipfile (and so zarr-python's
-/// ZipStore) reads them, but Info-ZIP's `zip` and macOS write UTF-8 there without the flag, as
-/// `unzip` reads them. So a name that is valid UTF-8 is read as UTF-8 and any other as CP437,
-/// in which every byte is a character of its own: two names are never read as one (as
-/// replacing invalid bytes with U+FFFD did, serving one array's chunks under another's name).
-fn entry_name(raw: &[u8]) -> String {
+/// An entry's name as text, read as UTF-8 when `utf8` or else as code page 437.
+///
+/// Names the writer flags as UTF-8 are UTF-8. Names without the flag are CP437 by the zip
+/// specification, as Python's zipfile (and so zarr-python's ZipStore) reads them, but
+/// Info-ZIP's `zip` and macOS write UTF-8 there without the flag, as `unzip` reads them. So an
+/// archive's unflagged names are read as UTF-8 when every one of them is valid UTF-8, and as
+/// CP437 (a character for each byte) otherwise: one decoding for all, so that two names are
+/// never read as one (as replacing invalid bytes with U+FFFD did, serving one array's chunks
+/// under another's name, and as mixing the two decodings would).
+fn entry_name(raw: &[u8], utf8: bool) -> String {
     match std::str::from_utf8(raw) {
-        Ok(name) => name.to_owned(),
-        Err(_) => raw
+        Ok(name) if utf8 => name.to_owned(),
+        _ => raw
             .iter()
             .map(|&b| {
                 if b < 0x80 {
@@ -840,16 +850,51 @@ mod tests {
 
     #[test]
     fn names_are_utf8_when_they_can_be_and_code_page_437_otherwise() {
-        assert_eq!(entry_name("ünï%20/zarr.json".as_bytes()), "ünï%20/zarr.json");
+        assert_eq!(entry_name("ünï%20/zarr.json".as_bytes(), true), "ünï%20/zarr.json");
         // As Python's zipfile reads names without the UTF-8 flag.
-        assert_eq!(entry_name(b"caf\x82/c/0"), "café/c/0");
-        assert_eq!(entry_name(b"caf\x81/c/0"), "cafü/c/0");
+        assert_eq!(entry_name("é".as_bytes(), false), "├⌐");
+        assert_eq!(entry_name(b"caf\x82/c/0", false), "café/c/0");
+        assert_eq!(
+            entry_name(b"caf\x81/c/0", true),
+            "cafü/c/0",
+            "not UTF-8 even if flagged"
+        );
         let all: Vec<u8> = (0x80..=0xFF).collect();
-        let read = entry_name(&all);
+        let read = entry_name(&all, false);
         let distinct: std::collections::BTreeSet<char> = read.chars().collect();
         assert_eq!(distinct.len(), 128, "a character of its own for each byte: {read}");
         assert!(distinct.iter().all(|c| !c.is_ascii()));
         assert!(read.starts_with("ÇüéâäàåçêëèïîìÄÅ") && read.ends_with("²■\u{a0}"));
+    }
+
+    /// A central directory record of an empty stored entry named `name` with `flags`.
+    fn central_record(name: &[u8], flags: u16) -> Vec<u8> {
+        let mut r = CENTRAL_SIG.to_le_bytes().to_vec();
+        r.extend([20, 0, 20, 0]); // made by, needed
+        r.extend(flags.to_le_bytes());
+        r.extend([0u8; 18]); // method, time, date, crc, sizes
+        r.extend((name.len() as u16).to_le_bytes());
+        r.extend([0u8; 16]); // extra, comment, disk, attributes, offset
+        r.extend(name);
+        r
+    }
+
+    #[test]
+    fn an_archive_reads_all_its_unflagged_names_one_way() {
+        let names = |records: &[(&[u8], u16)]| -> Vec<String> {
+            let cd: Vec<u8> = records.iter().flat_map(|(n, f)| central_record(n, *f)).collect();
+            parse_central(&cd, 0).unwrap().into_iter().map(|(n, _)| n).collect()
+        };
+        // All valid UTF-8: UTF-8, flagged or not.
+        assert_eq!(names(&[("café".as_bytes(), 0), (b"x", 0)]), ["café", "x"]);
+        // One is not: every unflagged name is CP437, as zipfile reads them, so "café" in UTF-8
+        // and in CP437 stay two names; a flagged name stays UTF-8.
+        assert_eq!(
+            names(&[("café".as_bytes(), 0), (b"caf\x82", 0), ("ü".as_bytes(), 1 << 11)]),
+            ["caf├⌐", "café", "ü"]
+        );
+        // Directory records are no entries.
+        assert_eq!(names(&[(b"d/", 0), (b"d\\", 0), (b"d/a", 0)]), ["d/a"]);
     }
 
     #[test]
