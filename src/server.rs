@@ -453,6 +453,7 @@ pub async fn serve_with(
     let state_connections = state.config.limits.max_connections;
     let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(state_connections));
     let open = state.clone();
+    let header_list = state.config.limits.max_url_bytes.saturating_add(16 << 10);
     let router = app(state);
     let mut builder = Builder::new(TokioExecutor::new());
     // A client has `header_read` to send a request's head, and an idle keep-alive connection
@@ -462,11 +463,15 @@ pub async fn serve_with(
         .http1()
         .timer(TokioTimer::new())
         .header_read_timeout(header_read);
+    // HTTP/2 refuses a request whose headers exceed the list size with a bare 431 (16 KiB by
+    // default, less than `limits.max_url_bytes` may allow): a URL over that limit by up to
+    // 16 KiB gets the JSON 414 that HTTP/1 gives.
     builder
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(header_read)
-        .keep_alive_timeout(header_read);
+        .keep_alive_timeout(header_read)
+        .max_header_list_size(u32::try_from(header_list).unwrap_or(u32::MAX));
     let builder = std::sync::Arc::new(builder);
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);

@@ -348,6 +348,18 @@ async fn idle_http2_connections_are_closed() {
         assert_eq!(response.status(), 200);
         tokio::time::sleep(header_read / 3).await;
     }
+    // A URL over `limits.max_url_bytes` (8 KiB) but over HTTP/2's default header list size
+    // (16 KiB) too gets the JSON 414, not hyper's bare 431.
+    let long = format!("http://{addr}/zarr/m/{}", "x".repeat(20 << 10));
+    let request = axum::http::Request::get(long)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = send.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 414);
+    use http_body_util::BodyExt;
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["error"]["code"], "uri_too_long");
     let closed = tokio::time::timeout(std::time::Duration::from_secs(5), &mut connection).await;
     assert!(closed.is_ok(), "an idle HTTP/2 connection is still open");
     stop.send(()).unwrap();
