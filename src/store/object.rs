@@ -134,6 +134,14 @@ impl ObjectStoreBackend {
         self.local.as_ref().map(|l| &l.root)
     }
 
+    /// Whether a request for `path` fits in a URL (the `http` crate's limit is 65534 bytes,
+    /// and object_store panics building a request past it): each byte may be percent-encoded,
+    /// and 1 KiB is left for the endpoint, bucket and query. A key that cannot be asked for is
+    /// missing.
+    fn addressable(path: &Path) -> bool {
+        path.as_ref().len().saturating_mul(3).saturating_add(1024) <= 65_534
+    }
+
     fn path(&self, key: &StoreKey) -> Result<Path, StoreError> {
         let joined: Vec<&str> = self.prefix.iter().map(String::as_str).chain(key.segments()).collect();
         Path::parse(joined.join("/")).map_err(|e| StoreError::Io(format!("invalid key {key}: {e}")))
@@ -499,6 +507,9 @@ impl Backend for ObjectStoreBackend {
             return local.head(key).await;
         }
         let path = self.path(key)?;
+        if !Self::addressable(&path) {
+            return Ok(None);
+        }
         match self.in_turn(self.store.head(&path)).await {
             Ok(m) => Ok(Some(meta_from(&m))),
             Err(e) => self.missing_or(e),
@@ -534,6 +545,9 @@ impl Backend for ObjectStoreBackend {
             ..Default::default()
         };
         let path = self.path(key)?;
+        if !Self::addressable(&path) {
+            return Ok(None);
+        }
         // Whether this read asks for the whole object and cuts the range out itself: what it
         // sent decides, not the flag, which another read may set meanwhile.
         let mut cutting = range.is_some() && self.refusing_ranges();
@@ -620,6 +634,9 @@ impl Backend for ObjectStoreBackend {
                 .map_err(joined)?;
         }
         let path = self.path(prefix)?;
+        if !Self::addressable(&path) {
+            return Ok(Listing::default());
+        }
         let listing = self
             .store
             .list_with_delimiter(if path.as_ref().is_empty() { None } else { Some(&path) });
