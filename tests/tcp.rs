@@ -114,11 +114,7 @@ async fn shutdown_stops_waiting_for_stuck_requests() {
     assert!(!stuck.is_finished());
     let start = std::time::Instant::now();
     stop.send(()).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(10), server)
-        .await
-        .expect("the server stops after the drain time")
-        .unwrap()
-        .unwrap();
+    stopped_within(server, 10, "the server stops after the drain time").await;
     let took = start.elapsed();
     assert!(took >= drain, "{took:?}: responses under way get the drain time");
     assert!(
@@ -160,6 +156,15 @@ async fn accepted_connections_time_out_when_stalled() {
         "{accepted:?}"
     );
     served.stop().await.unwrap();
+}
+
+/// Waits up to `seconds` for the server's task to end, and for it to have ended well.
+async fn stopped_within(server: tokio::task::JoinHandle<std::io::Result<()>>, seconds: u64, what: &str) {
+    tokio::time::timeout(std::time::Duration::from_secs(seconds), server)
+        .await
+        .expect(what)
+        .unwrap()
+        .unwrap();
 }
 
 /// `dir` served as mount `m` on a free port with a header read timeout of `header_read` and a drain
@@ -229,11 +234,7 @@ async fn half_sent_requests_and_idle_connections_are_closed() {
     another.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
     let start = std::time::Instant::now();
     stop.send(()).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(10), server)
-        .await
-        .expect("stops well within the drain time")
-        .unwrap()
-        .unwrap();
+    stopped_within(server, 10, "stops well within the drain time").await;
     assert!(
         start.elapsed() < std::time::Duration::from_secs(5),
         "{:?}",
@@ -346,7 +347,7 @@ async fn idle_http2_connections_are_closed() {
             .unwrap();
         let response = send.send_request(request).await.expect("still open while used");
         assert_eq!(response.status(), 200);
-        tokio::time::sleep(header_read / 3).await;
+        tokio::time::sleep(header_read / 5).await;
     }
     // A URL over `limits.max_url_bytes` (8 KiB) but over HTTP/2's default header list size
     // (16 KiB) too gets the JSON 414, not hyper's bare 431.
@@ -363,11 +364,7 @@ async fn idle_http2_connections_are_closed() {
     let closed = tokio::time::timeout(std::time::Duration::from_secs(5), &mut connection).await;
     assert!(closed.is_ok(), "an idle HTTP/2 connection is still open");
     stop.send(()).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .expect("stops at once")
-        .unwrap()
-        .unwrap();
+    stopped_within(server, 5, "stops at once").await;
 }
 
 /// A connection sending a long response body is not idle, however long its client takes to
@@ -411,9 +408,5 @@ async fn a_body_being_sent_keeps_its_connection() {
     assert!(got.starts_with(b"HTTP/1.1 200"));
     assert!(second > size, "the pipelined /healthz is answered after the body");
     stop.send(()).unwrap();
-    tokio::time::timeout(std::time::Duration::from_secs(5), server)
-        .await
-        .expect("stops at once")
-        .unwrap()
-        .unwrap();
+    stopped_within(server, 5, "stops at once").await;
 }
