@@ -29,5 +29,5 @@ pub mod state;
 pub mod store;
 pub mod zarr;
 
-pub use server::{app, run};
+pub use server::{App, app, run};
 pub use state::AppState;

@@ -6,16 +6,15 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use axum::error_handling::HandleErrorLayer;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, Method, header};
-use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{any, get, post};
 use axum::{BoxError, Router};
+use futures::FutureExt;
 use tokio::net::TcpListener;
-use tower::{ServiceBuilder, ServiceExt};
+use tower::{Layer, ServiceExt};
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::error::ApiError;
@@ -72,64 +71,21 @@ fn allow_origin(origins: &[String], origin: Option<HeaderValue>, headers: &mut a
     }
 }
 
-/// One log line per request (method, path, Range, status, body bytes, milliseconds to the
-/// response head and to its end) and the request metrics. Status and latency are counted at the
-/// response head; the line is written, and the body bytes and aborted responses counted, when the
-/// body is over: sent to its end, or given up (the client left, or the body failed). A request
-/// whose client leaves before the head is logged with status 499 (nginx's "client closed
-/// request") and counted as aborted.
-async fn access_log(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let path = request.uri().path();
-    // A path is logged up to 1 KiB: a request of a 64 KiB URL writes no 64 KiB line.
-    let path = match path.char_indices().nth(LOGGED_PATH_CHARS) {
-        Some((cut, _)) => format!("{}...", &path[..cut]),
-        None => path.to_owned(),
-    };
-    let range = request
-        .headers()
-        .get(header::RANGE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    state.metrics.started();
-    // Written when dropped: with the body, or here if the request is cancelled first.
-    let mut done = Finished {
-        state,
-        head_only: request.method() == Method::HEAD,
-        method: request.method().clone(),
-        path,
-        range,
-        start: Instant::now(),
-        head: None,
-        length: None,
-        bytes: 0,
-        ended: false,
-    };
-    let response = next.run(request).await;
-    let (status, head) = (response.status().as_u16(), done.start.elapsed());
-    done.state.metrics.observe(&done.path, status, head);
-    done.head = Some((status, head));
-    // A streamed body has no exact size hint, but its Content-Length header.
-    done.length = http_body::Body::size_hint(response.body()).exact().or_else(|| {
-        response
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-    });
-    response.map(|body| axum::body::Body::new(LoggedBody { body, done }))
-}
-
 /// The longest path the access log writes whole, in characters.
 const LOGGED_PATH_CHARS: usize = 1024;
 
-/// What the access log writes of a request once it is over ([`access_log`], [`LoggedBody`]):
-/// the line is written when this is dropped.
+/// One log line per request (method, path, Range, status, body bytes, milliseconds to the
+/// response head and to its end) and the request metrics. Status and latency are counted at the
+/// response head ([`Finished::head`]); the line is written, and the body bytes and aborted
+/// responses counted, when this is dropped: with the body, when it is over (sent to its end, or
+/// given up: the client left, or the body failed). A request whose client leaves before the
+/// head is logged with status 499 (nginx's "client closed request") and counted as aborted.
 struct Finished {
     state: AppState,
     method: Method,
-    head_only: bool,
-    path: String,
-    range: Option<String>,
+    /// The request's URI (its path is logged, up to [`LOGGED_PATH_CHARS`]).
+    uri: axum::http::Uri,
+    range: Option<HeaderValue>,
     start: Instant,
     /// The response's status and the time to its head, once there is one.
     head: Option<(u16, Duration)>,
@@ -139,22 +95,63 @@ struct Finished {
     bytes: u64,
     /// Whether the body reached its end.
     ended: bool,
+    /// The connection's mark of the request, held to the end of the body.
+    _under_way: Option<UnderWay>,
+}
+
+impl Finished {
+    fn begin(state: &AppState, request: &Request, under_way: Option<UnderWay>) -> Self {
+        state.metrics.started();
+        Self {
+            state: state.clone(),
+            method: request.method().clone(),
+            uri: request.uri().clone(),
+            range: request.headers().get(header::RANGE).cloned(),
+            start: Instant::now(),
+            head: None,
+            length: None,
+            bytes: 0,
+            ended: false,
+            _under_way: under_way,
+        }
+    }
+
+    /// The response's head is ready: its status and latency are counted.
+    fn head(&mut self, response: &Response) {
+        let (status, head) = (response.status().as_u16(), self.start.elapsed());
+        self.state.metrics.observe(self.uri.path(), status, head);
+        self.head = Some((status, head));
+        // A streamed body has no exact size hint, but its Content-Length header.
+        self.length = http_body::Body::size_hint(response.body()).exact().or_else(|| {
+            response
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+        });
+    }
 }
 
 impl Drop for Finished {
     fn drop(&mut self) {
         // A body of known length is over once that much is handed on (hyper stops polling it
         // there); HEAD, 204 and 304 bodies send nothing.
-        let complete =
-            self.head.is_some() && (self.ended || self.head_only || self.length.is_some_and(|n| n == self.bytes));
-        let route = crate::metrics::route_of(&self.path);
+        let complete = self.head.is_some()
+            && (self.ended || self.method == Method::HEAD || self.length.is_some_and(|n| n == self.bytes));
+        let path = self.uri.path();
+        let route = crate::metrics::route_of(path);
         self.state.metrics.ended(route, self.bytes, complete);
         let (status, head) = self.head.unwrap_or((499, self.start.elapsed()));
+        // A path is logged up to 1 KiB: a request of a 64 KiB URL writes no 64 KiB line.
+        let (path, cut) = match path.char_indices().nth(LOGGED_PATH_CHARS) {
+            Some((cut, _)) => (&path[..cut], "..."),
+            None => (path, ""),
+        };
         tracing::info!(
             target: "zarrgate::access",
             method = %self.method,
-            path = self.path.as_str(),
-            range = self.range.as_deref().unwrap_or("-"),
+            path = format_args!("{path}{cut}"),
+            range = self.range.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("-"),
             status,
             bytes = self.bytes,
             ms = millis(self.start.elapsed()),
@@ -170,8 +167,8 @@ fn millis(d: Duration) -> f64 {
 }
 
 /// A response body that counts what is handed on of it; the access log line is written when
-/// it is dropped ([`Finished`]).
-struct LoggedBody {
+/// it is dropped ([`Finished`]), and its connection's mark of the request is given back then.
+pub struct LoggedBody {
     body: axum::body::Body,
     done: Finished,
 }
@@ -238,75 +235,58 @@ fn mount_of(path: &str) -> Option<&str> {
     .map(|rest| rest.split('/').next().unwrap_or(""))
 }
 
-/// Refuses what must not reach a handler: overlong URLs (414) and requests without the bearer
-/// token a protected mount or /metrics needs (401). Tokens are never logged.
-async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let max = state.config.limits.max_url_bytes;
-    if request.uri().path_and_query().map_or(0, |pq| pq.as_str().len()) > max {
-        return ApiError::UriTooLong(max).into_response();
-    }
-    let path = request.uri().path();
-    let token = bearer(request.headers());
-    let allowed = if path == "/metrics" {
-        state
-            .metrics_token
-            .as_ref()
-            .is_none_or(|t| token.is_some_and(|b| t.matches(b)))
-    } else {
-        // The handlers' own lookup (which percent-decodes the segment), so that no spelling of
-        // a protected mount's name passes here and reaches it there.
-        mount_of(path)
-            .and_then(|segment| state.mount(segment).ok())
-            .is_none_or(|mount| mount.allows(token))
-    };
-    if !allowed {
-        return ApiError::Unauthorized.into_response();
-    }
-    next.run(request).await
-}
-
-/// The layer that turns a panic of a handler into a 500 `internal` JSON answer (logged with
-/// its message, which the client never sees), so that a bug costs one request, not the
+/// The answer to a request whose handling panicked: a 500 `internal` JSON answer (logged with
+/// the panic's message, which the client never sees), so that a bug costs one request, not the
 /// connection and whatever it had under way. Panics of decoding and encoding tasks on the
 /// blocking pool come back as failed tasks and are answered the same way.
-pub fn catch_panics() -> tower_http::catch_panic::CatchPanicLayer<fn(Box<dyn std::any::Any + Send>) -> Response> {
-    fn answer(panic: Box<dyn std::any::Any + Send>) -> Response {
-        let message = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("(no message)");
-        tracing::error!(panic = message, "a request handler panicked");
-        ApiError::Internal.into_response()
-    }
-    tower_http::catch_panic::CatchPanicLayer::custom(answer as fn(Box<dyn std::any::Any + Send>) -> Response)
+fn panicked(panic: &(dyn std::any::Any + Send)) -> Response {
+    let message = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    tracing::error!(panic = message, "a request handler panicked");
+    ApiError::Internal.into_response()
 }
 
-/// Maps the errors of the limit layers to JSON responses.
-fn limit_error(timeout: f64) -> impl Fn(BoxError) -> std::future::Ready<ApiError> + Clone {
-    move |e: BoxError| {
-        std::future::ready(if e.is::<tower::load_shed::error::Overloaded>() {
-            ApiError::Overloaded
-        } else if e.is::<tower::timeout::error::Elapsed>() {
-            ApiError::Timeout(timeout)
-        } else {
-            tracing::error!(error = %e, "middleware error");
-            ApiError::Internal
-        })
-    }
-}
-
-/// The whole HTTP service.
+/// The whole HTTP service, as one hand-written front over the routes.
 ///
 /// Every request is logged and counted, gets CORS headers, and passes the guard (414, 401).
 /// Then liveness and metrics answer at once; everything else (reading mounts) shares one
-/// concurrency limit and timeout. The layers wrap the service once rather than through
-/// `Router::layer`, which wraps each route separately: that gave each route a concurrency limit
-/// of its own, and cost a clone of every boxed layer per request.
-pub fn app(state: AppState) -> Router {
-    let limits = &state.config.limits;
-    let api = Router::new()
+/// concurrency limit and timeout. The steps are plain code in one future rather than a stack
+/// of middleware layers: axum's `from_fn` layers, routers nested in routers and tower's
+/// limit layers each cloned the services below them and boxed a future per request, and
+/// together cost more than the slice handler serving a cached tile.
+#[derive(Clone)]
+pub struct App(std::sync::Arc<Front>);
+
+struct Front {
+    state: AppState,
+    /// Every route, with no layer around it.
+    routes: Router,
+    /// No origins, no CORS headers at all (nor answers to preflights).
+    cors: Option<CorsLayer>,
+    origins: std::sync::Arc<[String]>,
+    /// The `Vary` and `Access-Control-Expose-Headers` values of every answer but preflights.
+    cors_vary: HeaderValue,
+    cors_exposed: HeaderValue,
+    /// Turns of `limits.max_concurrent_requests`; a request finding none is refused (503).
+    turns: std::sync::Arc<tokio::sync::Semaphore>,
+    timeout: Duration,
+}
+
+/// The service over the routes of zarrgate.
+pub fn app(state: AppState) -> App {
+    let routes = routes(state.clone());
+    front(state, routes)
+}
+
+/// The routes, handlers only.
+fn routes(state: AppState) -> Router {
+    Router::new()
         .route("/", get(api::index))
+        .route("/healthz", get(api::healthz))
+        .route("/metrics", get(api::metrics))
         .route("/api/v1/mounts", get(api::mounts))
         .route("/api/v1/slice/{mount}", get(slice::slice))
         .route("/api/v1/slice/{mount}/", get(slice::slice))
@@ -326,53 +306,156 @@ pub fn app(state: AppState) -> Router {
         .route("/zarr/{mount}/{*key}", any(raw::raw_key))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
-        .with_state(state.clone());
-    let limited = ServiceBuilder::new()
-        .layer(HandleErrorLayer::new(limit_error(limits.request_timeout_s)))
-        .load_shed()
-        .concurrency_limit(limits.max_concurrent_requests)
-        .timeout(Duration::from_secs_f64(limits.request_timeout_s))
-        .service(api);
-    let routes = Router::new()
-        .route("/healthz", get(api::healthz))
-        .route("/metrics", get(api::metrics))
-        .fallback_service(limited)
-        .method_not_allowed_fallback(api::method_not_allowed)
-        .with_state(state.clone());
-    let guarded = Router::new().fallback_service(
-        ServiceBuilder::new()
-            .layer(middleware::from_fn_with_state(state.clone(), guard))
-            .service(routes),
-    );
-    // The CORS layer answers every OPTIONS as a preflight; one that is not (no
-    // Access-Control-Request-Method) goes to the routes, which answer 204 with Allow.
-    // Its answer is a response like any other: with the origin allowed, a page reads it.
-    let plain = guarded.clone();
-    let origins: std::sync::Arc<[String]> = state.config.server.cors_origins.clone().into();
-    let plain_options = middleware::from_fn(move |request: Request, next: Next| {
-        let (plain, origins) = (plain.clone(), origins.clone());
-        async move {
-            if request.method() == Method::OPTIONS
-                && !request.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD)
-            {
-                let origin = request.headers().get(header::ORIGIN).cloned();
-                let mut response = plain.oneshot(request).await.unwrap_or_else(|e| match e {});
-                allow_origin(&origins, origin, response.headers_mut());
-                return response;
+        .with_state(state)
+}
+
+/// The front (log, metrics, panics, CORS, guard, limits) over any `routes`: [`app`]'s, or a
+/// test's own.
+pub fn front(state: AppState, routes: Router) -> App {
+    let server = &state.config.server;
+    let limits = &state.config.limits;
+    App(std::sync::Arc::new(Front {
+        cors: (!server.cors_origins.is_empty()).then(|| cors(&server.cors_origins)),
+        origins: server.cors_origins.clone().into(),
+        cors_vary: HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers"),
+        cors_exposed: HeaderValue::from_str(&EXPOSED.join(",")).unwrap_or(HeaderValue::from_static("")),
+        turns: std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_requests)),
+        timeout: Duration::from_secs_f64(limits.request_timeout_s),
+        routes,
+        state,
+    }))
+}
+
+impl App {
+    /// Answers `request`; `under_way` (the connection's mark of it) is held until the
+    /// response's body is over.
+    async fn serve(self, request: Request, under_way: Option<UnderWay>) -> axum::http::Response<LoggedBody> {
+        let mut done = Finished::begin(&self.0.state, &request, under_way);
+        let response = self.0.answer(request).await;
+        done.head(&response);
+        response.map(|body| LoggedBody { body, done })
+    }
+}
+
+impl<B> tower::Service<axum::http::Request<B>> for App
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::BoxFuture<'static, Result<Response, std::convert::Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        let served = self.clone().serve(request.map(axum::body::Body::new), None);
+        Box::pin(async move { Ok(served.await.map(axum::body::Body::new)) })
+    }
+}
+
+impl Front {
+    /// The answer to `request`, with CORS headers when origins are configured.
+    ///
+    /// tower-http's CORS layer answers preflights. The headers of other answers are written
+    /// here, as that layer writes them (checked by tests), from values made once: the layer
+    /// builds a header map, a `Vary` value and a future of its own for every request.
+    async fn answer(&self, request: Request) -> Response {
+        let Some(cors) = &self.cors else {
+            return self.guarded(request).await;
+        };
+        if request.method() == Method::OPTIONS {
+            if request.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
+                // The layer answers a preflight itself; the service below is never called.
+                let preflight = cors.clone().layer(tower::service_fn(|_: Request| async {
+                    Ok::<_, std::convert::Infallible>(Response::default())
+                }));
+                return preflight.oneshot(request).await.unwrap_or_else(|e| match e {});
             }
-            next.run(request).await
+            // An OPTIONS that is no preflight goes to the routes (204 with Allow); its answer
+            // is a response like any other: with the origin allowed, a page reads it.
+            let origin = request.headers().get(header::ORIGIN).cloned();
+            let mut response = self.guarded(request).await;
+            allow_origin(&self.origins, origin, response.headers_mut());
+            return response;
         }
-    });
-    let service = ServiceBuilder::new()
-        .layer(middleware::from_fn_with_state(state.clone(), access_log))
-        .layer(catch_panics())
-        .layer(plain_options)
-        // No origins, no CORS headers at all (nor answers to preflights).
-        .layer(tower::util::option_layer(
-            (!state.config.server.cors_origins.is_empty()).then(|| cors(&state.config.server.cors_origins)),
-        ))
-        .service(guarded);
-    Router::new().fallback_service(service)
+        let allowed = self.allowed(request.headers().get(header::ORIGIN));
+        let mut response = self.guarded(request).await;
+        let headers = response.headers_mut();
+        headers.append(header::VARY, self.cors_vary.clone());
+        if let Some(origin) = allowed {
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        }
+        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.cors_exposed.clone());
+        response
+    }
+
+    /// The `Access-Control-Allow-Origin` of a request from `origin`: `*` when every origin is,
+    /// the origin when it is listed, none otherwise.
+    fn allowed(&self, origin: Option<&HeaderValue>) -> Option<HeaderValue> {
+        if self.origins.iter().any(|o| o == "*") {
+            return Some(HeaderValue::from_static("*"));
+        }
+        origin
+            .filter(|origin| self.origins.iter().any(|o| o.as_bytes() == origin.as_bytes()))
+            .cloned()
+    }
+
+    /// [`Front::routed`], a panic of which is answered as [`panicked`] says (with CORS
+    /// headers as any answer, so that a page can read it).
+    async fn guarded(&self, request: Request) -> Response {
+        let answered = std::panic::AssertUnwindSafe(self.routed(request)).catch_unwind().await;
+        answered.unwrap_or_else(|panic| panicked(panic.as_ref()))
+    }
+
+    /// Refuses what must not reach a handler: overlong URLs (414) and requests without the
+    /// bearer token a protected mount or /metrics needs (401); then routes, mount reads
+    /// within the limits. Tokens are never logged.
+    async fn routed(&self, request: Request) -> Response {
+        if let Err(refused) = self.admits(&request) {
+            return refused.into_response();
+        }
+        let path = request.uri().path();
+        if path == "/healthz" || path == "/metrics" {
+            return self
+                .routes
+                .clone()
+                .oneshot(request)
+                .await
+                .unwrap_or_else(|e| match e {});
+        }
+        let Ok(_turn) = self.turns.try_acquire() else {
+            return ApiError::Overloaded.into_response();
+        };
+        match tokio::time::timeout(self.timeout, self.routes.clone().oneshot(request)).await {
+            Ok(answered) => answered.unwrap_or_else(|e| match e {}),
+            Err(_) => ApiError::Timeout(self.timeout.as_secs_f64()).into_response(),
+        }
+    }
+
+    fn admits(&self, request: &Request) -> Result<(), ApiError> {
+        let max = self.state.config.limits.max_url_bytes;
+        if request.uri().path_and_query().map_or(0, |pq| pq.as_str().len()) > max {
+            return Err(ApiError::UriTooLong(max));
+        }
+        let path = request.uri().path();
+        let token = bearer(request.headers());
+        let allowed = if path == "/metrics" {
+            self.state
+                .metrics_token
+                .as_ref()
+                .is_none_or(|t| token.is_some_and(|b| t.matches(b)))
+        } else {
+            // The handlers' own lookup (which percent-decodes the segment), so that no spelling
+            // of a protected mount's name passes here and reaches it there.
+            mount_of(path)
+                .and_then(|segment| self.state.mount(segment).ok())
+                .is_none_or(|mount| mount.allows(token))
+        };
+        if allowed { Ok(()) } else { Err(ApiError::Unauthorized) }
+    }
 }
 
 /// How long a connection may leave what it was sent unread (its window closed) or
@@ -454,7 +537,7 @@ pub async fn serve_with(
     let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(state_connections));
     let open = state.clone();
     let header_list = state.config.limits.max_url_bytes.saturating_add(16 << 10);
-    let router = app(state);
+    let app = app(state);
     let mut builder = Builder::new(TokioExecutor::new());
     // A client has `header_read` to send a request's head, and an idle keep-alive connection
     // is closed after as long: half-sent requests (slowloris) and idle connections do not
@@ -498,19 +581,11 @@ pub async fn serve_with(
         tune_connection(&mut tcp);
         let activity = std::sync::Arc::new(Activity::new());
         let service = {
-            let (router, activity) = (router.clone(), activity.clone());
+            let (app, activity) = (app.clone(), activity.clone());
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let under_way = Activity::begin(&activity);
-                let answer = router.clone().oneshot(request);
-                async move {
-                    let answered = answer.await;
-                    answered.map(|response| {
-                        response.map(|body| Guarded {
-                            body,
-                            _under_way: under_way,
-                        })
-                    })
-                }
+                let served = app.clone().serve(request.map(axum::body::Body::new), Some(under_way));
+                async move { Ok::<_, std::convert::Infallible>(served.await) }
             })
         };
         let (builder, mut stopping) = (builder.clone(), stopping.clone());
@@ -586,36 +661,10 @@ struct Activity {
 }
 
 /// A request under way on a connection ([`Activity::begin`]), until it is dropped: with its
-/// response's body ([`Guarded`]), when that is over (sent, or given up).
+/// response's body ([`LoggedBody`]), when that is over (sent, or given up). A connection
+/// sending a long body is not idle (asked to finish mid-body, it lost an HTTP/1 client's
+/// pipelined request and made an HTTP/2 client open another connection).
 struct UnderWay(std::sync::Arc<Activity>);
-
-/// A response body that keeps its request under way while it is sent: a connection sending
-/// a long body is not idle (asked to finish mid-body, it lost an HTTP/1 client's pipelined
-/// request and made an HTTP/2 client open another connection).
-struct Guarded {
-    body: axum::body::Body,
-    _under_way: UnderWay,
-}
-
-impl http_body::Body for Guarded {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
-    }
-}
 
 impl Activity {
     fn new() -> Self {

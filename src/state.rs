@@ -141,7 +141,7 @@ impl AppState {
     /// The metadata of the array at `path` in `mount` (cached).
     pub async fn array(&self, mount: &Mount, path: &StoreKey) -> Result<Arc<ArrayMeta>, ApiError> {
         let key = (Arc::from(mount.name.as_str()), path.clone());
-        let load = async { open_array(&mount.store, path).await.map(Arc::new) };
+        let load = || async { open_array(&mount.store, path).await.map(Arc::new) };
         let result = cached(&self.caches.metadata, &self.caches.metadata_counters, key, load).await;
         result.map_err(|e| match &*e {
             OpenError::NotFound(p) => ApiError::NotFound(format!("no array at '{p}' in mount '{}'", mount.name)),

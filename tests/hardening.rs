@@ -206,11 +206,11 @@ impl Backend for SlowStore {
     }
 }
 
-fn slow_app(delay: Duration, config: Config) -> axum::Router {
+fn slow_app(delay: Duration, config: Config) -> zarrgate::App {
     slow_store_app(delay, false, config)
 }
 
-fn slow_store_app(delay: Duration, chunks_only: bool, config: Config) -> axum::Router {
+fn slow_store_app(delay: Duration, chunks_only: bool, config: Config) -> zarrgate::App {
     let mount = Mount {
         name: "slow".into(),
         kind: "local",
@@ -582,7 +582,7 @@ impl LogBuffer {
 }
 
 /// The value of a sample of /metrics.
-async fn sample(app: &axum::Router, name: &str) -> f64 {
+async fn sample(app: &zarrgate::App, name: &str) -> f64 {
     let text = String::from_utf8(get(app, "/metrics", &[]).await.body.to_vec()).unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
@@ -681,19 +681,30 @@ async fn access_log_and_body_metrics_follow_the_body() {
 }
 
 /// A handler that panics costs its request a 500 `internal` answer, without the panic's
-/// message; the service goes on answering.
+/// message, logged and counted as any answer is; the service goes on answering.
 #[tokio::test]
 async fn a_panicking_handler_is_a_500() {
     async fn boom() -> &'static str {
         panic!("secret detail")
     }
-    let app = axum::Router::new()
-        .route("/boom", axum::routing::get(boom))
-        .route("/fine", axum::routing::get(|| async { "fine" }))
-        .layer(zarrgate::server::catch_panics());
-    let r = get(&app, "/boom", &[]).await;
+    let state = zarrgate::AppState::from_config(Config::default()).unwrap();
+    let routes = axum::Router::new()
+        .route("/api/v1/boom", axum::routing::get(boom))
+        .route("/api/v1/fine", axum::routing::get(|| async { "fine" }));
+    let app = zarrgate::server::front(state.clone(), routes);
+    let r = get(&app, "/api/v1/boom", &[]).await;
     assert_eq!(r.status, 500);
     assert_eq!(r.error_code(), "internal");
     assert!(!String::from_utf8_lossy(&r.body).contains("secret"));
-    assert_eq!(get(&app, "/fine", &[]).await.body.as_ref(), b"fine");
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    assert_eq!(get(&app, "/api/v1/fine", &[]).await.body.as_ref(), b"fine");
+    let metrics = state.metrics.render(&state.caches);
+    assert!(
+        metrics.contains("zarrgate_requests_total{route=\"other\",status=\"500\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("zarrgate_requests_total{route=\"other\",status=\"200\"} 1"),
+        "{metrics}"
+    );
 }

@@ -579,7 +579,7 @@ proptest! {
 }
 
 /// The app over one local mount "m" at `root` whose reads of bytes go through `read`.
-fn hooked_app(root: &std::path::Path, read: ReadFn) -> axum::Router {
+fn hooked_app(root: &std::path::Path, read: ReadFn) -> zarrgate::App {
     let mount = zarrgate::state::Mount {
         name: "m".into(),
         kind: "local",

@@ -16,7 +16,12 @@ use common::*;
 use zarrgate::config::MountConfig;
 use zarrgate::state::Mount;
 
-/// Serves `app` on a free port from a thread of its own; returns the base URL.
+/// Serves zarrgate's `app` on a free port from a thread of its own; returns the base URL.
+fn serve_app(app: zarrgate::App) -> String {
+    serve_in_background(axum::Router::new().fallback_service(app))
+}
+
+/// Serves `router` on a free port from a thread of its own; returns the base URL.
 fn serve_in_background(router: axum::Router) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -37,11 +42,12 @@ fn serve_in_background(router: axum::Router) -> String {
 
 #[test]
 fn http_origins_behave_like_local_ones() {
-    let origin = serve_in_background(app_for(&[("fx", &fixtures())]));
+    let origin = serve_app(app_for(&[("fx", &fixtures())]));
     let bare = {
         let mut config = config_with(&[("fx", &fixtures())]);
         config.mounts.get_mut("fx").unwrap().consolidated = false;
-        serve_in_background(zarrgate::app(zarrgate::AppState::from_config(config).unwrap()))
+        let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+        serve_app(app)
     };
     let mount = |name: &str, base: &str| http_mount(name, format!("{base}/zarr/fx"), 5.0, 3);
     let http = mount("web", &origin);
@@ -107,7 +113,7 @@ fn ranged_raw_reads_are_one_upstream_request() {
     let blob: Vec<u8> = (0..100u8).collect();
     std::fs::write(dir.path().join("blob"), &blob).unwrap();
     std::fs::write(dir.path().join("empty"), b"").unwrap();
-    let origin = serve_in_background(app_for(&[("d", dir.path())]));
+    let origin = serve_app(app_for(&[("d", dir.path())]));
     let calls = Arc::new(AtomicUsize::new(0));
     let mut mount = http_mount("web", format!("{origin}/zarr/d"), 5.0, 0);
     mount.store = counted(mount.store, &calls);
@@ -155,7 +161,7 @@ fn unread_bodies_do_not_hold_the_mount_s_requests() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("big"), vec![7u8; 1 << 20]).unwrap();
     std::fs::write(dir.path().join("small"), b"small").unwrap();
-    let origin = serve_in_background(app_for(&[("d", dir.path())]));
+    let origin = serve_app(app_for(&[("d", dir.path())]));
     let mut config = MountConfig::new(format!("{origin}/zarr/d"), "/");
     config.allow_http = true;
     config.concurrency = 1;

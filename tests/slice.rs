@@ -709,7 +709,7 @@ async fn json_counts_the_field_names_it_writes_with_every_element() {
 }
 
 /// An app serving `mounts` with `limits.max_slice_bytes` set to `max`.
-fn limited_app(mounts: &[(&str, &std::path::Path)], max: u64) -> axum::Router {
+fn limited_app(mounts: &[(&str, &std::path::Path)], max: u64) -> zarrgate::App {
     let mut config = config_with(mounts);
     config.limits.max_slice_bytes = max;
     zarrgate::app(zarrgate::AppState::from_config(config).unwrap())
@@ -1647,7 +1647,7 @@ fn gzip_sharded_array(dir: &std::path::Path, len: u64) {
 
 /// The app over `dir` as mount `m`: through a store without blocking reads, which coalesces
 /// the ranges of inner chunks (`coalescing`), or as local files read per inner chunk.
-fn sharded_app(dir: &std::path::Path, coalescing: bool) -> axum::Router {
+fn sharded_app(dir: &std::path::Path, coalescing: bool) -> zarrgate::App {
     if coalescing {
         counting_app(dir, Config::default()).0
     } else {

@@ -499,7 +499,7 @@ async fn a_whole_entry_that_fails_its_crc_ends_with_an_error() {
 
 /// The app over `zip` (as "z") with the entry whose local header is at `local` and directory
 /// record at `record` marked encrypted (general purpose flag bit 0, at 6 and 8 in them).
-fn encrypted_app(dir: &std::path::Path, mut zip: Vec<u8>, local: usize, record: usize) -> axum::Router {
+fn encrypted_app(dir: &std::path::Path, mut zip: Vec<u8>, local: usize, record: usize) -> zarrgate::App {
     zip[local + 6] |= 1;
     zip[record + 8] |= 1;
     let path = dir.join("enc.zip");
@@ -508,7 +508,7 @@ fn encrypted_app(dir: &std::path::Path, mut zip: Vec<u8>, local: usize, record: 
 }
 
 /// An entry refused as a whole: 422 on HEAD as on GET.
-async fn refused_on_head_and_get(app: &axum::Router, uri: &str) {
+async fn refused_on_head_and_get(app: &zarrgate::App, uri: &str) {
     for method in ["HEAD", "GET"] {
         let r = common::request(app, method, uri, &[]).await;
         assert_eq!(r.status, 422, "{method} {uri}");

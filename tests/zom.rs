@@ -315,7 +315,7 @@ async fn consolidation_can_be_turned_off() {
     );
 }
 
-async fn validate(app: &axum::Router, path: &str, schema: &[u8]) -> Reply {
+async fn validate(app: &zarrgate::App, path: &str, schema: &[u8]) -> Reply {
     let req = axum::http::Request::post(format!("/api/v1/validate/{path}"))
         .header("content-type", "application/json")
         .body(axum::body::Body::from(schema.to_vec()))
@@ -660,7 +660,7 @@ async fn schemas_whose_references_multiply_are_refused() {
 }
 
 /// The value of one series of `/metrics`.
-async fn metric(app: &axum::Router, series: &str) -> f64 {
+async fn metric(app: &zarrgate::App, series: &str) -> f64 {
     let text = String::from_utf8(get(app, "/metrics", &[]).await.body.to_vec()).unwrap();
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())

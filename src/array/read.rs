@@ -24,7 +24,7 @@ use crate::codec::chain::CodecChain;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
 use crate::store::{ByteRange, ObjectMeta, Store, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
-use crate::zarr::elements::{BlockCopy, Elements, copy_fixed, fill_fixed};
+use crate::zarr::elements::{BlockCopy, Elements, copy_fixed, fill_fixed, gather_fixed};
 use crate::zarr::fill::FillValue;
 
 /// Errors of reading a region.
@@ -684,16 +684,13 @@ pub async fn read_region_bytes(
             Some(block) => match block.elements() {
                 Elements::Fixed(_) if one.whole => return Ok(Bytes::from_owner(SharedFixed(block))),
                 Elements::Fixed(src) => {
-                    let item = fill.len();
-                    let mut out = vec![0; sel.len() as usize * item];
                     let spans: Vec<(u64, u64, u64)> = sel.0.iter().map(DimSelection::span).collect();
                     let src_start: Vec<u64> = spans.iter().zip(unit).map(|(s, u)| s.0 % u).collect();
                     let src_step: Vec<u64> = spans.iter().map(|s| s.1).collect();
                     let count: Vec<u64> = spans.iter().map(|s| s.2).collect();
-                    copy_fixed(
-                        &mut out,
+                    let out = gather_fixed(
                         src,
-                        item,
+                        fill.len(),
                         &BlockCopy {
                             src_shape: unit,
                             src_start: &src_start,
@@ -1081,21 +1078,23 @@ async fn load_unit(
     id: impl FnOnce() -> ChunkId,
 ) -> Result<CachedChunk, ReadError> {
     let Some(c) = &ctx.caches else {
-        return read_and_decode(ctx, meta, key, stored).await;
+        return Box::pin(read_and_decode(ctx, meta, key, stored)).await;
     };
     let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
-    let load = async move { read_and_decode(&owned, &meta_, &key_, stored).await };
+    let load = move || async move { read_and_decode(&owned, &meta_, &key_, stored).await };
     through_cache(c, chunks, id(), load).await
 }
 
 /// Looks a decoded chunk or a shard index up in `caches` (`pick` says which cache), loading it
 /// on a miss in a task of its own ([`detach`]): a load the request no longer waits for (it
 /// timed out, its client went) runs on, within [`ORPHANED_LOADS`], and is cached for the next.
+/// `load` makes the load's future only on a miss: that future (a store read and a decode) is
+/// kilobytes, which every hit would otherwise move around.
 async fn through_cache<V, F>(
     caches: &Arc<Caches>,
     pick: fn(&Caches) -> (&moka::future::Cache<ChunkId, V>, &CacheCounters),
     id: ChunkId,
-    load: F,
+    load: impl FnOnce() -> F + Send + 'static,
 ) -> Result<V, ReadError>
 where
     V: Clone + Send + Sync + 'static,
@@ -1111,9 +1110,9 @@ where
     // for a key; the others wait for it, and need not run on for it).
     let loaded = detach_working(&ORPHANED_LOADS, |working| async move {
         let (cache, counters) = pick(&caches);
-        let load = async move {
+        let load = move || async move {
             working.begin();
-            load.await
+            load().await
         };
         cached(cache, counters, id, load).await
     })
@@ -1182,10 +1181,10 @@ async fn shard_index(
     n: u64,
 ) -> Result<CachedIndex, ReadError> {
     let Some(c) = &ctx.caches else {
-        return load_index(ctx, key, codec, n).await;
+        return Box::pin(load_index(ctx, key, codec, n)).await;
     };
     let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
-    let load = async move {
+    let load = move || async move {
         let codec = meta_
             .chain
             .sharding()
@@ -1433,7 +1432,7 @@ async fn fetch_inner(
             let block = match &ctx.caches {
                 Some(c) => {
                     let id = ctx.inner_id(meta, key, number, shard);
-                    cached(&c.chunks, &c.chunk_counters, id, async { load.await.map(Some) }).await?
+                    cached(&c.chunks, &c.chunk_counters, id, || async { load.await.map(Some) }).await?
                 }
                 None => Some(load.await?),
             };

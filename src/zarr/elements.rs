@@ -259,6 +259,31 @@ pub fn copy_fixed(dst: &mut [u8], src: &[u8], item: usize, copy: &BlockCopy) -> 
     Ok(())
 }
 
+/// The block `copy` describes, gathered out of `src` (fixed-size elements of `item` bytes) into
+/// a new C-order buffer of `copy.count` elements, which must be the copy's whole destination
+/// (`dst_shape` is `count`, `dst_start` zeros). The buffer is written by appending, in the
+/// order the runs come, so it is never zeroed first.
+pub fn gather_fixed(src: &[u8], item: usize, copy: &BlockCopy) -> Result<Vec<u8>, CopyError> {
+    if copy.dst_shape != copy.count || copy.dst_start.iter().any(|&s| s != 0) {
+        return Err(CopyError("a gathered block is its whole destination".into()));
+    }
+    let len = copy.count.iter().product::<u64>() as usize;
+    copy.check(src.len().checked_div(item).unwrap_or(0), len)?;
+    let mut out = Vec::with_capacity(len * item);
+    copy.for_each_run(|s, _, len, step| {
+        let s = s * item;
+        if step == 1 {
+            out.extend_from_slice(&src[s..s + len * item]);
+        } else {
+            for i in 0..len {
+                let from = s + i * step * item;
+                out.extend_from_slice(&src[from..from + item]);
+            }
+        }
+    });
+    Ok(out)
+}
+
 /// Writes the fixed-size element `one` into a block of the C-order byte array `dst` of `shape`:
 /// the `count` elements per dimension from `start`.
 pub fn fill_fixed(dst: &mut [u8], one: &[u8], shape: &[u64], start: &[u64], count: &[u64]) -> Result<(), CopyError> {
@@ -333,6 +358,52 @@ mod tests {
             .collect();
         let x = 0xffff;
         assert_eq!(vals, [x, x, x, x, x, 5, 7, 9, x, 15, 17, 19]);
+    }
+
+    /// A gathered block holds what copying it into a zeroed buffer of its own shape gives:
+    /// strided and contiguous runs of a 3-D source, and its whole source.
+    #[test]
+    fn a_gathered_block_is_the_copied_block() {
+        let (shape, item) = ([3u64, 4, 5], 2usize);
+        let src: Vec<u8> = (0u16..60).flat_map(|v| v.to_le_bytes()).collect();
+        let blocks: [([u64; 3], [u64; 3], [u64; 3]); 3] = [
+            ([1, 0, 1], [1, 2, 2], [2, 2, 2]),
+            ([0, 1, 0], [1, 1, 1], [3, 3, 5]),
+            ([0, 0, 0], [1, 1, 1], [3, 4, 5]),
+        ];
+        for (start, step, count) in blocks {
+            let copy = BlockCopy {
+                src_shape: &shape,
+                src_start: &start,
+                src_step: &step,
+                dst_shape: &count,
+                dst_start: &[0, 0, 0],
+                count: &count,
+            };
+            let mut copied = vec![0; count.iter().product::<u64>() as usize * item];
+            copy_fixed(&mut copied, &src, item, &copy).unwrap();
+            assert_eq!(
+                gather_fixed(&src, item, &copy).unwrap(),
+                copied,
+                "block at {start:?} step {step:?}"
+            );
+        }
+        // Element (1, 0, 1) then (1, 0, 3): values 21 and 23.
+        let copy = BlockCopy {
+            src_shape: &shape,
+            src_start: &[1, 0, 1],
+            src_step: &[1, 1, 2],
+            dst_shape: &[1, 1, 2],
+            dst_start: &[0, 0, 0],
+            count: &[1, 1, 2],
+        };
+        assert_eq!(gather_fixed(&src, item, &copy).unwrap(), [21, 0, 23, 0]);
+        let elsewhere = BlockCopy {
+            dst_start: &[0, 0, 1],
+            dst_shape: &[1, 1, 3],
+            ..copy
+        };
+        assert!(gather_fixed(&src, item, &elsewhere).is_err());
     }
 
     #[test]

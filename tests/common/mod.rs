@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
-use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Request, StatusCode};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use tower::ServiceExt;
+use zarrgate::App;
 use zarrgate::AppState;
 use zarrgate::config::{Config, MountConfig};
 
@@ -48,14 +48,14 @@ pub fn config_with(mounts: &[(&str, &Path)]) -> Config {
 }
 
 /// The app over the fixtures (`fx`) and the demo (`demo`).
-pub fn fixture_app() -> Router {
+pub fn fixture_app() -> App {
     let fx = fixtures();
     let demo = repo().join("data/demo");
     app_for(&[("fx", &fx), ("demo", &demo)])
 }
 
 /// The app over the given directories.
-pub fn app_for(mounts: &[(&str, &Path)]) -> Router {
+pub fn app_for(mounts: &[(&str, &Path)]) -> App {
     let state = AppState::from_config(config_with(mounts)).expect("fixture mounts open");
     zarrgate::app(state)
 }
@@ -83,7 +83,7 @@ impl Reply {
 }
 
 /// Sends one request through the app.
-pub async fn send(app: &Router, request: Request<Body>) -> Reply {
+pub async fn send(app: &App, request: Request<Body>) -> Reply {
     let response = app.clone().oneshot(request).await.expect("infallible");
     let status = response.status();
     let headers = response.headers().clone();
@@ -92,12 +92,12 @@ pub async fn send(app: &Router, request: Request<Body>) -> Reply {
 }
 
 /// `GET uri` with extra headers.
-pub async fn get(app: &Router, uri: &str, headers: &[(&str, &str)]) -> Reply {
+pub async fn get(app: &App, uri: &str, headers: &[(&str, &str)]) -> Reply {
     request(app, "GET", uri, headers).await
 }
 
 /// Any method.
-pub async fn request(app: &Router, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
+pub async fn request(app: &App, method: &str, uri: &str, headers: &[(&str, &str)]) -> Reply {
     let mut builder = Request::builder().method(method).uri(uri);
     for (k, v) in headers {
         builder = builder.header(*k, *v);
@@ -229,11 +229,7 @@ impl zarrgate::store::Backend for CountingStore {
 pub fn counting_app(
     dir: &Path,
     config: Config,
-) -> (
-    Router,
-    zarrgate::AppState,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) {
+) -> (App, zarrgate::AppState, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     slow_listing_app(dir, config, std::time::Duration::ZERO)
 }
 
@@ -242,11 +238,7 @@ pub fn slow_listing_app(
     dir: &Path,
     config: Config,
     list_delay: std::time::Duration,
-) -> (
-    Router,
-    zarrgate::AppState,
-    std::sync::Arc<std::sync::atomic::AtomicUsize>,
-) {
+) -> (App, zarrgate::AppState, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let gets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let inner = zarrgate::store::Store::new(zarrgate::store::open_local(dir).unwrap());
     let mount = zarrgate::state::Mount {

@@ -121,7 +121,7 @@ pub fn counted(store: Store, gets: &Arc<AtomicUsize>) -> Store {
     })
 }
 
-pub fn app_with(mounts: Vec<Mount>) -> (axum::Router, zarrgate::AppState) {
+pub fn app_with(mounts: Vec<Mount>) -> (zarrgate::App, zarrgate::AppState) {
     let state = zarrgate::AppState::with_mounts(Config::default(), mounts);
     (zarrgate::app(state.clone()), state)
 }
@@ -169,7 +169,7 @@ pub fn files_below(dir: &Path) -> Vec<(String, PathBuf)> {
 }
 
 /// Raw keys, slices and ZOM through `remote` equal those of the local fixtures.
-pub async fn same_as_local(app: &axum::Router, remote: &str) {
+pub async fn same_as_local(app: &zarrgate::App, remote: &str) {
     for key in [
         "v3/sharding_start_i4/c/1/0",
         "v2/compressor_zstd_i4/.zarray",
