@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::response::IntoResponse;
 use axum::response::Response;
@@ -221,6 +221,19 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
     scheme.eq_ignore_ascii_case(b"bearer").then(|| token.trim_ascii())
 }
 
+/// The handlers [`Front::dispatch`] calls directly.
+enum Direct {
+    Raw,
+    Slice,
+}
+
+/// Whether `path` is `prefix` followed by a mount's name (a segment that is not empty), as the
+/// router's `{prefix}{mount}` routes match.
+fn names_mount(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+}
+
 /// The mount a request reads, when its route family names one.
 fn mount_of(path: &str) -> Option<&str> {
     [
@@ -273,16 +286,18 @@ struct Front {
     /// Turns of `limits.max_concurrent_requests`; a request finding none is refused (503).
     turns: std::sync::Arc<tokio::sync::Semaphore>,
     timeout: Duration,
+    /// Whether slices and raw keys are answered without the router ([`Front::dispatch`]).
+    direct: bool,
 }
 
 /// The service over the routes of zarrgate.
 pub fn app(state: AppState) -> App {
     let routes = routes(state.clone());
-    front(state, routes)
+    build(state, routes, true)
 }
 
-/// The routes, handlers only.
-fn routes(state: AppState) -> Router {
+/// The routes, handlers only ([`app`] is them behind its front).
+pub fn routes(state: AppState) -> Router {
     Router::new()
         .route("/", get(api::index))
         .route("/healthz", get(api::healthz))
@@ -310,8 +325,13 @@ fn routes(state: AppState) -> Router {
 }
 
 /// The front (log, metrics, panics, CORS, guard, limits) over any `routes`: [`app`]'s, or a
-/// test's own.
+/// test's own (which get every request: the direct answers of slices and raw keys are
+/// [`app`]'s).
 pub fn front(state: AppState, routes: Router) -> App {
+    build(state, routes, false)
+}
+
+fn build(state: AppState, routes: Router, direct: bool) -> App {
     let server = &state.config.server;
     let limits = &state.config.limits;
     App(std::sync::Arc::new(Front {
@@ -321,6 +341,7 @@ pub fn front(state: AppState, routes: Router) -> App {
         cors_exposed: HeaderValue::from_str(&EXPOSED.join(",")).unwrap_or(HeaderValue::from_static("")),
         turns: std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_requests)),
         timeout: Duration::from_secs_f64(limits.request_timeout_s),
+        direct,
         routes,
         state,
     }))
@@ -429,12 +450,59 @@ impl Front {
         let Ok(_turn) = self.turns.try_acquire() else {
             return ApiError::Overloaded.into_response();
         };
-        match tokio::time::timeout(self.timeout, self.routes.clone().oneshot(request)).await {
-            Ok(answered) => answered.unwrap_or_else(|e| match e {}),
+        match tokio::time::timeout(self.timeout, self.dispatch(request)).await {
+            Ok(answered) => answered,
             Err(_) => ApiError::Timeout(self.timeout.as_secs_f64()).into_response(),
         }
     }
 
+    /// The handler's answer. Slices and raw keys, the requests viewers make by the thousand,
+    /// go to their handlers directly, finished as the router finishes its answers
+    /// (`Content-Length` from an exact body size, no body for HEAD); the rest through the
+    /// router (which matches the same paths to the same handlers, and clones and boxes more).
+    async fn dispatch(&self, request: Request) -> Response {
+        let method = request.method();
+        let path = request.uri().path();
+        let direct = if !self.direct {
+            None
+        } else if names_mount(path, "/zarr/") {
+            Some(Direct::Raw)
+        } else if (method == Method::GET || method == Method::HEAD) && names_mount(path, "/api/v1/slice/") {
+            Some(Direct::Slice)
+        } else {
+            None
+        };
+        let Some(direct) = direct else {
+            return self
+                .routes
+                .clone()
+                .oneshot(request)
+                .await
+                .unwrap_or_else(|e| match e {});
+        };
+        let (parts, _) = request.into_parts();
+        let (state, head) = (State(self.state.clone()), parts.method == Method::HEAD);
+        let mut response = match direct {
+            Direct::Raw => raw::raw_key(state, parts.method, parts.uri, parts.headers)
+                .await
+                .into_response(),
+            Direct::Slice => slice::slice(state, parts.method, parts.uri, parts.headers).await,
+        };
+        if !response.headers().contains_key(header::CONTENT_LENGTH)
+            && let Some(length) = http_body::Body::size_hint(response.body()).exact()
+        {
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        if head {
+            *response.body_mut() = axum::body::Body::empty();
+        }
+        response
+    }
+
+    /// Whether `request` may reach a handler: its URL is not too long, and it presents the
+    /// token its mount or /metrics needs.
     fn admits(&self, request: &Request) -> Result<(), ApiError> {
         let max = self.state.config.limits.max_url_bytes;
         if request.uri().path_and_query().map_or(0, |pq| pq.as_str().len()) > max {

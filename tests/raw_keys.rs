@@ -754,3 +754,47 @@ async fn cache_control_304_lengths_and_odd_ranges() {
         assert!(r.body.is_empty(), "{method}");
     }
 }
+
+/// Raw keys and slices, which the app answers without its router, are answered exactly as the
+/// router answers them (status, headers, body), odd paths, methods and HEAD included.
+#[tokio::test]
+async fn direct_answers_are_the_routers() {
+    let state = zarrgate::AppState::from_config(config_with(&[("fx", &fixtures())])).unwrap();
+    let app = zarrgate::app(state.clone());
+    let routed = zarrgate::server::front(state.clone(), zarrgate::server::routes(state));
+    let paths = [
+        "/zarr/fx/v2/compressor_zstd_i4/.zarray",
+        "/zarr/fx/v2/compressor_zstd_i4/0.0",
+        "/zarr/fx/v2/compressor_zstd_i4/9.9",
+        "/zarr/fx",
+        "/zarr/fx/",
+        "/zarr/",
+        "/zarr",
+        "/zarr//v2",
+        "/zarr/nope/x",
+        "/api/v1/slice/fx/v3/sharding_start_i4?select=[1,::2]",
+        "/api/v1/slice/fx/v2/fill_nan_f4?format=npy",
+        "/api/v1/slice/fx/v2/fill_nan_f4?format=csv",
+        "/api/v1/slice/fx/v3/vlen_utf8",
+        "/api/v1/slice/fx/v3",
+        "/api/v1/slice/fx/",
+        "/api/v1/slice/fx",
+        "/api/v1/slice/",
+        "/api/v1/slice//v3",
+        "/api/v1/slice/fx/v2/fill_nan_f4?select=99",
+    ];
+    for path in paths {
+        for method in ["GET", "HEAD", "POST", "PUT", "OPTIONS"] {
+            for headers in [&[][..], &[("range", "bytes=-3"), ("origin", "https://a.example")][..]] {
+                let (a, b) = (
+                    request(&app, method, path, headers).await,
+                    request(&routed, method, path, headers).await,
+                );
+                let what = format!("{method} {path} {headers:?}");
+                assert_eq!(a.status, b.status, "{what}");
+                assert_eq!(a.headers, b.headers, "{what}");
+                assert_eq!(a.body, b.body, "{what}");
+            }
+        }
+    }
+}
