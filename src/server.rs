@@ -393,7 +393,9 @@ impl Front {
                 let preflight = cors.clone().layer(tower::service_fn(|_: Request| async {
                     Ok::<_, std::convert::Infallible>(Response::default())
                 }));
-                return preflight.oneshot(request).await.unwrap_or_else(|e| match e {});
+                return Box::pin(preflight.oneshot(request))
+                    .await
+                    .unwrap_or_else(|e| match e {});
             }
             // An OPTIONS that is no preflight goes to the routes (204 with Allow); its answer
             // is a response like any other: with the origin allowed, a page reads it.
@@ -440,10 +442,7 @@ impl Front {
         }
         let path = request.uri().path();
         if path == "/healthz" || path == "/metrics" {
-            return self
-                .routes
-                .clone()
-                .oneshot(request)
+            return Box::pin(self.routes.clone().oneshot(request))
                 .await
                 .unwrap_or_else(|e| match e {});
         }
@@ -473,20 +472,17 @@ impl Front {
             None
         };
         let Some(direct) = direct else {
-            return self
-                .routes
-                .clone()
-                .oneshot(request)
+            return Box::pin(self.routes.clone().oneshot(request))
                 .await
                 .unwrap_or_else(|e| match e {});
         };
         let (parts, _) = request.into_parts();
         let (state, head) = (State(self.state.clone()), parts.method == Method::HEAD);
         let mut response = match direct {
-            Direct::Raw => raw::raw_key(state, parts.method, parts.uri, parts.headers)
+            Direct::Raw => Box::pin(raw::raw_key(state, parts.method, parts.uri, parts.headers))
                 .await
                 .into_response(),
-            Direct::Slice => slice::slice(state, parts.method, parts.uri, parts.headers).await,
+            Direct::Slice => Box::pin(slice::slice(state, parts.method, parts.uri, parts.headers)).await,
         };
         if !response.headers().contains_key(header::CONTENT_LENGTH)
             && let Some(length) = http_body::Body::size_hint(response.body()).exact()

@@ -17,7 +17,7 @@ use crate::zarr::{ArrayMeta, MetaError, OpenError, open_array};
 #[derive(Debug, Clone, Serialize)]
 pub struct Mount {
     /// The URL segment that names it.
-    pub name: String,
+    pub name: Arc<str>,
     /// `local`, later `s3`, `gcs`, `azure`, `http`, `zip`.
     pub kind: &'static str,
     /// The configured URL, without credentials.
@@ -91,7 +91,7 @@ impl AppState {
                 .map(|t| secret_from_env(t, &format!("mount '{name}': tokens")))
                 .collect::<Result<Vec<_>, _>>()?;
             mounts.push(Mount {
-                name: name.clone(),
+                name: name.as_str().into(),
                 kind,
                 url: crate::config::redact(&m.url),
                 consolidated: m.consolidated,
@@ -104,7 +104,7 @@ impl AppState {
 
     /// State over ready-made mounts (tests use this with wrapped stores).
     pub fn with_mounts(config: Config, mounts: Vec<Mount>) -> Self {
-        let mounts = mounts.into_iter().map(|m| (m.name.clone(), m)).collect();
+        let mounts = mounts.into_iter().map(|m| (m.name.to_string(), m)).collect();
         let caches = Arc::new(Caches::new(&config.cache));
         let metrics_token = config
             .server
@@ -132,7 +132,7 @@ impl AppState {
     pub fn read_context(&self, mount: &Mount) -> ReadContext {
         ReadContext::new(
             mount.store.clone(),
-            Arc::from(mount.name.as_str()),
+            mount.name.clone(),
             Some(self.caches.clone()),
             self.read_options.clone(),
         )
@@ -140,7 +140,7 @@ impl AppState {
 
     /// The metadata of the array at `path` in `mount` (cached).
     pub async fn array(&self, mount: &Mount, path: &StoreKey) -> Result<Arc<ArrayMeta>, ApiError> {
-        let key = (Arc::from(mount.name.as_str()), path.clone());
+        let key = (mount.name.clone(), path.clone());
         let load = || async { open_array(&mount.store, path).await.map(Arc::new) };
         let result = cached(&self.caches.metadata, &self.caches.metadata_counters, key, load).await;
         result.map_err(|e| match &*e {

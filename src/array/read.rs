@@ -1080,8 +1080,10 @@ async fn load_unit(
     let Some(c) = &ctx.caches else {
         return Box::pin(read_and_decode(ctx, meta, key, stored)).await;
     };
-    let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
-    let load = move || async move { read_and_decode(&owned, &meta_, &key_, stored).await };
+    let load = || {
+        let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
+        async move { read_and_decode(&owned, &meta_, &key_, stored).await }
+    };
     through_cache(c, chunks, id(), load).await
 }
 
@@ -1089,12 +1091,13 @@ async fn load_unit(
 /// on a miss in a task of its own ([`detach`]): a load the request no longer waits for (it
 /// timed out, its client went) runs on, within [`ORPHANED_LOADS`], and is cached for the next.
 /// `load` makes the load's future only on a miss: that future (a store read and a decode) is
-/// kilobytes, which every hit would otherwise move around.
+/// kilobytes, which every hit would otherwise move around, and owns clones of what it reads
+/// (the context, the metadata, the key), which a hit need not make.
 async fn through_cache<V, F>(
     caches: &Arc<Caches>,
     pick: fn(&Caches) -> (&moka::future::Cache<ChunkId, V>, &CacheCounters),
     id: ChunkId,
-    load: impl FnOnce() -> F + Send + 'static,
+    load: impl FnOnce() -> F,
 ) -> Result<V, ReadError>
 where
     V: Clone + Send + Sync + 'static,
@@ -1105,14 +1108,14 @@ where
         counters.record(false);
         return Ok(hit);
     }
-    let caches = caches.clone();
+    let (caches, load) = (caches.clone(), load());
     // Its own work once this request's task is the one loading (moka runs one caller's load
     // for a key; the others wait for it, and need not run on for it).
     let loaded = detach_working(&ORPHANED_LOADS, |working| async move {
         let (cache, counters) = pick(&caches);
         let load = move || async move {
             working.begin();
-            load().await
+            load.await
         };
         cached(cache, counters, id, load).await
     })
@@ -1183,13 +1186,15 @@ async fn shard_index(
     let Some(c) = &ctx.caches else {
         return Box::pin(load_index(ctx, key, codec, n)).await;
     };
-    let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
-    let load = move || async move {
-        let codec = meta_
-            .chain
-            .sharding()
-            .ok_or_else(|| ReadError::Internal("not sharded".into()))?;
-        load_index(&owned, &key_, codec, n).await
+    let load = || {
+        let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
+        async move {
+            let codec = meta_
+                .chain
+                .sharding()
+                .ok_or_else(|| ReadError::Internal("not sharded".into()))?;
+            load_index(&owned, &key_, codec, n).await
+        }
     };
     through_cache(c, indexes, ctx.id(meta, key, None), load).await
 }

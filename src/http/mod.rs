@@ -13,9 +13,14 @@ pub(crate) fn query<T: serde::de::DeserializeOwned>(uri: &axum::http::Uri) -> Re
         let name = pair.split('=').next().unwrap_or_default();
         percent_encoding::percent_decode_str(name).eq(*b"_")
     };
-    let kept: Vec<&str> = uri.query().unwrap_or("").split('&').filter(|p| !buster(p)).collect();
-    serde_urlencoded::from_str(&kept.join("&"))
-        .map_err(|e| crate::error::ApiError::BadRequest(format!("bad query: {e}")))
+    let query = uri.query().unwrap_or("");
+    let parsed = if query.split('&').any(|p| buster(&p)) {
+        let kept: Vec<&str> = query.split('&').filter(|p| !buster(p)).collect();
+        serde_urlencoded::from_str(&kept.join("&"))
+    } else {
+        serde_urlencoded::from_str(query)
+    };
+    parsed.map_err(|e| crate::error::ApiError::BadRequest(format!("bad query: {e}")))
 }
 
 /// A response builder whose header map has room for a response's own headers and for those the

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::BoxStream;
@@ -101,6 +101,13 @@ fn can_hold(format: Format, shape: &[u64], dtype: &DType) -> Result<(), ApiError
     Ok(())
 }
 
+/// Headers of slice answers ([`HeaderName::from_static`]: a name given as text is parsed and
+/// copied for every answer).
+const X_ZARR_SHAPE: HeaderName = HeaderName::from_static("x-zarr-shape");
+const X_ZARR_DTYPE: HeaderName = HeaderName::from_static("x-zarr-dtype");
+const X_ZARR_VMIN: HeaderName = HeaderName::from_static("x-zarr-vmin");
+const X_ZARR_VMAX: HeaderName = HeaderName::from_static("x-zarr-vmax");
+
 /// The handler. An error depends on Accept too (the format it chose may be the one refused),
 /// so it says so as a response does.
 pub async fn slice(State(state): State<AppState>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
@@ -186,8 +193,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     }
     // An empty selection is still one JSON list for every index of the dimensions before the
     // empty one: `select=:,0:0` of a 2^40-row array would be a document of 2^40 `[]`.
-    let lists = sel
-        .shape()
+    let lists = shape
         .iter()
         .take_while(|&&d| d != 0)
         .fold(1u64, |n, &d| n.saturating_mul(d));
@@ -212,12 +218,19 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     let ctx = state.read_context(mount);
     // Chunks too large to decode: refused before a HEAD answers, as a GET is.
     crate::array::read::check_unit(&ctx, &meta)?;
-    let shape_header = sel.shape().iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    let mut shape_header = String::new();
+    let mut digits = itoa::Buffer::new();
+    for (i, &n) in shape.iter().enumerate() {
+        if i > 0 {
+            shape_header.push(',');
+        }
+        shape_header.push_str(digits.format(n));
+    }
     let mut response = super::response()
-        .header(header::CONTENT_TYPE, format.content_type())
+        .header(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()))
         // Without `format`, the body depends on Accept: caches must not give one to the other.
-        .header(header::VARY, "accept")
-        .header("x-zarr-shape", shape_header);
+        .header(header::VARY, HeaderValue::from_static("accept"))
+        .header(X_ZARR_SHAPE, shape_header);
 
     let fixed = meta.dtype.item_size().is_some();
     if method == Method::HEAD {
@@ -230,12 +243,12 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         && asked > BAND_BYTES
         && let Some(rows) = RowsAs::of(format, &meta, &sel)?
     {
-        let response = response.header("x-zarr-dtype", meta.dtype.typestr());
+        let response = response.header(X_ZARR_DTYPE, meta.dtype.typestr());
         let turn = stream_turn(&state)?;
         return stream_bands(ctx, path, meta, sel, rows, response, turn).await;
     }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
-        response = response.header("x-zarr-dtype", meta.dtype.typestr());
+        response = response.header(X_ZARR_DTYPE, meta.dtype.typestr());
         // Fixed-size binary: the bytes as read (a single whole chunk is not even copied).
         let data = read_region_bytes(&ctx, &path, meta.clone(), &sel).await?;
         let header = match format {
@@ -339,13 +352,11 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
             2 if f64::from(half::f16::from_f64(v)) == v => short(crate::format::shortest_half(v)),
             _ => short(v),
         };
-        response = response
-            .header("x-zarr-vmin", text(vmin))
-            .header("x-zarr-vmax", text(vmax));
+        response = response.header(X_ZARR_VMIN, text(vmin)).header(X_ZARR_VMAX, text(vmax));
     }
     let length = body.len();
     response
-        .header("x-zarr-dtype", dtype)
+        .header(X_ZARR_DTYPE, dtype)
         .header(header::CONTENT_LENGTH, HeaderValue::from(length))
         .body(whole_body(&state, Bytes::from(body), turn)?)
         .map_err(|_| ApiError::Internal)
@@ -441,7 +452,7 @@ fn head_only(
     // bin and npy write variable-length elements at the width of the longest: that type is
     // known once they are read. Every other answer names the array's own.
     if !bytes || fixed_bytes.is_some() {
-        response = response.header("x-zarr-dtype", meta.dtype.typestr());
+        response = response.header(X_ZARR_DTYPE, meta.dtype.typestr());
     }
     if let (true, Some(data)) = (bytes, fixed_bytes) {
         let header = match format {

@@ -50,7 +50,7 @@ impl From<HierarchyError> for ApiError {
 /// request, rather than a large walk being started over by every request. What the walk found
 /// is cached, and so is why it stopped when it would stop there again ([`remembered`]).
 pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
-    let key = (Arc::from(mount.name.as_str()), path.clone());
+    let key = (mount.name.clone(), path.clone());
     let caches = &state.caches;
     if let Some(walked) = caches.hierarchies.get(&key).await {
         caches.hierarchy_counters.record(false);
@@ -179,7 +179,7 @@ async fn rendered(
     tree: Arc<Tree>,
     own: Option<Map<String, Value>>,
 ) -> Result<Bytes, ApiError> {
-    let key = (Arc::from(mount.name.as_str()), group.clone(), own.is_some());
+    let key = (mount.name.clone(), group.clone(), own.is_some());
     let caches = state.caches.clone();
     if let Some(done) = caches.consolidated.get(&key).await
         && same_rendering(&done, &tree, own.as_ref())
@@ -302,11 +302,7 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
     let tree = match depth {
         None => tree(state, mount, path).await?.ok_or_else(not_found)?,
         Some(d) => {
-            let cached = state
-                .caches
-                .hierarchies
-                .get(&(Arc::from(mount.name.as_str()), path.clone()))
-                .await;
+            let cached = state.caches.hierarchies.get(&(mount.name.clone(), path.clone())).await;
             match cached {
                 Some(Ok(Some(t))) => Arc::new(pruned(&t, d)),
                 Some(Ok(None)) => return Err(not_found()),

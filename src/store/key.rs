@@ -38,8 +38,14 @@ impl StoreKey {
 
     /// Checks an already-decoded key.
     pub fn new(key: &str) -> Result<Self, KeyError> {
+        Self::check(key)?;
+        Ok(Self(key.to_owned()))
+    }
+
+    /// Refuses what [`StoreKey::new`] refuses.
+    fn check(key: &str) -> Result<(), KeyError> {
         if key.is_empty() {
-            return Ok(Self::root());
+            return Ok(());
         }
         if key.contains('\0') {
             return Err(KeyError::Nul);
@@ -55,7 +61,7 @@ impl StoreKey {
                 _ => {}
             }
         }
-        Ok(Self(key.to_owned()))
+        Ok(())
     }
 
     /// Decodes a raw URL path (the part after the mount name) once and checks it.
@@ -110,7 +116,13 @@ impl StoreKey {
         } else if name.is_empty() {
             Ok(self.clone())
         } else {
-            Self::new(&format!("{}/{}", self.0, name))
+            // `self` is a key already: only `name` needs checking.
+            Self::check(name)?;
+            let mut key = String::with_capacity(self.0.len() + 1 + name.len());
+            key.push_str(&self.0);
+            key.push('/');
+            key.push_str(name);
+            Ok(Self(key))
         }
     }
 

@@ -45,22 +45,19 @@ pub enum ChunkKeyEncoding {
 impl ChunkKeyEncoding {
     /// The key of the chunk at `coords`, relative to the array.
     pub fn key(&self, coords: &[u64]) -> String {
-        let join = |sep: char| {
-            coords
-                .iter()
-                .map(u64::to_string)
-                .collect::<Vec<_>>()
-                .join(&sep.to_string())
+        let (mut key, separator) = match self {
+            ChunkKeyEncoding::Default { separator } => (String::from("c"), *separator),
+            ChunkKeyEncoding::V2 { .. } if coords.is_empty() => return "0".to_owned(),
+            ChunkKeyEncoding::V2 { separator } => (String::new(), *separator),
         };
-        match self {
-            ChunkKeyEncoding::Default { separator } if coords.is_empty() => {
-                let _ = separator;
-                "c".to_owned()
+        let mut digits = itoa::Buffer::new();
+        for (i, c) in coords.iter().enumerate() {
+            if i > 0 || matches!(self, ChunkKeyEncoding::Default { .. }) {
+                key.push(separator);
             }
-            ChunkKeyEncoding::Default { separator } => format!("c{separator}{}", join(*separator)),
-            ChunkKeyEncoding::V2 { .. } if coords.is_empty() => "0".to_owned(),
-            ChunkKeyEncoding::V2 { separator } => join(*separator),
+            key.push_str(digits.format(*c));
         }
+        key
     }
 }
 
