@@ -78,37 +78,24 @@ where
         counters.record(false);
         return Ok(hit);
     }
-    Box::pin(load_missing(cache, counters, key, init)).await
-}
-
-/// [`cached`] past a miss of its first lookup.
-async fn load_missing<K, V, E, F>(
-    cache: &Cache<K, V>,
-    counters: &CacheCounters,
-    key: K,
-    init: impl FnOnce() -> F,
-) -> Result<V, Arc<E>>
-where
-    K: std::hash::Hash + Eq + Send + Sync + 'static,
-    V: Clone + Send + Sync + 'static,
-    E: Send + Sync + 'static,
-    F: std::future::Future<Output = Result<V, E>>,
-{
-    let mut loaded = false;
-    let got = cache
-        .try_get_with(key, async {
-            loaded = true;
-            init().await
-        })
-        .await;
-    let count = counters.record(loaded);
-    // moka weighs new entries against its bound in batches (its write log holds up to 64):
-    // until then they are resident but not counted, and 64 chunks of 8 MiB are 512 MiB past
-    // the bound. The pending work is done every few loads instead.
-    if loaded && count.is_multiple_of(SETTLE_EVERY) {
-        cache.run_pending_tasks().await;
-    }
-    got
+    Box::pin(async move {
+        let mut loaded = false;
+        let got = cache
+            .try_get_with(key, async {
+                loaded = true;
+                init().await
+            })
+            .await;
+        let count = counters.record(loaded);
+        // moka weighs new entries against its bound in batches (its write log holds up to 64):
+        // until then they are resident but not counted, and 64 chunks of 8 MiB are 512 MiB past
+        // the bound. The pending work is done every few loads instead.
+        if loaded && count.is_multiple_of(SETTLE_EVERY) {
+            cache.run_pending_tasks().await;
+        }
+        got
+    })
+    .await
 }
 
 /// Loads into a cache between two runs of its pending work ([`cached`]).
