@@ -143,14 +143,15 @@ impl Drop for Finished {
         self.state.metrics.ended(route, self.bytes, complete);
         let (status, head) = self.head.unwrap_or((499, self.start.elapsed()));
         // A path is logged up to 1 KiB: a request of a 64 KiB URL writes no 64 KiB line.
-        let (path, cut) = match path.char_indices().nth(LOGGED_PATH_CHARS) {
-            Some((cut, _)) => (&path[..cut], "..."),
-            None => (path, ""),
+        let path: std::borrow::Cow<str> = match path.char_indices().nth(LOGGED_PATH_CHARS) {
+            Some((cut, _)) => format!("{}...", &path[..cut]).into(),
+            None => path.into(),
         };
         tracing::info!(
             target: "zarrgate::access",
             method = %self.method,
-            path = format_args!("{path}{cut}"),
+            // A string field: the text format quotes and escapes it.
+            path = &*path,
             range = self.range.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("-"),
             status,
             bytes = self.bytes,
@@ -219,6 +220,29 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
     let value = headers.get(header::AUTHORIZATION)?.as_bytes();
     let (scheme, token) = value.split_at(value.iter().position(|b| *b == b' ')?);
     scheme.eq_ignore_ascii_case(b"bearer").then(|| token.trim_ascii())
+}
+
+/// Finishes an answer as axum's router finishes those of its routes: `Content-Length` from the
+/// body's exact size when it has none, and no body for HEAD. Answers the front makes itself
+/// (401, 414, 503, 504) and the handlers it calls directly need it: over HTTP/2, hyper sends
+/// a HEAD answer's body, and clients refuse the stream. A HEAD answer with no body already
+/// (the router's, a handler's own HEAD answer) is left as it is: its empty body says nothing of
+/// the GET's length.
+fn finish(response: &mut Response, head: bool) {
+    let exact = http_body::Body::size_hint(response.body()).exact();
+    if head && exact == Some(0) {
+        return;
+    }
+    if !response.headers().contains_key(header::CONTENT_LENGTH)
+        && let Some(length) = exact
+    {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+    }
+    if head {
+        *response.body_mut() = axum::body::Body::empty();
+    }
 }
 
 /// The handlers [`Front::dispatch`] calls directly.
@@ -352,7 +376,9 @@ impl App {
     /// response's body is over.
     async fn serve(self, request: Request, under_way: Option<UnderWay>) -> axum::http::Response<LoggedBody> {
         let mut done = Finished::begin(&self.0.state, &request, under_way);
-        let response = self.0.answer(request).await;
+        let head = request.method() == Method::HEAD;
+        let mut response = self.0.answer(request).await;
+        finish(&mut response, head);
         done.head(&response);
         response.map(|body| LoggedBody { body, done })
     }
@@ -451,14 +477,15 @@ impl Front {
         };
         match tokio::time::timeout(self.timeout, self.dispatch(request)).await {
             Ok(answered) => answered,
-            Err(_) => ApiError::Timeout(self.timeout.as_secs_f64()).into_response(),
+            // The configured value as written (the Duration is rounded to nanoseconds).
+            Err(_) => ApiError::Timeout(self.state.config.limits.request_timeout_s).into_response(),
         }
     }
 
     /// The handler's answer. Slices and raw keys, the requests viewers make by the thousand,
-    /// go to their handlers directly, finished as the router finishes its answers
-    /// (`Content-Length` from an exact body size, no body for HEAD); the rest through the
-    /// router (which matches the same paths to the same handlers, and clones and boxes more).
+    /// go to their handlers directly; the rest through the router (which matches the same
+    /// paths to the same handlers, and clones and boxes more). Every answer is then finished
+    /// as the router finishes its own ([`finish`]).
     async fn dispatch(&self, request: Request) -> Response {
         let method = request.method();
         let path = request.uri().path();
@@ -477,24 +504,13 @@ impl Front {
                 .unwrap_or_else(|e| match e {});
         };
         let (parts, _) = request.into_parts();
-        let (state, head) = (State(self.state.clone()), parts.method == Method::HEAD);
-        let mut response = match direct {
+        let state = State(self.state.clone());
+        match direct {
             Direct::Raw => Box::pin(raw::raw_key(state, parts.method, parts.uri, parts.headers))
                 .await
                 .into_response(),
             Direct::Slice => Box::pin(slice::slice(state, parts.method, parts.uri, parts.headers)).await,
-        };
-        if !response.headers().contains_key(header::CONTENT_LENGTH)
-            && let Some(length) = http_body::Body::size_hint(response.body()).exact()
-        {
-            response
-                .headers_mut()
-                .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
         }
-        if head {
-            *response.body_mut() = axum::body::Body::empty();
-        }
-        response
     }
 
     /// Whether `request` may reach a handler: its URL is not too long, and it presents the

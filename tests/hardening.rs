@@ -59,6 +59,17 @@ async fn protected_mounts_need_their_token_everywhere() {
             "{uri}"
         );
     }
+    // The front's own answers to HEAD: the head of the GET's, no body.
+    for uri in [uris[0], "/metrics"] {
+        let (got, head) = (get(&app, uri, &[]).await, request(&app, "HEAD", uri, &[]).await);
+        assert_eq!((got.status.as_u16(), head.status.as_u16()), (401, 401), "{uri}");
+        assert!(head.body.is_empty() && !got.body.is_empty(), "{uri}");
+        assert_eq!(
+            head.header("content-length"),
+            Some(got.body.len().to_string().as_str()),
+            "{uri}"
+        );
+    }
     let want = std::fs::read(fixtures().join("v3/zstd_i4/zarr.json")).unwrap();
     assert_eq!(&get(&app, uris[0], &[good]).await.body[..], &want[..]);
     let validate = axum::http::Request::post("/api/v1/validate/secret/v3/group_nested")
@@ -267,12 +278,27 @@ async fn overload_is_503_with_retry_after_and_slowness_is_504() {
     assert!(String::from_utf8_lossy(&metrics.body).contains("zarrgate_requests_total"));
 
     let mut config = Config::default();
-    config.limits.request_timeout_s = 0.2;
+    // The message names the timeout as configured, not as a Duration rounds it.
+    config.limits.request_timeout_s = 0.2000000000001;
     let app = slow_app(Duration::from_secs(2), config);
     let start = std::time::Instant::now();
     let r = get(&app, uri, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (504, "timeout"));
+    assert!(
+        r.json()["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("0.2000000000001 s"),
+        "{:?}",
+        r.body
+    );
     assert!(start.elapsed() < Duration::from_secs(1));
+    // HEAD gets the same head with no body, as the router's answers do: over HTTP/2 hyper
+    // sent the body, and clients refused the stream.
+    let head = request(&app, "HEAD", uri, &[]).await;
+    assert_eq!(head.status, 504);
+    assert!(head.body.is_empty());
+    assert_eq!(head.header("content-length"), Some(r.body.len().to_string().as_str()));
 }
 
 /// Loads that take longer than the request timeout (a chunk; a shard's index, then its inner

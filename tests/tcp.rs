@@ -361,6 +361,15 @@ async fn idle_http2_connections_are_closed() {
     let body = response.into_body().collect().await.unwrap().to_bytes();
     let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(error["error"]["code"], "uri_too_long");
+    // Its HEAD: no body (hyper sent it over HTTP/2, and clients refused the stream).
+    let long = format!("http://{addr}/zarr/m/{}", "x".repeat(20 << 10));
+    let request = axum::http::Request::head(long)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = send.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 414);
+    let body = response.into_body().collect().await.expect("a body the stream allows");
+    assert!(body.to_bytes().is_empty());
     let closed = tokio::time::timeout(std::time::Duration::from_secs(5), &mut connection).await;
     assert!(closed.is_ok(), "an idle HTTP/2 connection is still open");
     stop.send(()).unwrap();
