@@ -53,24 +53,6 @@ fn cors(origins: &[String]) -> CorsLayer {
         .max_age(Duration::from_secs(3600))
 }
 
-/// The CORS headers of an answer to a request from `origin` that the CORS layer does not see
-/// (an OPTIONS that is no preflight), as that layer writes them on the others.
-fn allow_origin(origins: &[String], origin: Option<HeaderValue>, headers: &mut axum::http::HeaderMap) {
-    let Some(origin) = origin else { return };
-    let allowed = if origins.iter().any(|o| o == "*") {
-        HeaderValue::from_static("*")
-    } else if origins.iter().any(|o| o.as_bytes() == origin.as_bytes()) {
-        headers.append(header::VARY, HeaderValue::from_static("origin"));
-        origin
-    } else {
-        return;
-    };
-    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
-    if let Ok(exposed) = HeaderValue::from_str(&EXPOSED.join(",")) {
-        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, exposed);
-    }
-}
-
 /// The longest path the access log writes whole, in characters.
 const LOGGED_PATH_CHARS: usize = 1024;
 
@@ -303,7 +285,6 @@ struct Front {
     routes: Router,
     /// No origins, no CORS headers at all (nor answers to preflights).
     cors: Option<CorsLayer>,
-    origins: std::sync::Arc<[String]>,
     /// The `Vary` and `Access-Control-Expose-Headers` values of every answer but preflights.
     cors_vary: HeaderValue,
     cors_exposed: HeaderValue,
@@ -360,7 +341,6 @@ fn build(state: AppState, routes: Router, direct: bool) -> App {
     let limits = &state.config.limits;
     App(std::sync::Arc::new(Front {
         cors: (!server.cors_origins.is_empty()).then(|| cors(&server.cors_origins)),
-        origins: server.cors_origins.clone().into(),
         cors_vary: HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers"),
         cors_exposed: HeaderValue::from_str(&EXPOSED.join(",")).unwrap_or(HeaderValue::from_static("")),
         turns: std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_requests)),
@@ -427,7 +407,14 @@ impl Front {
             // is a response like any other: with the origin allowed, a page reads it.
             let origin = request.headers().get(header::ORIGIN).cloned();
             let mut response = self.guarded(request).await;
-            allow_origin(&self.origins, origin, response.headers_mut());
+            if let Some(allowed) = origin.and_then(|o| self.allowed(Some(&o))) {
+                let headers = response.headers_mut();
+                if !self.any_origin() {
+                    headers.append(header::VARY, HeaderValue::from_static("origin"));
+                }
+                headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+                headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.cors_exposed.clone());
+            }
             return response;
         }
         let allowed = self.allowed(request.headers().get(header::ORIGIN));
@@ -444,12 +431,18 @@ impl Front {
     /// The `Access-Control-Allow-Origin` of a request from `origin`: `*` when every origin is,
     /// the origin when it is listed, none otherwise.
     fn allowed(&self, origin: Option<&HeaderValue>) -> Option<HeaderValue> {
-        if self.origins.iter().any(|o| o == "*") {
+        if self.any_origin() {
             return Some(HeaderValue::from_static("*"));
         }
+        let origins = &self.state.config.server.cors_origins;
         origin
-            .filter(|origin| self.origins.iter().any(|o| o.as_bytes() == origin.as_bytes()))
+            .filter(|origin| origins.iter().any(|o| o.as_bytes() == origin.as_bytes()))
             .cloned()
+    }
+
+    /// Whether every origin is allowed (`"*"`).
+    fn any_origin(&self) -> bool {
+        self.state.config.server.cors_origins.iter().any(|o| o == "*")
     }
 
     /// [`Front::routed`], a panic of which is answered as [`panicked`] says (with CORS

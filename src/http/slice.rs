@@ -219,13 +219,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     // Chunks too large to decode: refused before a HEAD answers, as a GET is.
     crate::array::read::check_unit(&ctx, &meta)?;
     let mut shape_header = String::new();
-    let mut digits = itoa::Buffer::new();
-    for (i, &n) in shape.iter().enumerate() {
-        if i > 0 {
-            shape_header.push(',');
-        }
-        shape_header.push_str(digits.format(n));
-    }
+    crate::zarr::push_joined(&mut shape_header, &shape, ',');
     let mut response = super::response()
         .header(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()))
         // Without `format`, the body depends on Accept: caches must not give one to the other.

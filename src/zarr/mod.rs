@@ -50,14 +50,22 @@ impl ChunkKeyEncoding {
             ChunkKeyEncoding::V2 { .. } if coords.is_empty() => return "0".to_owned(),
             ChunkKeyEncoding::V2 { separator } => (String::new(), *separator),
         };
-        let mut digits = itoa::Buffer::new();
-        for (i, c) in coords.iter().enumerate() {
-            if i > 0 || matches!(self, ChunkKeyEncoding::Default { .. }) {
-                key.push(separator);
-            }
-            key.push_str(digits.format(*c));
+        if matches!(self, ChunkKeyEncoding::Default { .. }) && !coords.is_empty() {
+            key.push(separator);
         }
+        push_joined(&mut key, coords, separator);
         key
+    }
+}
+
+/// Appends `numbers` to `out` in decimal, `separator` between them (`1,2,3`).
+pub(crate) fn push_joined(out: &mut String, numbers: &[u64], separator: char) {
+    let mut digits = itoa::Buffer::new();
+    for (i, &n) in numbers.iter().enumerate() {
+        if i > 0 {
+            out.push(separator);
+        }
+        out.push_str(digits.format(n));
     }
 }
 
