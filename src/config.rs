@@ -206,8 +206,8 @@ pub const MAX_TIMEOUT_S: f64 = 86_400.0;
 pub const MIN_TIMEOUT_S: f64 = 0.001;
 /// The smallest `limits.max_url_bytes`: the server's own routes and a modest key fit.
 pub const MIN_URL_BYTES: usize = 256;
-/// The largest `limits.max_url_bytes`: hyper refuses longer request targets itself, with a
-/// bare 414 (no JSON, no CORS headers, not logged).
+/// The longest URL the `http` crate takes. As `limits.max_url_bytes`' bound: hyper refuses
+/// longer request targets itself, with a bare 414 (no JSON, no CORS headers, not logged).
 pub const MAX_URL_BYTES: usize = 65_534;
 
 /// Whether `origin` can match a browser's `Origin` header: `*`, or `scheme://host[:port]`

@@ -134,12 +134,12 @@ impl ObjectStoreBackend {
         self.local.as_ref().map(|l| &l.root)
     }
 
-    /// Whether a request for `path` fits in a URL (the `http` crate's limit is 65534 bytes,
-    /// and object_store panics building a request past it): each byte may be percent-encoded,
-    /// and 1 KiB is left for the endpoint, bucket and query. A key that cannot be asked for is
-    /// missing.
+    /// Whether a request for `path` fits in a URL (the `http` crate's limit,
+    /// [`crate::config::MAX_URL_BYTES`]; object_store panics building a request past it): each
+    /// byte may be percent-encoded, and 1 KiB is left for the endpoint, bucket and query. A key
+    /// that cannot be asked for is missing.
     fn addressable(path: &Path) -> bool {
-        path.as_ref().len().saturating_mul(3).saturating_add(1024) <= 65_534
+        path.as_ref().len().saturating_mul(3).saturating_add(1024) <= crate::config::MAX_URL_BYTES
     }
 
     fn path(&self, key: &StoreKey) -> Result<Path, StoreError> {
