@@ -15,6 +15,8 @@
 //!
 //! `main.rs` only parses arguments, sets up logging and calls [`server::run`].
 
+#[cfg(target_os = "linux")]
+pub mod alloc;
 pub mod array;
 pub mod buffers;
 pub mod cache;

@@ -6,28 +6,33 @@ use tracing_subscriber::EnvFilter;
 use zarrgate::config::{Action, Cli, Config, LogFormat};
 use zarrgate::{AppState, server};
 
-/// Tunes glibc's malloc for a server whose big buffers live long (decoded chunks in the cache)
-/// and whose small ones are short-lived (read buffers, response pieces).
+/// Large Rust allocations (decoded chunks, read buffers, response pieces over 128 KiB) are
+/// mappings of their own, returned to the system when freed, so RSS tracks the cache budget
+/// (see [`zarrgate::alloc`]).
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: zarrgate::alloc::MapLarge = zarrgate::alloc::MapLarge;
+
+/// Tunes glibc's malloc, which serves Rust's small allocations and all of the C libraries'
+/// (codecs): their temporaries are freed at the end of each call and reused from the arenas.
 ///
-/// - The mmap threshold is pinned at 128 KiB. By default glibc raises it to the size of every
-///   mmapped block freed (up to 32 MiB), after which decoded chunks (typically 64 KiB to a few
-///   MiB, allocated on one thread and freed on another when the cache evicts them) are carved
-///   out of per-thread arenas that fragment and never shrink: under the load test RSS reached
-///   about twice the chunk cache and kept creeping. Pinned, every large buffer is its own
-///   mapping, returned to the system when freed, so RSS tracks the cache budget.
-/// - The trim threshold is raised from 128 KiB to 4 MiB: pinning the mmap threshold also pins
-///   the trim threshold, and at 128 KiB every freed 64 KiB response piece gave its pages back
-///   and the next one faulted them in again (a streamed 64 MiB slice took twice as long).
+/// - The mmap threshold is fixed at 32 MiB (glibc's own ceiling): below it, C temporaries
+///   (c-blosc's two blocks, bzip2's and lzma's state) are not mapped, faulted in and unmapped
+///   at every chunk. Rust's large buffers do not reach glibc.
+/// - The trim threshold is 4 MiB, not 128 KiB: at 128 KiB every freed 64 KiB response piece
+///   gave its pages back and the next one faulted them in again (a streamed 64 MiB slice took
+///   twice as long).
 ///
-/// See load/README.md and bench/README.md. An operator's `MALLOC_MMAP_THRESHOLD_`,
-/// `MALLOC_TRIM_THRESHOLD_` or `GLIBC_TUNABLES` wins.
+/// Either setting also turns off glibc's dynamic adjustment of the other. See load/README.md
+/// and bench/README.md. An operator's `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
+/// `GLIBC_TUNABLES` wins.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune_allocator() {
     if std::env::var_os("GLIBC_TUNABLES").is_some() {
         return;
     }
     for (var, param, value) in [
-        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, 128 << 10),
+        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, 32 << 20),
         ("MALLOC_TRIM_THRESHOLD_", libc::M_TRIM_THRESHOLD, 4 << 20),
     ] {
         if std::env::var_os(var).is_none() {

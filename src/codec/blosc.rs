@@ -124,16 +124,19 @@ impl BytesToBytes for Blosc {
         if nbytes == 0 {
             return Ok(Vec::new());
         }
-        let mut out = crate::buffers::DECODED.take_zeroed(nbytes);
+        let mut out = crate::buffers::DECODED.take(nbytes);
         // SAFETY: the header was validated against `buffer.len()`, so blosc reads only `buffer`
         // (its block offsets are bounds-checked against the header's cbytes); it writes at most
-        // `out.len()` bytes. One internal thread: no global state, safe to call concurrently.
+        // `nbytes` bytes into `out`, which has room for them. One internal thread: no global
+        // state, safe to call concurrently.
         let written = unsafe {
-            blosc_src::blosc_decompress_ctx(buffer.as_ptr().cast(), out.as_mut_ptr().cast::<c_void>(), out.len(), 1)
+            blosc_src::blosc_decompress_ctx(buffer.as_ptr().cast(), out.as_mut_ptr().cast::<c_void>(), nbytes, 1)
         };
         if usize::try_from(written).ok() != Some(nbytes) {
             return Err(CodecError::Corrupt(format!("blosc: decompression failed ({written})")));
         }
+        // SAFETY: blosc reported writing all `nbytes` bytes, within the capacity.
+        unsafe { out.set_len(nbytes) };
         Ok(out)
     }
 }
