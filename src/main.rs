@@ -16,7 +16,7 @@ static ALLOCATOR: zarrgate::alloc::MapLarge = zarrgate::alloc::MapLarge;
 /// Tunes glibc's malloc, which serves Rust's small allocations and all of the C libraries'
 /// (codecs): their temporaries are freed at the end of each call and reused from the arenas.
 ///
-/// - The mmap threshold is fixed at 32 MiB (glibc's own ceiling): below it, C temporaries
+/// - The mmap threshold is fixed at glibc's own ceiling (32 MiB on 64-bit targets): below it, C temporaries
 ///   (c-blosc's two blocks, bzip2's and lzma's state) are not mapped, faulted in and unmapped
 ///   at every chunk. Rust's large buffers do not reach glibc.
 /// - The trim threshold is 4 MiB, not 128 KiB: at 128 KiB every freed 64 KiB response piece
@@ -28,11 +28,17 @@ static ALLOCATOR: zarrgate::alloc::MapLarge = zarrgate::alloc::MapLarge;
 /// `GLIBC_TUNABLES` wins.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune_allocator() {
+    // glibc's ceiling for the threshold: 32 MiB on 64-bit targets, 512 KiB on 32-bit ones.
+    const MMAP_THRESHOLD: i32 = if cfg!(target_pointer_width = "64") {
+        32 << 20
+    } else {
+        512 << 10
+    };
     if std::env::var_os("GLIBC_TUNABLES").is_some() {
         return;
     }
     for (var, param, value) in [
-        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, 32 << 20),
+        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD),
         ("MALLOC_TRIM_THRESHOLD_", libc::M_TRIM_THRESHOLD, 4 << 20),
     ] {
         if std::env::var_os(var).is_none() {
