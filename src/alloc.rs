@@ -9,10 +9,10 @@
 //!
 //! glibc would map them too with its mmap threshold pinned at 128 KiB, but that threshold is
 //! the whole process's: the C libraries' temporaries would be mapped, faulted in and unmapped
-//! at each call as well. c-blosc allocates two blocks' worth (512 KiB for the usual 256 KiB
-//! block) for every chunk it decodes, and with the pinned threshold a cold read of blosc chunks
-//! spent most of its time in the kernel (bench/README.md). Mapping Rust's large allocations
-//! here leaves glibc's threshold free for C's short-lived ones, which its arenas reuse.
+//! at each call as well. c-blosc allocates two blocks' worth (1 MiB for 512 KiB blocks) for
+//! every chunk it decodes, and with the pinned threshold a cold read of blosc chunks spent most
+//! of its time in the kernel (bench/README.md). Mapping Rust's large allocations here leaves
+//! glibc's threshold free for C's short-lived ones, which its arenas reuse.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
