@@ -686,6 +686,11 @@ pub async fn serve_with(
             // its client answers pings.
             let mut finishing = false;
             let mut idle = std::pin::pin!(tokio::time::sleep(header_read));
+            // On shutdown, a connection with no request under way a moment after it was asked
+            // to finish is dropped: one holding half a request head (a slow or stalled client)
+            // would otherwise keep the exit until hyper's header read timeout.
+            let (mut stopped, mut cutting) = (false, false);
+            let mut cut_off = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
             loop {
                 tokio::select! {
                     ended = connection.as_mut() => {
@@ -701,9 +706,22 @@ pub async fn serve_with(
                             connection.as_mut().graceful_shutdown();
                         }
                     },
-                    _ = stopping.changed(), if !finishing => {
-                        finishing = true;
-                        connection.as_mut().graceful_shutdown();
+                    _ = stopping.changed(), if !stopped => {
+                        stopped = true;
+                        if !finishing {
+                            finishing = true;
+                            connection.as_mut().graceful_shutdown();
+                        }
+                        cutting = true;
+                        cut_off.as_mut().reset(tokio::time::Instant::now() + header_read.min(SHUTDOWN_HEAD_GRACE));
+                    }
+                    () = cut_off.as_mut(), if cutting => {
+                        if activity.nothing_under_way() {
+                            break;
+                        }
+                        // A request under way: the connection ends with its response (hyper
+                        // takes no other), within the drain.
+                        cutting = false;
                     }
                 }
             }
@@ -759,11 +777,16 @@ impl Activity {
         UnderWay(this.clone())
     }
 
+    /// Whether no request is under way.
+    fn nothing_under_way(&self) -> bool {
+        self.under_way.load(std::sync::atomic::Ordering::Relaxed) == 0
+    }
+
     /// `None` when nothing has been under way for `idle`; else when to ask again.
     fn busy_until(&self, idle: Duration) -> Option<tokio::time::Instant> {
         let last = self.born + Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
         let until = last + idle;
-        let busy = self.under_way.load(std::sync::atomic::Ordering::Relaxed) > 0;
+        let busy = !self.nothing_under_way();
         match (busy, until > tokio::time::Instant::now()) {
             (false, false) => None,
             (true, false) => Some(tokio::time::Instant::now() + idle),
@@ -778,6 +801,10 @@ impl Drop for UnderWay {
         self.0.touch();
     }
 }
+
+/// How long after the shutdown signal a connection with no request under way is dropped, even
+/// if it holds part of a request's head (at most the header read timeout).
+const SHUTDOWN_HEAD_GRACE: Duration = Duration::from_secs(1);
 
 /// How long a client may take to send a request's head, and a keep-alive connection may stay
 /// idle between requests.

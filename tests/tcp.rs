@@ -242,6 +242,47 @@ async fn half_sent_requests_and_idle_connections_are_closed() {
     );
 }
 
+/// On shutdown, a connection holding half a request head is dropped after a moment, not kept
+/// until the header read timeout (here 20 s, as long as the drain).
+#[tokio::test]
+async fn shutdown_drops_half_sent_heads_at_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (addr, stop, server) = serve_timed(std::time::Duration::from_secs(20), &fixtures()).await;
+    let mut half = tokio::net::TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    // The connection is served (past the first-bytes wait) before the signal.
+    let mut whole = tokio::net::TcpStream::connect(addr).await.unwrap();
+    whole
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = whole.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let start = std::time::Instant::now();
+    stop.send(()).unwrap();
+    stopped_within(server, 10, "stops without waiting for the half-sent head").await;
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            match half.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the half-sent connection is closed");
+}
+
 /// Bodies hyper sends to their stated length (and then drops without a last poll: a streamed
 /// npy slice, a ranged raw key) are complete, not aborted, and nothing stays in flight.
 #[tokio::test]
