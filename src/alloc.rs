@@ -40,7 +40,7 @@ fn mapped(layout: &Layout) -> bool {
 /// A fresh private anonymous mapping of `size` bytes (zeroed by the kernel), or null.
 fn map(size: usize) -> *mut u8 {
     // SAFETY: a new anonymous mapping touches no existing memory.
-    let p = unsafe {
+    or_null(unsafe {
         libc::mmap(
             ptr::null_mut(),
             size,
@@ -49,11 +49,15 @@ fn map(size: usize) -> *mut u8 {
             -1,
             0,
         )
-    };
-    if p == libc::MAP_FAILED {
+    })
+}
+
+/// The block `mmap` or `mremap` returned, or null for their failure.
+fn or_null(mapping: *mut libc::c_void) -> *mut u8 {
+    if mapping == libc::MAP_FAILED {
         ptr::null_mut()
     } else {
-        p.cast()
+        mapping.cast()
     }
 }
 
@@ -105,12 +109,7 @@ unsafe impl GlobalAlloc for MapLarge {
             (true, true) => {
                 // SAFETY: `block` is a mapping of `layout.size()` bytes; the kernel moves or
                 // resizes it, keeping its contents, or fails and leaves it as it was.
-                let p = unsafe { libc::mremap(block.cast(), layout.size(), new_size, libc::MREMAP_MAYMOVE) };
-                if p == libc::MAP_FAILED {
-                    ptr::null_mut()
-                } else {
-                    p.cast()
-                }
+                or_null(unsafe { libc::mremap(block.cast(), layout.size(), new_size, libc::MREMAP_MAYMOVE) })
             }
             // Across the line: a new block of the other kind, the bytes both hold copied over.
             _ => {

@@ -16,9 +16,9 @@ static ALLOCATOR: zarrgate::alloc::MapLarge = zarrgate::alloc::MapLarge;
 /// Tunes glibc's malloc, which serves Rust's small allocations and all of the C libraries'
 /// (codecs): their temporaries are freed at the end of each call and reused from the arenas.
 ///
-/// - The mmap threshold is fixed at glibc's own ceiling (32 MiB on 64-bit targets): below it, C temporaries
-///   (c-blosc's two blocks, bzip2's and lzma's state) are not mapped, faulted in and unmapped
-///   at every chunk. Rust's large buffers do not reach glibc.
+/// - The mmap threshold is fixed at glibc's own ceiling (32 MiB on 64-bit targets): below it,
+///   C temporaries (c-blosc's two blocks, bzip2's and lzma's state) are not mapped, faulted in
+///   and unmapped at every chunk. Rust's large buffers do not reach glibc.
 /// - The trim threshold is 4 MiB, not 128 KiB: at 128 KiB every freed 64 KiB response piece
 ///   gave its pages back and the next one faulted them in again (a streamed 64 MiB slice took
 ///   twice as long).
