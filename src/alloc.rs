@@ -13,9 +13,19 @@
 //! every chunk it decodes, and with the pinned threshold a cold read of blosc chunks spent most
 //! of its time in the kernel (bench/README.md). Mapping Rust's large allocations here leaves
 //! glibc's threshold free for C's short-lived ones, which its arenas reuse.
+//!
+//! A fresh mapping costs a page fault and a zeroed page per 4 KiB when first written: for a
+//! cold 64 MiB slice, whose decoded chunks are new memory while the chunk cache grows, that was
+//! a third of the server's CPU (bench/README.md). [`start_reserve`] keeps a reserve of pages
+//! already faulted in, made while the machine is otherwise idle, and large blocks are carved
+//! from it while it lasts.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::Duration;
 
 /// Allocations of at least this many bytes (and at most page alignment) are mappings. A mapping
 /// takes whole pages: with 4 KiB pages a block of this size or more wastes at most 3% (on a kernel
@@ -61,6 +71,168 @@ fn or_null(mapping: *mut libc::c_void) -> *mut u8 {
     }
 }
 
+/// Regions the reserve holds at most.
+const SLOTS: usize = 8;
+/// The reserve is made in regions of a multiple of this.
+const RESERVE_STEP: usize = 2 << 20;
+
+/// The reserve: regions of private anonymous pages, each page already faulted in and never
+/// written since (so zero), that large blocks are carved from the front of. `(start, length)`,
+/// page-aligned; length 0 is an empty slot. The allocator only ever `try_lock`s it.
+static RESERVE: Mutex<[(usize, usize); SLOTS]> = Mutex::new([(0, 0); SLOTS]);
+/// Bytes in the reserve.
+static RESERVED: AtomicUsize = AtomicUsize::new(0);
+/// The bytes the reserve is being kept at.
+static RESERVE_TARGET: AtomicUsize = AtomicUsize::new(0);
+/// The page size blocks are carved in; 0 until the reserve is started.
+static PAGE: AtomicUsize = AtomicUsize::new(0);
+/// The thread that keeps the reserve, woken when it runs low.
+static KEEPER: OnceLock<Thread> = OnceLock::new();
+
+/// A block of `size` bytes carved from the reserve, or null when it has too little or is busy
+/// (the allocator never waits for it).
+fn reserved(size: usize) -> *mut u8 {
+    let page = PAGE.load(Ordering::Relaxed);
+    if page == 0 || RESERVED.load(Ordering::Relaxed) < size {
+        return ptr::null_mut();
+    }
+    let size = size.next_multiple_of(page);
+    let Ok(mut regions) = RESERVE.try_lock() else {
+        return ptr::null_mut();
+    };
+    let Some((start, len)) = regions.iter_mut().find(|(_, len)| *len >= size) else {
+        return ptr::null_mut();
+    };
+    let block = *start;
+    *start += size;
+    *len -= size;
+    let left = RESERVED.fetch_sub(size, Ordering::Relaxed) - size;
+    drop(regions);
+    if left < RESERVE_TARGET.load(Ordering::Relaxed) / 2
+        && let Some(keeper) = KEEPER.get()
+    {
+        keeper.unpark();
+    }
+    block as *mut u8
+}
+
+/// A block of `size` bytes for a mapped layout: from the reserve, else a fresh mapping.
+fn block(size: usize) -> *mut u8 {
+    let block = reserved(size);
+    if block.is_null() { map(size) } else { block }
+}
+
+/// A new mapping of `size` bytes that the kernel keeps as an area of its own: marked
+/// `MADV_DONTDUMP` (unlike other mappings) with an unmapped page after it (unlike the regions
+/// made before it, which the kernel places above it). So blocks of other mappings are unmapped
+/// without waiting on the faults of the idle thread in this one. Null if it cannot be made.
+fn apart(size: usize, page: usize) -> *mut u8 {
+    let Some(with_gap) = size.checked_add(page) else {
+        return ptr::null_mut();
+    };
+    let region = map(with_gap);
+    if !region.is_null() {
+        // SAFETY: advice on, and the last page of, the new mapping only. If the advice fails,
+        // the region may share an area with a neighbour, which costs only that independence.
+        unsafe {
+            libc::madvise(region.cast(), size, libc::MADV_DONTDUMP);
+            libc::munmap(region.add(size).cast(), page);
+        }
+    }
+    region
+}
+
+/// Starts keeping a reserve of up to `most` bytes, or what `room()` says if less (read
+/// without locks; it is polled each second, and when the reserve falls below half). Once per
+/// process: later calls do nothing. Two threads: one at normal priority maps and unmaps regions
+/// (the calls that take the process's memory-map lock), and one at idle priority (Linux's
+/// `SCHED_IDLE`: it runs only on a CPU with nothing else to run) faults their pages in, in a
+/// region nobody else uses yet and that the kernel keeps apart ([`apart`]). A reserve larger than `room()` (the chunk cache's spare buffers took its place) is
+/// given back.
+pub fn start_reserve(most: usize, room: impl Fn() -> usize + Send + 'static) -> std::io::Result<()> {
+    if KEEPER.get().is_some() {
+        return Ok(());
+    }
+    // SAFETY: sysconf only reads a system setting.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as usize,
+        _ => return Ok(()),
+    };
+    let (to_fault, regions) = std::sync::mpsc::channel::<(usize, usize)>();
+    let (faulted, done) = std::sync::mpsc::channel::<()>();
+    std::thread::Builder::new()
+        .name("zarrgate-prefault".into())
+        .spawn(move || {
+            let idle = libc::sched_param { sched_priority: 0 };
+            // SAFETY: sets this thread's own scheduling policy (lowering it needs no privilege).
+            unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) };
+            for (start, len) in regions {
+                for offset in (0..len).step_by(page) {
+                    // SAFETY: within a new region that only this thread touches until it says
+                    // it is done; writing zero over a zero page changes no byte.
+                    unsafe { ptr::write_volatile((start + offset) as *mut u8, 0) };
+                }
+                if faulted.send(()).is_err() {
+                    return;
+                }
+            }
+        })?;
+    let keeper = std::thread::Builder::new()
+        .name("zarrgate-reserve".into())
+        .spawn(move || {
+            PAGE.store(page, Ordering::Relaxed);
+            loop {
+                let target = room().min(most) / RESERVE_STEP * RESERVE_STEP;
+                RESERVE_TARGET.store(target, Ordering::Relaxed);
+                let mut unmap = [(0, 0); SLOTS];
+                let mut add = 0;
+                if let Ok(mut regions) = RESERVE.lock() {
+                    let mut have = RESERVED.load(Ordering::Relaxed);
+                    for (slot, gone) in regions.iter_mut().zip(unmap.iter_mut()) {
+                        // Remainders too small for a block, and whole regions over the target.
+                        if slot.1 > 0 && (slot.1 < MAP_FROM || have > target) {
+                            have -= slot.1;
+                            RESERVED.fetch_sub(slot.1, Ordering::Relaxed);
+                            *gone = std::mem::take(slot);
+                        }
+                    }
+                    if have < target / 2 && regions.iter().any(|slot| slot.1 == 0) {
+                        add = target - have;
+                    }
+                }
+                for (start, len) in unmap {
+                    if len > 0 {
+                        // SAFETY: a region taken out of the reserve: no block was carved from
+                        // what is left of it.
+                        unsafe { libc::munmap(start as *mut libc::c_void, len) };
+                    }
+                }
+                let region = if add > 0 { apart(add, page) } else { ptr::null_mut() };
+                if !region.is_null() {
+                    if to_fault.send((region as usize, add)).is_err() || done.recv().is_err() {
+                        // SAFETY: the new region, never handed out.
+                        unsafe { libc::munmap(region.cast(), add) };
+                        return;
+                    }
+                    let placed = RESERVE.lock().ok().and_then(|mut regions| {
+                        let slot = regions.iter_mut().find(|slot| slot.1 == 0)?;
+                        *slot = (region as usize, add);
+                        RESERVED.fetch_add(add, Ordering::Relaxed);
+                        Some(())
+                    });
+                    if placed.is_none() {
+                        // SAFETY: the new region, never handed out.
+                        unsafe { libc::munmap(region.cast(), add) };
+                    }
+                    continue;
+                }
+                std::thread::park_timeout(Duration::from_secs(1));
+            }
+        })?;
+    let _ = KEEPER.set(keeper.thread().clone());
+    Ok(())
+}
+
 // SAFETY: every block is either the system allocator's (small, or over-aligned) or a mapping of
 // exactly `layout.size()` bytes made here, and `mapped(layout)` tells which, for the same
 // layout, at allocation and at release. Mappings are page-aligned, so they satisfy any
@@ -68,7 +240,7 @@ fn or_null(mapping: *mut libc::c_void) -> *mut u8 {
 unsafe impl GlobalAlloc for MapLarge {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if mapped(&layout) {
-            map(layout.size())
+            block(layout.size())
         } else {
             // SAFETY: forwarded with the caller's guarantees.
             unsafe { System.alloc(layout) }
@@ -77,8 +249,9 @@ unsafe impl GlobalAlloc for MapLarge {
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         if mapped(&layout) {
-            // New anonymous pages read as zeros: nothing to clear.
-            map(layout.size())
+            // New anonymous pages read as zeros, and the reserve's are never written: nothing
+            // to clear.
+            block(layout.size())
         } else {
             // SAFETY: forwarded with the caller's guarantees.
             unsafe { System.alloc_zeroed(layout) }
@@ -206,6 +379,63 @@ mod tests {
             }
             a.dealloc(p, layout);
         }
+    }
+
+    /// What the reserve's test lets it keep.
+    static TEST_ROOM: AtomicUsize = AtomicUsize::new(0);
+
+    fn wait_for(what: &str, done: impl Fn() -> bool) {
+        let start = std::time::Instant::now();
+        while !done() {
+            assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Blocks carved from the reserve are zero, keep what is written to them through growing,
+    /// shrinking and release, and the reserve is kept within the room it is given.
+    #[test]
+    fn the_reserve_hands_out_faulted_in_zero_blocks_within_its_room() {
+        let a = MapLarge;
+        TEST_ROOM.store(8 << 20, Ordering::Relaxed);
+        start_reserve(7 << 20, || TEST_ROOM.load(Ordering::Relaxed)).unwrap();
+        // At most `most`, rounded down to whole steps.
+        wait_for("the reserve is made", || RESERVED.load(Ordering::Relaxed) == 6 << 20);
+        let layout = Layout::from_size_align(MAP_FROM + 100, 16).unwrap();
+        unsafe {
+            let mut blocks = Vec::new();
+            for _ in 0..4 {
+                let before = RESERVED.load(Ordering::Relaxed);
+                let p = a.alloc_zeroed(layout);
+                assert!(!p.is_null());
+                assert_eq!(p as usize % MIN_PAGE, 0);
+                // Carved from the reserve (unless another test's block or the keeper took its
+                // turn at the lock, which the allocator never waits for).
+                let carved = RESERVED.load(Ordering::Relaxed) < before;
+                assert!((0..layout.size()).all(|i| p.add(i).read() == 0));
+                fill(p, layout.size());
+                blocks.push((p, carved));
+            }
+            assert!(
+                blocks.iter().any(|&(_, carved)| carved),
+                "no block came from the reserve"
+            );
+            // Grown (moved out of the reserve's region), shrunk, released: the bytes stay.
+            let (p, _) = blocks[0];
+            let grown = a.realloc(p, layout, 3 << 20);
+            assert!(holds_pattern(grown, layout.size()));
+            let shrunk = a.realloc(grown, Layout::from_size_align(3 << 20, 16).unwrap(), MAP_FROM);
+            assert!(holds_pattern(shrunk, MAP_FROM));
+            a.dealloc(shrunk, Layout::from_size_align(MAP_FROM, 16).unwrap());
+            for &(p, _) in &blocks[1..] {
+                assert!(holds_pattern(p, layout.size()));
+                a.dealloc(p, layout);
+            }
+        }
+        // No room: the reserve is given back.
+        TEST_ROOM.store(0, Ordering::Relaxed);
+        KEEPER.get().unwrap().unpark();
+        wait_for("the reserve is given back", || RESERVED.load(Ordering::Relaxed) == 0);
     }
 
     /// (On 64-bit targets, where half the address space cannot be mapped.)

@@ -51,6 +51,8 @@ pub struct BufferPool {
     min_each: usize,
     max_each: usize,
     max_total: AtomicUsize,
+    /// `Spare::bytes`, readable without the lock ([`Self::room`]).
+    kept: AtomicUsize,
     reuses: AtomicU64,
 }
 
@@ -81,6 +83,7 @@ impl BufferPool {
             min_each,
             max_each,
             max_total: AtomicUsize::new(max_total),
+            kept: AtomicUsize::new(0),
             reuses: AtomicU64::new(0),
         }
     }
@@ -98,6 +101,7 @@ impl BufferPool {
             .and_then(|mut s| {
                 let buf = s.buffers.pop()?;
                 s.bytes -= buf.capacity();
+                self.kept.store(s.bytes, Ordering::Relaxed);
                 self.reuses.fetch_add(1, Ordering::Relaxed);
                 Some(buf)
             })
@@ -143,6 +147,7 @@ impl BufferPool {
             .rposition(|b| b.capacity() >= len && b.capacity() - len <= len / 8)?;
         let buf = s.buffers.swap_remove(i);
         s.bytes -= buf.capacity();
+        self.kept.store(s.bytes, Ordering::Relaxed);
         self.reuses.fetch_add(1, Ordering::Relaxed);
         Some(buf)
     }
@@ -159,6 +164,7 @@ impl BufferPool {
             && s.bytes + capacity <= self.max_total.load(Ordering::Relaxed)
         {
             s.bytes += capacity;
+            self.kept.store(s.bytes, Ordering::Relaxed);
             s.buffers.push(buf);
         }
     }
@@ -170,7 +176,12 @@ impl BufferPool {
 
     /// Bytes of capacity kept.
     pub fn kept_bytes(&self) -> usize {
-        self.spare.lock().map_or(0, |s| s.bytes)
+        self.kept.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the pool has room for, read without taking its lock.
+    pub fn room(&self) -> usize {
+        self.max_total.load(Ordering::Relaxed).saturating_sub(self.kept_bytes())
     }
 }
 

@@ -496,6 +496,13 @@ fn evictions_listener<K, V>(counter: Arc<AtomicU64>) -> impl Fn(Arc<K>, V, Remov
 }
 
 impl Caches {
+    /// Bytes of `cache.chunk_bytes` that neither decoded chunks in the cache nor spare buffers
+    /// of [`buffers::DECODED`] take (as far as the cache has counted them), read without waiting.
+    pub fn chunk_room(&self) -> u64 {
+        let capacity = self.chunks.policy().max_capacity().unwrap_or(0);
+        capacity.saturating_sub(self.chunks.weighted_size()) + buffers::DECODED.room() as u64
+    }
+
     /// Applies the insertions and evictions every cache has pending, so that its entry count
     /// and weighted size are current.
     pub async fn settle(&self) {
