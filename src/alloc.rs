@@ -76,8 +76,8 @@ const SLOTS: usize = 8;
 /// The reserve is made in regions of a multiple of this.
 const RESERVE_STEP: usize = 2 << 20;
 
-/// The reserve: regions of private anonymous pages, each page already faulted in and never
-/// written since (so zero), that large blocks are carved from the front of. `(start, length)`,
+/// The reserve: regions of private anonymous pages, each page already faulted in and written
+/// only with zeros, that large blocks are carved from the front of. `(start, length)`,
 /// page-aligned; length 0 is an empty slot. The allocator only ever `try_lock`s it.
 static RESERVE: Mutex<[(usize, usize); SLOTS]> = Mutex::new([(0, 0); SLOTS]);
 /// Bytes in the reserve.
@@ -144,11 +144,13 @@ fn apart(size: usize, page: usize) -> *mut u8 {
 
 /// Starts keeping a reserve of up to `most` bytes, or what `room()` says if less (read
 /// without locks; it is polled each second, and when the reserve falls below half). Once per
-/// process: later calls do nothing. Two threads: one at normal priority maps and unmaps regions
-/// (the calls that take the process's memory-map lock), and one at idle priority (Linux's
-/// `SCHED_IDLE`: it runs only on a CPU with nothing else to run) faults their pages in, in a
-/// region nobody else uses yet and that the kernel keeps apart ([`apart`]). A reserve larger than `room()` (the chunk cache's spare buffers took its place) is
-/// given back.
+/// process: later calls do nothing.
+///
+/// Two threads: one at normal priority maps and unmaps regions (the calls that take the
+/// process's memory-map lock), and one at idle priority (Linux's `SCHED_IDLE`: it runs only on
+/// a CPU with nothing else to run) faults their pages in, in a region nobody else uses yet and
+/// that the kernel keeps apart ([`apart`]). A reserve larger than `room()` (the cache filled,
+/// or its spare buffers took the room) is given back.
 pub fn start_reserve(most: usize, room: impl Fn() -> usize + Send + 'static) -> std::io::Result<()> {
     if KEEPER.get().is_some() {
         return Ok(());
