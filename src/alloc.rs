@@ -71,6 +71,15 @@ fn or_null(mapping: *mut libc::c_void) -> *mut u8 {
     }
 }
 
+/// The system's page size, if it says.
+pub(crate) fn page_size() -> Option<usize> {
+    // SAFETY: sysconf only reads a system setting.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => Some(p as usize),
+        _ => None,
+    }
+}
+
 /// Regions the reserve holds at most.
 const SLOTS: usize = 8;
 /// The reserve is made in regions of a multiple of this.
@@ -155,10 +164,8 @@ pub fn start_reserve(most: usize, room: impl Fn() -> usize + Send + 'static) -> 
     if KEEPER.get().is_some() {
         return Ok(());
     }
-    // SAFETY: sysconf only reads a system setting.
-    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-        p if p > 0 => p as usize,
-        _ => return Ok(()),
+    let Some(page) = page_size() else {
+        return Ok(());
     };
     let (to_fault, regions) = std::sync::mpsc::channel::<(usize, usize)>();
     let (faulted, done) = std::sync::mpsc::channel::<()>();

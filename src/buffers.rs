@@ -23,10 +23,8 @@ fn populate(buf: &mut Vec<u8>) {
         if buf.capacity() < POPULATE_FROM {
             return;
         }
-        // SAFETY: sysconf only reads a system setting.
-        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-            p if p > 0 => p as usize,
-            _ => return,
+        let Some(page) = crate::alloc::page_size() else {
+            return;
         };
         let start = buf.as_mut_ptr() as usize;
         let first = start.next_multiple_of(page);
@@ -47,20 +45,14 @@ fn populate(buf: &mut Vec<u8>) {
 /// `max_each` bytes.
 #[derive(Debug)]
 pub struct BufferPool {
-    spare: Mutex<Spare>,
+    spare: Mutex<Vec<Vec<u8>>>,
     min_each: usize,
     max_each: usize,
     max_total: AtomicUsize,
-    /// `Spare::bytes`, readable without the lock ([`Self::room`]).
+    /// The capacity of the spare buffers in all: changed only with `spare` locked, read
+    /// without it too ([`Self::room`]).
     kept: AtomicUsize,
     reuses: AtomicU64,
-}
-
-#[derive(Debug)]
-struct Spare {
-    buffers: Vec<Vec<u8>>,
-    /// Their capacity in all.
-    bytes: usize,
 }
 
 /// Read buffers of blocking store reads (compressed chunks, shard ranges, metadata documents).
@@ -76,10 +68,7 @@ impl BufferPool {
     /// An empty pool.
     pub const fn new(min_each: usize, max_each: usize, max_total: usize) -> Self {
         Self {
-            spare: Mutex::new(Spare {
-                buffers: Vec::new(),
-                bytes: 0,
-            }),
+            spare: Mutex::new(Vec::new()),
             min_each,
             max_each,
             max_total: AtomicUsize::new(max_total),
@@ -99,9 +88,8 @@ impl BufferPool {
             .lock()
             .ok()
             .and_then(|mut s| {
-                let buf = s.buffers.pop()?;
-                s.bytes -= buf.capacity();
-                self.kept.store(s.bytes, Ordering::Relaxed);
+                let buf = s.pop()?;
+                self.kept.fetch_sub(buf.capacity(), Ordering::Relaxed);
                 self.reuses.fetch_add(1, Ordering::Relaxed);
                 Some(buf)
             })
@@ -142,12 +130,10 @@ impl BufferPool {
         }
         let mut s = self.spare.lock().ok()?;
         let i = s
-            .buffers
             .iter()
             .rposition(|b| b.capacity() >= len && b.capacity() - len <= len / 8)?;
-        let buf = s.buffers.swap_remove(i);
-        s.bytes -= buf.capacity();
-        self.kept.store(s.bytes, Ordering::Relaxed);
+        let buf = s.swap_remove(i);
+        self.kept.fetch_sub(buf.capacity(), Ordering::Relaxed);
         self.reuses.fetch_add(1, Ordering::Relaxed);
         Some(buf)
     }
@@ -161,11 +147,10 @@ impl BufferPool {
         }
         buf.clear();
         if let Ok(mut s) = self.spare.lock()
-            && s.bytes + capacity <= self.max_total.load(Ordering::Relaxed)
+            && self.kept_bytes() + capacity <= self.max_total.load(Ordering::Relaxed)
         {
-            s.bytes += capacity;
-            self.kept.store(s.bytes, Ordering::Relaxed);
-            s.buffers.push(buf);
+            self.kept.fetch_add(capacity, Ordering::Relaxed);
+            s.push(buf);
         }
     }
 
