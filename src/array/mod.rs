@@ -2,6 +2,7 @@
 
 pub mod read;
 pub mod selection;
+pub mod turns;
 
 pub use read::{
     LoadedRegion, ReadContext, ReadError, ReadOptions, load_region, read_region, read_region_bytes, row_axis,

@@ -16,6 +16,7 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt, stream};
 
 use super::selection::{CellPart, DimSelection, Selection, cells};
+use super::turns::{Turn, Turns};
 use crate::cache::{
     CacheCounters, CachedChunk, CachedIndex, Caches, ChunkId, Decoded, ORPHANED_LOADS, cached, detach, detach_working,
 };
@@ -140,21 +141,32 @@ pub struct ReadContext {
     /// machine has cores only makes threads take turns and evict each other's caches (a cold
     /// 64 MiB slice on two cores took ~10% longer with 24-48 decodes in flight than with 4).
     /// Not shared across requests: a server-wide queue made cached slices whose few chunks
-    /// were evicted wait behind bulk reads (load test p99 72 -> 617 ms).
-    pub decoders: Arc<tokio::sync::Semaphore>,
+    /// were evicted wait behind bulk reads (load test p99 72 -> 617 ms). Handed out by
+    /// [`Self::rank`].
+    pub decoders: Arc<Turns>,
+    /// The rank of this context's reads for decode turns: a streamed slice gives each band its
+    /// own, in the order they are sent, so that the first band is decoded first
+    /// ([`super::turns`]).
+    pub rank: u64,
 }
 
 impl ReadContext {
     /// A context for one request's reads.
     pub fn new(store: Store, mount: Arc<str>, caches: Option<Arc<Caches>>, opts: ReadOptions) -> Self {
-        let decoders = Arc::new(tokio::sync::Semaphore::new(opts.decode_turns.max(1)));
+        let decoders = Turns::new(opts.decode_turns);
         Self {
             store,
             mount,
             caches,
             opts,
             decoders,
+            rank: 0,
         }
+    }
+
+    /// The same context (sharing its decode turns) for reads of rank `rank`.
+    pub fn ranked(&self, rank: u64) -> Self {
+        Self { rank, ..self.clone() }
     }
 
     /// A context without caches.
@@ -1001,11 +1013,8 @@ fn too_large_unit(key: &str, size: u64, most: u64) -> ReadError {
 
 /// Waits for a turn to decode (see [`ReadContext::decoders`]); the turn ends when the permit
 /// is dropped.
-async fn decode_turn(ctx: &ReadContext) -> Result<tokio::sync::SemaphorePermit<'_>, ReadError> {
-    ctx.decoders
-        .acquire()
-        .await
-        .map_err(|_| ReadError::Internal("decoder permits closed".into()))
+async fn decode_turn(ctx: &ReadContext) -> Result<Turn, ReadError> {
+    Ok(ctx.decoders.take(ctx.rank).await)
 }
 
 /// What decoding one stored unit of an array needs, owned, for the blocking pool.

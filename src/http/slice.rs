@@ -782,9 +782,10 @@ async fn stream_bands(
     // more than BAND_BYTES of units (one row of units can) load fewer at once, down to one.
     let (bands, held) = bands(&meta, &sel);
     let ahead = (BAND_BYTES * BANDS_AHEAD as u64 / held).clamp(1, BANDS_AHEAD as u64) as usize;
-    let mut loads = stream::iter(bands)
-        .map(move |(first, band)| {
-            let (ctx, path, meta) = (ctx.clone(), path.clone(), meta.clone());
+    let mut loads = stream::iter(bands.into_iter().zip(0..))
+        .map(move |((first, band), rank)| {
+            // Ranked by band: the turns to decode go to the band sent first.
+            let (ctx, path, meta) = (ctx.ranked(rank), path.clone(), meta.clone());
             // Aborted when dropped: a client that leaves stops the bands still loading (the
             // chunk loads they started run on to be cached, within ORPHANED_LOADS).
             tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {

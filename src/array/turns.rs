@@ -1,0 +1,190 @@
+//! Turns to decode, handed out in the order a response needs the units.
+//!
+//! A streamed slice loads a few bands of units at once, each in a task of its own, and the
+//! tasks run in whatever order the runtime polls them: tokio runs the task spawned last first.
+//! With turns handed out first come, first served, the third band's units took the turns
+//! before the first band's, and the first byte of a cold 64 MiB slice waited for three bands
+//! to be read (bench/README.md). Here a waiter of a lower rank (an earlier band) is served
+//! before any of a higher one, and waiters of one rank in the order they came.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::oneshot;
+
+/// A fixed number of turns, handed out by rank (see the module documentation).
+#[derive(Debug)]
+pub struct Turns {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Turns no one holds or has been handed.
+    free: usize,
+    /// Waiters by (rank, arrival).
+    waiting: BTreeMap<(u64, u64), oneshot::Sender<Turn>>,
+    arrivals: u64,
+}
+
+/// A turn: handed on to the first waiter (or freed) when dropped.
+#[derive(Debug)]
+pub struct Turn {
+    turns: Option<Arc<Turns>>,
+}
+
+impl Turns {
+    /// `count` turns (at least one).
+    pub fn new(count: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                free: count.max(1),
+                waiting: BTreeMap::new(),
+                arrivals: 0,
+            }),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The state is consistent whenever the lock is released: no code under it panics
+        // midway (a poisoned lock is taken over as is).
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waits for a turn: at once if one is free and no one waits, else after every waiter of a
+    /// lower rank, and every earlier one of the same rank, has had one. Dropping the future
+    /// gives up the place (or the turn, if it was already handed over).
+    pub async fn take(self: &Arc<Self>, rank: u64) -> Turn {
+        let handed = {
+            let mut state = self.state();
+            if state.free > 0 && state.waiting.is_empty() {
+                state.free -= 1;
+                return Turn {
+                    turns: Some(self.clone()),
+                };
+            }
+            let (tx, rx) = oneshot::channel();
+            let arrival = state.arrivals;
+            state.arrivals += 1;
+            state.waiting.insert((rank, arrival), tx);
+            rx
+        };
+        match handed.await {
+            Ok(turn) => turn,
+            // The sender is dropped only with the queue, which `self` keeps alive: not reached.
+            // A turn of no queue is still a correct (if unlimited) answer.
+            Err(_) => Turn { turns: None },
+        }
+    }
+
+    /// Turns free now (for tests and metrics).
+    pub fn free(&self) -> usize {
+        self.state().free
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let Some(turns) = self.turns.take() else {
+            return;
+        };
+        loop {
+            // The lock is not held while handing over: a turn dropped inside the channel (its
+            // waiter gone at that moment) comes back here, and takes the lock itself.
+            let Some((_, waiter)) = turns.state().waiting.pop_first() else {
+                turns.state().free += 1;
+                return;
+            };
+            match waiter.send(Turn {
+                turns: Some(turns.clone()),
+            }) {
+                Ok(()) => return,
+                // The waiter gave up its place: the next one.
+                Err(mut unsent) => unsent.turns = None,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Lets spawned tasks run until they wait.
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn turns_go_by_rank_then_arrival_and_never_exceed_the_count() {
+        let turns = Turns::new(2);
+        let a = turns.take(9).await;
+        let b = turns.take(9).await;
+        assert_eq!(turns.free(), 0);
+        let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+        let mut tasks = Vec::new();
+        for (name, rank) in [("r5", 5), ("r1", 1), ("r3 first", 3), ("r3 second", 3), ("r0", 0)] {
+            let (turns, tx) = (turns.clone(), tx.clone());
+            tasks.push(tokio::spawn(async move {
+                let turn = turns.take(rank).await;
+                tx.send(name).unwrap();
+                // Held until the test lets it go, one at a time.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                drop(turn);
+            }));
+            settle().await;
+        }
+        assert!(order.try_recv().is_err(), "no turn is free");
+        drop(a);
+        drop(b);
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            got.push(order.recv().await.unwrap());
+        }
+        // Two at a time: r0 and r1 first, the rest as turns come back.
+        assert_eq!(got, ["r0", "r1", "r3 first", "r3 second", "r5"]);
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(turns.free(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_gives_up_loses_no_turn() {
+        let turns = Turns::new(1);
+        let held = turns.take(0).await;
+        // One waiter gives up before the turn comes back, and one is handed the turn but gone
+        // before it looks: neither keeps it.
+        let gone = {
+            let turns = turns.clone();
+            tokio::spawn(async move { turns.take(0).await })
+        };
+        let late = {
+            let turns = turns.clone();
+            tokio::spawn(async move { turns.take(1).await })
+        };
+        settle().await;
+        gone.abort();
+        assert!(gone.await.unwrap_err().is_cancelled());
+        drop(held);
+        settle().await;
+        let late = late.await.unwrap();
+        assert_eq!(turns.free(), 0);
+        drop(late);
+        assert_eq!(turns.free(), 1);
+        // A take dropped after the turn was handed to it gives the turn back.
+        let held = turns.take(0).await;
+        let mut waiting = Box::pin(turns.take(0));
+        assert!(futures::poll!(waiting.as_mut()).is_pending());
+        drop(held);
+        drop(waiting);
+        assert_eq!(turns.free(), 1);
+        let _again = tokio::time::timeout(Duration::from_secs(5), turns.take(3))
+            .await
+            .unwrap();
+    }
+}
