@@ -81,9 +81,12 @@ pub(crate) fn page_size() -> Option<usize> {
 }
 
 /// Regions the reserve holds at most.
-const SLOTS: usize = 8;
+const SLOTS: usize = 16;
 /// The reserve is made in regions of a multiple of this.
 const RESERVE_STEP: usize = 2 << 20;
+/// A region is at most this large, so that the reserve grows in steps a request can use while
+/// the rest is still being faulted in (a server's first request comes soon after it starts).
+const REGION_MOST: usize = 16 << 20;
 
 /// The reserve: regions of private anonymous pages, each page already faulted in and written
 /// only with zeros, that large blocks are carved from the front of. `(start, length)`,
@@ -117,7 +120,7 @@ fn reserved(size: usize) -> *mut u8 {
     *len -= size;
     let left = RESERVED.fetch_sub(size, Ordering::Relaxed) - size;
     drop(regions);
-    if left < RESERVE_TARGET.load(Ordering::Relaxed) / 2
+    if left + REGION_MOST <= RESERVE_TARGET.load(Ordering::Relaxed)
         && let Some(keeper) = KEEPER.get()
     {
         keeper.unpark();
@@ -152,7 +155,7 @@ fn apart(size: usize, page: usize) -> *mut u8 {
 }
 
 /// Starts keeping a reserve of up to `most` bytes, or what `room()` says if less (read
-/// without locks; it is polled each second, and when the reserve falls below half). Once per
+/// without locks; it is polled each second, and when a region's worth has been taken). Once per
 /// process: later calls do nothing.
 ///
 /// Two threads: one at normal priority maps and unmaps regions (the calls that take the
@@ -205,8 +208,8 @@ pub fn start_reserve(most: usize, room: impl Fn() -> usize + Send + 'static) -> 
                             *gone = std::mem::take(slot);
                         }
                     }
-                    if have < target / 2 && regions.iter().any(|slot| slot.1 == 0) {
-                        add = target - have;
+                    if have + RESERVE_STEP <= target && regions.iter().any(|slot| slot.1 == 0) {
+                        add = (target - have).min(REGION_MOST);
                     }
                 }
                 for (start, len) in unmap {
