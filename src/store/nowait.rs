@@ -15,6 +15,9 @@
 //! - only roots on local disk filesystems take this path (ext4, xfs, btrfs, f2fs, tmpfs,
 //!   overlayfs), and no mount point below the root is crossed (`RESOLVE_NO_XDEV`): opening a file
 //!   on NFS or FUSE talks to a server even when the lookup is cached.
+//!
+//! The blocking path opens files the same way first, without `RESOLVE_CACHED`
+//! ([`Root::open_file_waiting`]), and resolves the path by hand only where that does not decide.
 
 use std::ffi::CString;
 use std::fs::File;
@@ -62,7 +65,19 @@ impl Root {
     /// Opens `key`, with the metadata of the regular file it names; `Done(None)` when nothing
     /// by that name exists, or it is no regular file.
     pub fn open_file(&self, key: &StoreKey) -> Nowait<Option<(ObjectMeta, File)>> {
-        let file = match imp::open_beneath(self, key.as_str()) {
+        self.open_file_with(key, false)
+    }
+
+    /// [`Self::open_file`] for the blocking pool: lookups may wait for the disk. One call
+    /// resolves the path in the kernel, where resolving it by hand (`realpath`: a `readlink` per
+    /// component) and opening it took nine. `WouldBlock` still means undecided here (a symlink
+    /// out of the root or an absolute one, a mount point): the caller resolves the path itself.
+    pub fn open_file_waiting(&self, key: &StoreKey) -> Nowait<Option<(ObjectMeta, File)>> {
+        self.open_file_with(key, true)
+    }
+
+    fn open_file_with(&self, key: &StoreKey, wait: bool) -> Nowait<Option<(ObjectMeta, File)>> {
+        let file = match imp::open_beneath(self, key.as_str(), wait) {
             Nowait::Done(Some(file)) => file,
             Nowait::Done(None) => return Nowait::Done(None),
             Nowait::WouldBlock => return Nowait::WouldBlock,
@@ -163,13 +178,18 @@ mod imp {
     /// The path is canonical: a symlink on it means the root (or a parent) was replaced by one
     /// since, where the blocking path, which checks canonical paths, serves nothing; so does
     /// this one (ELOOP: the blocking path decides).
-    fn open_root(root: &Root) -> Result<File, i32> {
+    fn open_root(root: &Root, wait: bool) -> Result<File, i32> {
         openat2(
             libc::AT_FDCWD,
             &root.path,
             libc::O_PATH | libc::O_DIRECTORY,
-            libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_CACHED,
+            libc::RESOLVE_NO_SYMLINKS | cached(wait),
         )
+    }
+
+    /// `RESOLVE_CACHED` unless the caller may `wait` for lookups.
+    fn cached(wait: bool) -> u64 {
+        if wait { 0 } else { libc::RESOLVE_CACHED }
     }
 
     /// Whether the kernel offers cached lookups and the root is on a local disk filesystem.
@@ -179,7 +199,7 @@ mod imp {
             reads_refused: Default::default(),
         };
         // Anything but these means the call and its flags exist (EAGAIN: not cached yet).
-        if matches!(open_root(&probe), Err(libc::ENOSYS | libc::EINVAL | libc::EPERM)) {
+        if matches!(open_root(&probe, false), Err(libc::ENOSYS | libc::EINVAL | libc::EPERM)) {
             return false;
         }
         // SAFETY: `statfs` is a plain C struct that the call fills in.
@@ -193,17 +213,16 @@ mod imp {
 
     /// Opens `key` (relative, already checked by [`crate::store::StoreKey`]) below the root,
     /// following symlinks only where they stay below it and on its filesystem, if no lookup has
-    /// to wait.
-    pub fn open_beneath(root: &Root, key: &str) -> Nowait<Option<File>> {
+    /// to wait (or if the caller may `wait`).
+    pub fn open_beneath(root: &Root, key: &str, wait: bool) -> Nowait<Option<File>> {
         let Ok(path) = CString::new(key) else {
             return Nowait::WouldBlock;
         };
-        let Ok(dir) = open_root(root) else {
+        let Ok(dir) = open_root(root, wait) else {
             return Nowait::WouldBlock;
         };
         // Non-blocking, as on the blocking path: opening a FIFO must not wait for a writer.
-        let resolve =
-            libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_MAGICLINKS | libc::RESOLVE_CACHED;
+        let resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_MAGICLINKS | cached(wait);
         match openat2(dir.as_raw_fd(), &path, libc::O_RDONLY | libc::O_NONBLOCK, resolve) {
             Ok(file) => Nowait::Done(Some(file)),
             // Nothing by that name (a cached negative lookup), or a file in the way.
@@ -261,7 +280,7 @@ mod imp {
         false
     }
 
-    pub fn open_beneath(_: &Root, _: &str) -> Nowait<Option<File>> {
+    pub fn open_beneath(_: &Root, _: &str, _: bool) -> Nowait<Option<File>> {
         Nowait::WouldBlock
     }
 
@@ -454,6 +473,38 @@ mod tests {
                 "{name} was decided without the blocking path"
             );
             assert!(matches!(root.open_file(&key(name)), Nowait::WouldBlock), "{name}");
+            assert!(
+                matches!(root.open_file_waiting(&key(name)), Nowait::WouldBlock),
+                "{name} was decided by the waiting open"
+            );
+        }
+    }
+
+    /// The open for the blocking pool decides files below the root, relative symlinks that
+    /// stay below it, and names that resolve to nothing, as the canonical path would.
+    #[test]
+    fn the_waiting_open_decides_files_below_the_root_and_missing_names() {
+        let (_dir, root_path, root, data) = tree();
+        #[cfg(unix)]
+        std::os::unix::fs::symlink("b/c", root_path.join("a/alias")).unwrap();
+        let Some(root) = root else { return };
+        let names: &[&str] = if cfg!(unix) { &["a/b/c", "a/alias"] } else { &["a/b/c"] };
+        for name in names {
+            let Nowait::Done(Some((meta, mut file))) = root.open_file_waiting(&key(name)) else {
+                panic!("{name} was not opened");
+            };
+            let (want, want_meta) = blocking(&root_path.join("a/b/c"), 0..data.len());
+            assert_eq!(meta, want_meta, "{name}");
+            let mut got = Vec::new();
+            std::io::Read::read_to_end(&mut file, &mut got).unwrap();
+            assert_eq!(got, want, "{name}");
+        }
+        // Missing, under a file, and a directory (no key): nothing, decided here.
+        for name in ["nothing", "a/b/c/under", "a/b"] {
+            assert!(
+                matches!(root.open_file_waiting(&key(name)), Nowait::Done(None)),
+                "{name}"
+            );
         }
     }
 

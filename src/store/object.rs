@@ -69,7 +69,7 @@ pub fn open_local(dir: &FsPath) -> Result<ObjectStoreBackend, String> {
         store: Arc::new(fs),
         prefix: Vec::new(),
         local: Some(Arc::new(LocalFiles {
-            nowait: nowait::Root::open(&root),
+            nowait: nowait::Root::open(&root).map(Arc::new),
             root,
         })),
         can_list: true,
@@ -237,14 +237,25 @@ fn open_local_file(root: &FsPath, key: &StoreKey) -> Result<LocalFile, StoreErro
     Ok(LocalFile::Found(local_meta(&meta), file))
 }
 
+/// Opens `key` under `root`: resolved by the kernel below `beneath` (the root opened for
+/// [`nowait`] reads) where it can decide, else by hand ([`open_local_file`]).
+fn open_local_key(root: &FsPath, beneath: Option<&nowait::Root>, key: &StoreKey) -> Result<LocalFile, StoreError> {
+    match beneath.map(|b| b.open_file_waiting(key)) {
+        Some(Nowait::Done(Some((meta, file)))) => Ok(LocalFile::Found(meta, file)),
+        Some(Nowait::Done(None)) => Ok(LocalFile::Missing),
+        None | Some(Nowait::WouldBlock) => open_local_file(root, key),
+    }
+}
+
 /// Opens `key` under `root` and resolves `range` against its size (all of it when `None`);
 /// `None` when the file does not exist, [`StoreError::Range`] when the range is unsatisfiable.
 fn open_local_range(
     root: &FsPath,
+    beneath: Option<&nowait::Root>,
     key: &StoreKey,
     range: Option<ByteRange>,
 ) -> Result<Option<(ObjectMeta, Range<u64>, std::fs::File)>, StoreError> {
-    let LocalFile::Found(meta, file) = open_local_file(root, key)? else {
+    let LocalFile::Found(meta, file) = open_local_key(root, beneath, key)? else {
         return Ok(None);
     };
     let range = resolve_range(range, meta.size)?;
@@ -282,8 +293,8 @@ impl LocalFiles {
         if let Some(Nowait::Done(found)) = self.nowait.as_ref().map(|n| n.open_file(key)) {
             return Ok(found.map(|(meta, _)| meta));
         }
-        let (root, key) = (self.root.clone(), key.clone());
-        let found = tokio::task::spawn_blocking(move || open_local_file(&root, &key))
+        let (root, beneath, key) = (self.root.clone(), self.nowait.clone(), key.clone());
+        let found = tokio::task::spawn_blocking(move || open_local_key(&root, beneath.as_deref(), &key))
             .await
             .map_err(joined)??;
         Ok(match found {
@@ -302,9 +313,9 @@ impl LocalFiles {
                 body: body_stream(futures::stream::iter([Ok::<Bytes, StoreError>(bytes)])),
             }));
         }
-        let (root, key) = (self.root.clone(), key.clone());
+        let (root, beneath, key) = (self.root.clone(), self.nowait.clone(), key.clone());
         let opened = tokio::task::spawn_blocking(move || -> Result<LocalRead, StoreError> {
-            let Some((meta, range, mut file)) = open_local_range(&root, &key, range)? else {
+            let Some((meta, range, mut file)) = open_local_range(&root, beneath.as_deref(), &key, range)? else {
                 return Ok(None);
             };
             if range.end - range.start <= SMALL_READ {
@@ -444,7 +455,7 @@ impl From<std::io::Error> for StoreError {
 struct LocalFiles {
     root: PathBuf,
     /// The root opened for reads that do not wait, where the platform has them.
-    nowait: Option<nowait::Root>,
+    nowait: Option<Arc<nowait::Root>>,
 }
 
 impl BlockingRead for LocalFiles {
@@ -455,7 +466,7 @@ impl BlockingRead for LocalFiles {
         most: u64,
         buf: &mut Vec<u8>,
     ) -> Result<Option<ObjectMeta>, StoreError> {
-        let Some((meta, range, mut file)) = open_local_range(&self.root, key, range)? else {
+        let Some((meta, range, mut file)) = open_local_range(&self.root, self.nowait.as_deref(), key, range)? else {
             return Ok(None);
         };
         if range.end - range.start > most {
@@ -471,8 +482,12 @@ impl BlockingRead for LocalFiles {
 
     fn open_range(&self, key: &StoreKey, range: Range<u64>) -> Result<Option<super::OpenedRange>, StoreError> {
         use std::io::{Read, Seek};
-        let Some((meta, range, mut file)) =
-            open_local_range(&self.root, key, Some(ByteRange::Bounded(range.start, range.end)))?
+        let Some((meta, range, mut file)) = open_local_range(
+            &self.root,
+            self.nowait.as_deref(),
+            key,
+            Some(ByteRange::Bounded(range.start, range.end)),
+        )?
         else {
             return Ok(None);
         };
