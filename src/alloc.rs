@@ -120,7 +120,8 @@ fn reserved(size: usize) -> *mut u8 {
     *len -= size;
     let left = RESERVED.fetch_sub(size, Ordering::Relaxed) - size;
     drop(regions);
-    if left + REGION_MOST <= RESERVE_TARGET.load(Ordering::Relaxed)
+    let target = RESERVE_TARGET.load(Ordering::Relaxed);
+    if left + REGION_MOST.min(target / 2) <= target
         && let Some(keeper) = KEEPER.get()
     {
         keeper.unpark();
@@ -152,6 +153,17 @@ fn apart(size: usize, page: usize) -> *mut u8 {
         }
     }
     region
+}
+
+/// Cuts the end off a reserve slot, keeping its first `keep` bytes (the whole slot is emptied
+/// for 0): what was cut is put in `gone`, to be unmapped, and its length returned.
+fn cut_end(slot: &mut (usize, usize), keep: usize, gone: &mut (usize, usize)) -> usize {
+    let cut = slot.1.saturating_sub(keep);
+    if cut > 0 {
+        *gone = (slot.0 + slot.1 - cut, cut);
+        *slot = if cut == slot.1 { (0, 0) } else { (slot.0, slot.1 - cut) };
+    }
+    cut
 }
 
 /// Starts keeping a reserve of up to `most` bytes, or what `room()` says if less (read
@@ -196,26 +208,35 @@ pub fn start_reserve(most: usize, room: impl Fn() -> usize + Send + 'static) -> 
             loop {
                 let target = room().min(most) / RESERVE_STEP * RESERVE_STEP;
                 RESERVE_TARGET.store(target, Ordering::Relaxed);
-                let mut unmap = [(0, 0); SLOTS];
+                // One piece of each slot, and one more slot whole.
+                let mut unmap = [(0, 0); SLOTS + 1];
                 let mut add = 0;
                 if let Ok(mut regions) = RESERVE.lock() {
                     let mut have = RESERVED.load(Ordering::Relaxed);
                     for (slot, gone) in regions.iter_mut().zip(unmap.iter_mut()) {
-                        // Remainders too small for a block, and whole regions over the target.
-                        if slot.1 > 0 && (slot.1 < MAP_FROM || have > target) {
-                            have -= slot.1;
-                            RESERVED.fetch_sub(slot.1, Ordering::Relaxed);
-                            *gone = std::mem::take(slot);
-                        }
+                        // What is over the target goes from the end of a region (blocks are
+                        // carved from the front), and remainders too small for a block go.
+                        let over = have.saturating_sub(target).min(slot.1);
+                        let keep = if slot.1 - over < MAP_FROM { 0 } else { slot.1 - over };
+                        have -= cut_end(slot, keep, gone);
                     }
-                    if have + RESERVE_STEP <= target && regions.iter().any(|slot| slot.1 == 0) {
+                    let room_for_more = |have: usize| have + RESERVE_STEP <= target;
+                    // Every slot holding a piece: the smallest goes, so that a region fits.
+                    if room_for_more(have)
+                        && !regions.iter().any(|slot| slot.1 == 0)
+                        && let Some(smallest) = regions.iter_mut().min_by_key(|slot| slot.1)
+                    {
+                        have -= cut_end(smallest, 0, &mut unmap[SLOTS]);
+                    }
+                    RESERVED.store(have, Ordering::Relaxed);
+                    if room_for_more(have) {
                         add = (target - have).min(REGION_MOST);
                     }
                 }
                 for (start, len) in unmap {
                     if len > 0 {
-                        // SAFETY: a region taken out of the reserve: no block was carved from
-                        // what is left of it.
+                        // SAFETY: pages taken out of the reserve from the end of a region;
+                        // blocks are carved from the front, so none was handed out.
                         unsafe { libc::munmap(start as *mut libc::c_void, len) };
                     }
                 }
@@ -448,6 +469,17 @@ mod tests {
         TEST_ROOM.store(0, Ordering::Relaxed);
         KEEPER.get().unwrap().unpark();
         wait_for("the reserve is given back", || RESERVED.load(Ordering::Relaxed) == 0);
+    }
+
+    #[test]
+    fn what_is_given_back_is_cut_from_the_end_of_a_region() {
+        let mut gone = (0, 0);
+        let mut slot = (1 << 20, 6 << 20);
+        assert_eq!(cut_end(&mut slot, 4 << 20, &mut gone), 2 << 20);
+        assert_eq!((slot, gone), ((1 << 20, 4 << 20), (5 << 20, 2 << 20)));
+        assert_eq!(cut_end(&mut slot, 4 << 20, &mut gone), 0);
+        assert_eq!(cut_end(&mut slot, 0, &mut gone), 4 << 20);
+        assert_eq!((slot, gone), ((0, 0), (1 << 20, 4 << 20)));
     }
 
     /// (On 64-bit targets, where half the address space cannot be mapped.)

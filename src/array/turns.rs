@@ -108,6 +108,7 @@ impl Drop for Turn {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Duration;
 
     use super::*;
@@ -126,14 +127,18 @@ mod tests {
         let b = turns.take(9).await;
         assert_eq!(turns.free(), 0);
         let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
+        // Turns held by the tasks at once, and the most ever.
+        let (holding, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let mut tasks = Vec::new();
         for (name, rank) in [("r5", 5), ("r1", 1), ("r3 first", 3), ("r3 second", 3), ("r0", 0)] {
-            let (turns, tx) = (turns.clone(), tx.clone());
+            let (turns, tx, holding, most) = (turns.clone(), tx.clone(), holding.clone(), most.clone());
             tasks.push(tokio::spawn(async move {
                 let turn = turns.take(rank).await;
+                most.fetch_max(holding.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                 tx.send(name).unwrap();
-                // Held until the test lets it go, one at a time.
+                // Held a while, so that the others wait.
                 tokio::time::sleep(Duration::from_millis(20)).await;
+                holding.fetch_sub(1, Ordering::SeqCst);
                 drop(turn);
             }));
             settle().await;
@@ -151,6 +156,7 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(turns.free(), 2);
+        assert_eq!(most.load(Ordering::SeqCst), 2, "two turns, held by two at once at most");
     }
 
     #[tokio::test]

@@ -823,6 +823,49 @@ mod tests {
         ));
     }
 
+    /// The blocking path decides symlinks as `realpath` does, with the root opened for the
+    /// kernel's lookups or without: links that stay inside are followed (absolute ones by the
+    /// fallback), links out of the root name nothing.
+    #[cfg(unix)]
+    #[test]
+    fn blocking_opens_follow_links_only_inside_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let root = base.join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(base.join("secret"), b"secret").unwrap();
+        std::fs::write(root.join("sub/inside"), b"inside").unwrap();
+        let link = |target: &std::path::Path, name: &str| std::os::unix::fs::symlink(target, root.join(name)).unwrap();
+        link(std::path::Path::new("sub/inside"), "relative_in");
+        link(&root.join("sub/inside"), "absolute_in");
+        link(std::path::Path::new("../secret"), "relative_out");
+        link(&base.join("secret"), "absolute_out");
+        let beneath = super::nowait::Root::open(&root);
+        if std::env::var_os("ZARRGATE_EXPECT_NOWAIT").is_some() {
+            assert!(beneath.is_some(), "the kernel's lookups are not available here");
+        }
+        for with in [beneath.as_ref(), None] {
+            for (name, want) in [
+                ("sub/inside", Some(&b"inside"[..])),
+                ("relative_in", Some(b"inside")),
+                ("absolute_in", Some(b"inside")),
+                ("relative_out", None),
+                ("absolute_out", None),
+                ("missing", None),
+                ("sub", None),
+            ] {
+                let key = StoreKey::new(name).unwrap();
+                let found = open_local_range(&root, with, &key, None).unwrap();
+                let got = found.map(|(_, range, file)| {
+                    let mut buf = Vec::new();
+                    read_range(&mut { file }, &key, &range, &mut buf).unwrap();
+                    buf
+                });
+                assert_eq!(got.as_deref(), want, "{name}, kernel lookups: {}", with.is_some());
+            }
+        }
+    }
+
     /// Without reads that do not wait (another platform or filesystem), every read takes the
     /// blocking path: small ranges whole into a spare buffer, larger ones streamed.
     #[tokio::test]
