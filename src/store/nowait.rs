@@ -290,7 +290,7 @@ mod imp {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::store) mod tests {
     use std::sync::atomic::Ordering;
 
     use super::*;
@@ -443,23 +443,38 @@ mod tests {
         std::fs::remove_dir_all(&old).unwrap();
     }
 
+    /// A canonical root `root` holding `sub/inside` ("inside"), next to `secret` ("secret"),
+    /// with symlinks: `relative_in` and `absolute_in` to `sub/inside`, `sub/round_trip` out of
+    /// the root and back to it, `relative_out` and `absolute_out` to `secret`, `proc` to
+    /// `/proc/self/environ` and `loop` to itself. The temporary directory, and the root.
+    #[cfg(unix)]
+    pub(in crate::store) fn link_tree() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let root = base.join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(base.join("secret"), b"secret").unwrap();
+        std::fs::write(root.join("sub/inside"), b"inside").unwrap();
+        for (target, name) in [
+            (root.join("sub/inside"), "absolute_in"),
+            ("sub/inside".into(), "relative_in"),
+            ("../../root/sub/inside".into(), "sub/round_trip"),
+            (base.join("secret"), "absolute_out"),
+            ("../secret".into(), "relative_out"),
+            ("/proc/self/environ".into(), "proc"),
+            ("loop".into(), "loop"),
+        ] {
+            std::os::unix::fs::symlink(target, root.join(name)).unwrap();
+        }
+        (dir, root)
+    }
+
     /// A symlink out of the root, or an absolute one, is never followed here: the blocking path
     /// decides (it serves absolute links that stay inside).
     #[cfg(unix)]
     #[test]
     fn symlinks_that_may_leave_the_root_are_left_to_the_blocking_path() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = std::fs::canonicalize(dir.path()).unwrap();
-        let root_path = base.join("root");
-        std::fs::create_dir_all(root_path.join("sub")).unwrap();
-        std::fs::write(base.join("secret"), b"secret").unwrap();
-        std::fs::write(root_path.join("sub/inside"), b"inside").unwrap();
-        std::os::unix::fs::symlink(base.join("secret"), root_path.join("absolute_out")).unwrap();
-        std::os::unix::fs::symlink("../secret", root_path.join("relative_out")).unwrap();
-        std::os::unix::fs::symlink(root_path.join("sub/inside"), root_path.join("absolute_in")).unwrap();
-        std::os::unix::fs::symlink("../../root/sub/inside", root_path.join("sub/round_trip")).unwrap();
-        std::os::unix::fs::symlink("/proc/self/environ", root_path.join("proc")).unwrap();
-        std::os::unix::fs::symlink("loop", root_path.join("loop")).unwrap();
+        let (_dir, root_path) = link_tree();
         let Some(root) = Root::open(&root_path) else { return };
         for name in [
             "absolute_out",
