@@ -77,8 +77,9 @@ impl Turns {
         }
     }
 
-    /// Turns free now (for tests and metrics).
-    pub fn free(&self) -> usize {
+    /// Turns free now.
+    #[cfg(test)]
+    fn free(&self) -> usize {
         self.state().free
     }
 }
@@ -89,11 +90,19 @@ impl Drop for Turn {
             return;
         };
         loop {
-            // The lock is not held while handing over: a turn dropped inside the channel (its
-            // waiter gone at that moment) comes back here, and takes the lock itself.
-            let Some((_, waiter)) = turns.state().waiting.pop_first() else {
-                turns.state().free += 1;
-                return;
+            // The first waiter, or the turn freed, in one hold of the lock: a waiter that came
+            // between the two would wait with a turn free. The lock is not held while handing
+            // over: a turn dropped inside the channel (its waiter gone at that moment) comes
+            // back here, and takes the lock itself.
+            let waiter = {
+                let mut state = turns.state();
+                match state.waiting.pop_first() {
+                    Some((_, waiter)) => waiter,
+                    None => {
+                        state.free += 1;
+                        return;
+                    }
+                }
             };
             match waiter.send(Turn {
                 turns: Some(turns.clone()),
