@@ -167,8 +167,8 @@ fn cut_end(slot: &mut (usize, usize), keep: usize, gone: &mut (usize, usize)) ->
 }
 
 /// Starts keeping a reserve of up to `most` bytes, or what `room()` says if less (read
-/// without locks; it is polled each second, and when a region's worth has been taken). Once per
-/// process: later calls do nothing.
+/// without locks; it is polled each second, and when a region's worth, or half the reserve if
+/// less, has been taken). Once per process: later calls do nothing.
 ///
 /// Two threads: one at normal priority maps and unmaps regions (the calls that take the
 /// process's memory-map lock), and one at idle priority (Linux's `SCHED_IDLE`: it runs only on

@@ -897,7 +897,7 @@ async fn decode(
     inner: bool,
 ) -> Result<Arc<Decoded>, ReadError> {
     let decoder = Decoder::new(ctx, meta, key, inner);
-    let _turn = decode_turn(ctx).await?;
+    let _turn = decode_turn(ctx).await;
     tokio::task::spawn_blocking(move || {
         decoder.decode(|chain, shape, fill, limit| chain.decode_bytes(bytes, shape, fill, limit))
     })
@@ -945,7 +945,7 @@ async fn read_and_decode(
     }
     // Local: opened, refused by its size if need be, read and decoded in one blocking call.
     let decoder = Decoder::new(ctx, meta, key, is_inner);
-    let _turn = decode_turn(ctx).await?;
+    let _turn = decode_turn(ctx).await;
     let changed = key.to_string();
     let decoded = ctx
         .store
@@ -1011,10 +1011,10 @@ fn too_large_unit(key: &str, size: u64, most: u64) -> ReadError {
     ))
 }
 
-/// Waits for a turn to decode (see [`ReadContext::decoders`]); the turn ends when the permit
-/// is dropped.
-async fn decode_turn(ctx: &ReadContext) -> Result<Turn, ReadError> {
-    Ok(ctx.decoders.take(ctx.rank).await)
+/// Waits for a turn to decode (see [`ReadContext::decoders`]); the turn ends when it is
+/// dropped.
+async fn decode_turn(ctx: &ReadContext) -> Turn {
+    ctx.decoders.take(ctx.rank).await
 }
 
 /// What decoding one stored unit of an array needs, owned, for the blocking pool.
