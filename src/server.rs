@@ -68,6 +68,8 @@ struct Finished {
     /// The request's URI (its path is logged, up to [`LOGGED_PATH_CHARS`]).
     uri: axum::http::Uri,
     range: Option<HeaderValue>,
+    /// The route family of its path ([`crate::metrics::route_index`]).
+    route: usize,
     start: Instant,
     /// The response's status and the time to its head, once there is one.
     head: Option<(u16, Duration)>,
@@ -89,6 +91,7 @@ impl Finished {
             method: request.method().clone(),
             uri: request.uri().clone(),
             range: request.headers().get(header::RANGE).cloned(),
+            route: crate::metrics::route_index(request.uri().path()),
             start: Instant::now(),
             head: None,
             length: None,
@@ -101,7 +104,7 @@ impl Finished {
     /// The response's head is ready: its status and latency are counted.
     fn head(&mut self, response: &Response) {
         let (status, head) = (response.status().as_u16(), self.start.elapsed());
-        self.state.metrics.observe(self.uri.path(), status, head);
+        self.state.metrics.observe(self.route, status, head);
         self.head = Some((status, head));
         // A streamed body has no exact size hint, but its Content-Length header.
         self.length = http_body::Body::size_hint(response.body()).exact().or_else(|| {
@@ -120,9 +123,11 @@ impl Drop for Finished {
         // there); HEAD, 204 and 304 bodies send nothing.
         let complete = self.head.is_some()
             && (self.ended || self.method == Method::HEAD || self.length.is_some_and(|n| n == self.bytes));
+        self.state.metrics.ended(self.route, self.bytes, complete);
+        if !tracing::enabled!(target: "zarrgate::access", tracing::Level::INFO) {
+            return;
+        }
         let path = self.uri.path();
-        let route = crate::metrics::route_of(path);
-        self.state.metrics.ended(route, self.bytes, complete);
         let (status, head) = self.head.unwrap_or((499, self.start.elapsed()));
         // A path is logged up to 1 KiB: a request of a 64 KiB URL writes no 64 KiB line.
         let path: std::borrow::Cow<str> = match path.char_indices().nth(LOGGED_PATH_CHARS) {

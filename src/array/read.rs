@@ -186,13 +186,13 @@ impl ReadContext {
 
     /// The id of inner chunk `number` of the shard at `key`, as `shard` is now.
     fn inner_id(&self, meta: &ArrayMeta, key: &StoreKey, number: u64, shard: &ObjectMeta) -> ChunkId {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::hash::DefaultHasher::new();
+        use std::hash::BuildHasher;
         // All that tells one stored shard from another: origins with no ETag have only the
         // size and the modification time.
-        (shard.size, &shard.version, shard.last_modified).hash(&mut h);
+        let object =
+            foldhash::quality::FixedState::default().hash_one((shard.size, &shard.version, shard.last_modified));
         ChunkId {
-            object: h.finish(),
+            object,
             ..self.id(meta, key, Some(number))
         }
     }
@@ -1104,7 +1104,7 @@ async fn load_unit(
 /// (the context, the metadata, the key), which a hit need not make.
 async fn through_cache<V, F>(
     caches: &Arc<Caches>,
-    pick: fn(&Caches) -> (&moka::future::Cache<ChunkId, V>, &CacheCounters),
+    pick: fn(&Caches) -> (&crate::cache::Cache<ChunkId, V>, &CacheCounters),
     id: ChunkId,
     load: impl FnOnce() -> F,
 ) -> Result<V, ReadError>
@@ -1138,11 +1138,11 @@ fn load_task_failed(e: tokio::task::JoinError) -> ReadError {
     ReadError::Internal(format!("load task failed: {e}"))
 }
 
-fn chunks(c: &Caches) -> (&moka::future::Cache<ChunkId, CachedChunk>, &CacheCounters) {
+fn chunks(c: &Caches) -> (&crate::cache::Cache<ChunkId, CachedChunk>, &CacheCounters) {
     (&c.chunks, &c.chunk_counters)
 }
 
-fn indexes(c: &Caches) -> (&moka::future::Cache<ChunkId, CachedIndex>, &CacheCounters) {
+fn indexes(c: &Caches) -> (&crate::cache::Cache<ChunkId, CachedIndex>, &CacheCounters) {
     (&c.shard_indexes, &c.index_counters)
 }
 
