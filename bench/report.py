@@ -166,6 +166,12 @@ def main():
       "filled by eight other regions first, as in a server that has been up for a while. "
       "Warm: repeated read; zarrgate and tensorstore (1 GiB cache_pool) hold decoded chunks, "
       "zarr-python re-decodes from the page cache.")
+    if meta.get("cold_64MiB_pairs"):
+        w("")
+        w(f"The cold 64 MiB rows, which carry the 1.5x target, are over {meta['cold_64MiB_pairs']} run pairs "
+          "(cold full cache: at most 8, the regions there are to read), not "
+          f"{runs}: on this shared host one pair in five can be off by 1.5x, and a median of five moved "
+          "by 0.3 between otherwise equal runs.")
     w("")
     w("| region | zarrgate s | tensorstore s | zarr-python s | zarrgate / tensorstore | zarr-python / zarrgate | target |")
     w("|---|---|---|---|---|---|---|")

@@ -8,6 +8,9 @@
 #   CARGO_TARGET_DIR   where the release binary is built (default: target)
 #   ZARRGATE_CACHE     venvs and bench data (default: ~/.cache/zarrgate); data in bench-data/
 #   BENCH_RUNS         measured runs per figure (default 5; min/median/max are reported)
+#   BENCH_COLD_RUNS    run pairs of each cold 64 MiB figure, whose median ratio to tensorstore
+#                      is judged against the 1.5x target (default 9; the full-cache case has
+#                      eight regions to read, so at most 8)
 #   BENCH_DURATION     seconds per load run (default 3)
 #   BENCH_PEERS        0 to skip the xpublish peer (default 1)
 #   BENCH_OUT          the report (default bench/results.md)
@@ -19,6 +22,7 @@ cd "$(dirname "$0")/.."
 REPO="$PWD"
 T_START=$(date +%s)
 RUNS="${BENCH_RUNS:-5}"
+COLD_RUNS="${BENCH_COLD_RUNS:-9}"
 DUR="${BENCH_DURATION:-3}"
 PEERS="${BENCH_PEERS:-1}"
 OUT="${BENCH_OUT:-$REPO/bench/results.md}"
@@ -368,8 +372,12 @@ for ds in sharded unsharded blosc_v2; do
     for reg in 64MiB 256MiB; do
         url="$(slice_url "$ds.zarr" "${REGION[$reg]}")"
         ts_start "$DATA/issue9/$ds.zarr" "${REGION[$reg]}"
-        log "slice $ds $reg: zarrgate cold (restart$([ "$CAN_DROP" = 1 ] && echo ' + drop_caches')) and tensorstore cold, interleaved; zarrgate warm"
-        for run in $(seq 1 "$RUNS"); do
+        # The 64 MiB cold figures carry the target, judged on a median of per-pair ratios: more
+        # pairs for them, as one run pair in five on this shared host can be off by 1.5x.
+        pairs=$RUNS
+        [ "$reg" = 64MiB ] && pairs=$COLD_RUNS
+        log "slice $ds $reg: zarrgate cold (restart$([ "$CAN_DROP" = 1 ] && echo ' + drop_caches')) and tensorstore cold, interleaved ($pairs pairs); zarrgate warm"
+        for run in $(seq 1 "$pairs"); do
             stop_zg
             drop_caches
             start_zg
@@ -392,7 +400,7 @@ for ds in sharded unsharded blosc_v2; do
         curl -sf -o /dev/null "$ZG/api/v1/slice/bench/small/zstd.zarr?select=0:512,0:512&format=bin"
         side=$((${RBYTES[$reg]} == (64 << 20) ? 4096 : 8192))
         per_row=$((16384 / side))
-        for run in $(seq 0 $((RUNS - 1))); do
+        for run in $(seq 0 $((pairs - 1))); do
             [ "$run" -lt $((per_row * per_row)) ] || break
             r0=$(((run / per_row) * side))
             c0=$(((run % per_row) * side))
@@ -414,7 +422,7 @@ for ds in sharded unsharded blosc_v2; do
                 c0=$(((fill % 4) * 4096))
                 curl -sf -o /dev/null "$(slice_url "$ds.zarr" "$r0:$((r0 + 4096)),$c0:$((c0 + 4096))")"
             done
-            for run in $(seq 0 $((RUNS - 1))); do
+            for run in $(seq 0 $((pairs - 1))); do
                 [ "$run" -lt 8 ] || break
                 r0=$(((run / 4) * 4096))
                 c0=$(((run % 4) * 4096))
@@ -488,6 +496,7 @@ note python "$("$PY" --version 2>&1)"
 note tensorstore "$("$PY" -c 'import importlib.metadata as m; print(m.version("tensorstore"))')"
 note zarr_python "$("$PY" -c 'import zarr; print(zarr.__version__)')"
 note runs "$RUNS"
+note cold_64MiB_pairs "$COLD_RUNS"
 note load_seconds "$DUR"
 note total_seconds "$(($(date +%s) - T_START))"
 note date "$(date -u '+%Y-%m-%d %H:%M UTC')"
