@@ -242,6 +242,14 @@ pub fn start_reserve(most: usize, room: impl Fn() -> usize + Send + 'static) -> 
                 }
                 let region = if add > 0 { apart(add, page) } else { ptr::null_mut() };
                 if !region.is_null() {
+                    // The region's first fault sets up its reverse map, which takes the
+                    // process's memory-map lock (the faults after it lock only the region).
+                    // Made here, at normal priority: by the idle thread, a fault holding that
+                    // lock could wait for a free CPU while every mapping and unmapping of the
+                    // request threads waited for it.
+                    // SAFETY: the first byte of the new region, which nobody else uses yet;
+                    // writing zero over a zero page changes no byte.
+                    unsafe { ptr::write_volatile(region, 0) };
                     if to_fault.send((region as usize, add)).is_err() || done.recv().is_err() {
                         // SAFETY: the new region, never handed out.
                         unsafe { libc::munmap(region.cast(), add) };
