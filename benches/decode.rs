@@ -5,7 +5,8 @@
 //!
 //! The `floor_1thread_64MiB/*` benches decompress the same chunk files, already in memory, on one thread with
 //! the codec crates zarrgate links (no store, no tokio, no assembly): the single-core codec cost
-//! that `read_region` (two cores here) spreads over its blocking pool.
+//! that `read_region` (two cores here) spreads over its blocking pool; for blosc, both c-blosc
+//! as linked and zarrgate's blosc codec (which decodes byte-shuffled lz4 and zstd buffers itself).
 //!
 //! The arrays are made by `bench/make_datasets.py` (group `small`, plus `raw`) into
 //! `${ZARRGATE_BENCH_DATA:-${ZARRGATE_CACHE:-~/.cache/zarrgate}/bench-data}`; without them the
@@ -159,6 +160,34 @@ fn main() {
                 assert_eq!(n, 1 << 20);
             }
             black_box(&out);
+        })
+    });
+    // blosc (lz4, byte shuffle, 4-byte items): c-blosc as linked (its SSE2 unshuffle), and
+    // zarrgate's codec, which decodes such buffers itself (an AVX2 unshuffle where the CPU has
+    // it). Each decoded buffer goes back to the pool, as an evicted chunk's does.
+    let blosc_files = chunk_files(&small, "blosc.zarr");
+    g.bench_function("blosc_c", |b| {
+        b.iter(|| {
+            for f in &blosc_files {
+                // The v3 chunk is the blosc buffer: the array's only bytes->bytes codec.
+                let n = unsafe {
+                    blosc_src::blosc_decompress_ctx(f.as_ptr().cast(), out.as_mut_ptr().cast(), out.len(), 1)
+                };
+                assert_eq!(n, 1 << 20);
+            }
+            black_box(&out);
+        })
+    });
+    g.bench_function("blosc_codec", |b| {
+        use zarrgate::codec::BytesToBytes;
+        let codec = zarrgate::codec::blosc::Blosc::from_v3(None).unwrap();
+        zarrgate::buffers::DECODED.set_max_total(16 << 20);
+        b.iter(|| {
+            for f in &blosc_files {
+                let decoded = codec.decode(f, 1 << 20).unwrap();
+                assert_eq!(decoded.len(), 1 << 20);
+                zarrgate::buffers::DECODED.give(black_box(decoded));
+            }
         })
     });
     g.bench_function("gzip", |b| {

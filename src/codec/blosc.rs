@@ -125,6 +125,9 @@ impl BytesToBytes for Blosc {
             return Ok(Vec::new());
         }
         let mut out = crate::buffers::DECODED.take(nbytes);
+        if let Some(decoded) = decode_shuffled(buffer, nbytes, &mut out) {
+            return decoded.map(|()| out);
+        }
         // SAFETY: the header was validated against `buffer.len()`, so blosc reads only `buffer`
         // (its block offsets are bounds-checked against the header's cbytes); it writes at most
         // `nbytes` bytes into `out`, which has room for them. One internal thread: no global
@@ -139,6 +142,158 @@ impl BytesToBytes for Blosc {
         unsafe { out.set_len(nbytes) };
         Ok(out)
     }
+}
+
+/// Header flag: the blocks were byte-shuffled.
+const DOSHUFFLE: u8 = 0x01;
+/// Header flag: the data is stored as it is after the header.
+const MEMCPYED: u8 = 0x02;
+/// Header flag: the blocks were bit-shuffled.
+const DOBITSHUFFLE: u8 = 0x04;
+/// Header flag c-blosc 1.x refuses ("from the future").
+const RESERVED: u8 = 0x08;
+/// Header flag: the blocks were not split into one stream per byte lane.
+const DONT_SPLIT: u8 = 0x10;
+/// Compressor codes, in the header flags' top three bits.
+const CODE_LZ4: u8 = 1;
+const CODE_ZSTD: u8 = 4;
+/// The format version of lz4's and zstd's streams (the header's second byte).
+const CODEC_FORMAT: u8 = 1;
+/// c-blosc's `BLOSC_MAX_BLOCKSIZE`.
+const MAX_BLOCKSIZE: usize = (i32::MAX as usize - 255 * 4) / 3;
+/// A block is split into `typesize` streams only for items of at most this size...
+const MAX_SPLITS: usize = 16;
+/// ...and with at least this many items in the block.
+const MIN_SPLIT_ITEMS: usize = 128;
+/// The largest block scratch a thread keeps between chunks.
+const KEPT_SCRATCH: usize = 4 << 20;
+
+/// Decodes byte-shuffled blocks of lz4 or zstd streams here, where the unshuffle has a vector
+/// kernel this build of c-blosc lacks (it compiles its AVX2 shuffle only when the whole build
+/// targets AVX2): `None` for every other buffer, which c-blosc decodes. `buffer` is exactly the
+/// header's `cbytes` and passed c-blosc's header validation; `nbytes` is the header's, within
+/// the limit and `out`'s capacity. Errors are what c-blosc would refuse.
+///
+/// Layout (c-blosc 1.x, `README_HEADER.rst`): after the 16-byte header, one little-endian
+/// `i32` offset per block; a block of `blocksize` bytes (the last one possibly shorter) is
+/// `typesize` streams of `blocksize / typesize` bytes when split, else one stream; a stream is
+/// an `i32` length and that many bytes, stored as is when the length equals the stream's.
+fn decode_shuffled(buffer: &[u8], nbytes: usize, out: &mut Vec<u8>) -> Option<Result<(), CodecError>> {
+    let flags = buffer[2];
+    let typesize = usize::from(buffer[3]);
+    let code = flags >> 5;
+    // Anything c-blosc would look at twice (a reserved flag, a codec format version other than
+    // the one lz4 and zstd have) is left to it.
+    if flags & (DOSHUFFLE | MEMCPYED | DOBITSHUFFLE | RESERVED) != DOSHUFFLE
+        || !matches!(code, CODE_LZ4 | CODE_ZSTD)
+        || buffer[1] != CODEC_FORMAT
+        || !super::shuffle::has_simd(typesize)
+    {
+        return None;
+    }
+    let word = |at: usize| -> Option<usize> {
+        let bytes = buffer.get(at..at + 4)?;
+        usize::try_from(i32::from_le_bytes(bytes.try_into().ok()?)).ok()
+    };
+    let blocksize = word(8)?;
+    // c-blosc refuses a block larger than the data; a block of a size that is not whole items
+    // (never written) is left to it.
+    if blocksize == 0 || blocksize > nbytes || blocksize > MAX_BLOCKSIZE || blocksize % typesize != 0 {
+        return None;
+    }
+    let dst = &mut out.spare_capacity_mut()[..nbytes];
+    let corrupt = |what: &str| Some(Err(CodecError::Corrupt(format!("blosc: {what}"))));
+    let decoded = SCRATCH.with(|cell| {
+        let Ok(mut scratch) = cell.try_borrow_mut() else {
+            return None;
+        };
+        if scratch.len() < blocksize {
+            scratch.resize(blocksize, 0);
+        }
+        let result = decode_blocks(buffer, code, typesize, blocksize, dst, &mut scratch[..blocksize]);
+        if scratch.len() > KEPT_SCRATCH {
+            *scratch = Vec::new();
+        }
+        Some(result)
+    });
+    match decoded? {
+        Ok(()) => {
+            // SAFETY: `decode_blocks` wrote every byte of `dst`, the first `nbytes` of the capacity.
+            unsafe { out.set_len(nbytes) };
+            Some(Ok(()))
+        }
+        Err(what) => corrupt(what),
+    }
+}
+
+thread_local! {
+    /// One block's decompressed streams, before they are unshuffled into the output.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// zstd's decompression context, reused across streams and chunks.
+    static ZSTD: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Decompresses and unshuffles every block of `buffer` into `dst` (all of it written when this
+/// returns `Ok`), with `scratch` of `blocksize` bytes.
+fn decode_blocks(
+    buffer: &[u8],
+    code: u8,
+    typesize: usize,
+    blocksize: usize,
+    dst: &mut [std::mem::MaybeUninit<u8>],
+    scratch: &mut [u8],
+) -> Result<(), &'static str> {
+    let dont_split = buffer[2] & DONT_SPLIT != 0;
+    let word = |at: usize| -> Result<usize, &'static str> {
+        let bytes = buffer.get(at..at + 4).ok_or("an offset past the end")?;
+        let value = i32::from_le_bytes(bytes.try_into().map_err(|_| "an offset past the end")?);
+        usize::try_from(value).map_err(|_| "a negative offset or length")
+    };
+    for (j, block) in dst.chunks_mut(blocksize).enumerate() {
+        let leftover = block.len() < blocksize;
+        let streams = if !dont_split && typesize <= MAX_SPLITS && block.len() / typesize >= MIN_SPLIT_ITEMS && !leftover
+        {
+            typesize
+        } else {
+            1
+        };
+        let stream_len = block.len() / streams;
+        let mut at = word(HEADER_LEN + 4 * j)?;
+        let tmp = &mut scratch[..block.len()];
+        for stream in tmp.chunks_exact_mut(stream_len).take(streams) {
+            let len = word(at)?;
+            let data = buffer.get(at + 4..at + 4 + len).ok_or("a stream past the end")?;
+            at += 4 + len;
+            if len == stream_len {
+                stream.copy_from_slice(data);
+            } else if decompress(code, data, stream)? != stream_len {
+                return Err("a stream decodes to the wrong size");
+            }
+        }
+        super::shuffle::unshuffle_into(typesize, tmp, block);
+    }
+    Ok(())
+}
+
+/// Decompresses one stream into `out`; returns how many bytes it wrote.
+fn decompress(code: u8, data: &[u8], out: &mut [u8]) -> Result<usize, &'static str> {
+    if code == CODE_LZ4 {
+        let (Ok(len), Ok(room)) = (i32::try_from(data.len()), i32::try_from(out.len())) else {
+            return Err("a stream too large for lz4");
+        };
+        // SAFETY: LZ4_decompress_safe reads at most `len` bytes of `data` and writes at most
+        // `room` bytes into `out`, whatever the bytes are.
+        let n = unsafe { lz4_sys::LZ4_decompress_safe(data.as_ptr().cast(), out.as_mut_ptr().cast(), len, room) };
+        return usize::try_from(n).map_err(|_| "lz4 data does not decode");
+    }
+    ZSTD.with(|cell| {
+        let mut slot = cell.try_borrow_mut().map_err(|_| "zstd context busy")?;
+        let dctx = match &mut *slot {
+            Some(d) => d,
+            None => slot.insert(zstd::zstd_safe::DCtx::try_create().ok_or("no zstd context")?),
+        };
+        dctx.decompress(out, data).map_err(|_| "zstd data does not decode")
+    })
 }
 
 #[cfg(test)]
@@ -159,6 +314,11 @@ mod tests {
 
     /// Compresses with the same C library (for inputs numcodecs vectors do not cover).
     fn compress(data: &[u8], cname: &str, shuffle: i32, typesize: usize) -> Vec<u8> {
+        compress_blocks(data, cname, shuffle, typesize, 0)
+    }
+
+    /// The same with a block size (0: c-blosc's choice).
+    fn compress_blocks(data: &[u8], cname: &str, shuffle: i32, typesize: usize, blocksize: usize) -> Vec<u8> {
         let mut out = vec![0u8; data.len() + HEADER_LEN];
         let cname = CString::new(cname).unwrap();
         let n = unsafe {
@@ -171,13 +331,114 @@ mod tests {
                 out.as_mut_ptr().cast(),
                 out.len(),
                 cname.as_ptr(),
-                0,
+                blocksize,
                 1,
             )
         };
         assert!(n > 0);
         out.truncate(n as usize);
         out
+    }
+
+    /// c-blosc's own decode of a buffer (`None`: refused).
+    fn c_decode(input: &[u8]) -> Option<Vec<u8>> {
+        let (mut nbytes, mut cbytes, mut blocksize) = (0usize, 0usize, 0usize);
+        unsafe { blosc_src::blosc_cbuffer_sizes(input.as_ptr().cast(), &mut nbytes, &mut cbytes, &mut blocksize) };
+        let mut out = vec![0u8; nbytes];
+        let n = unsafe {
+            blosc_src::blosc_decompress_ctx(input.as_ptr().cast(), out.as_mut_ptr().cast::<c_void>(), nbytes, 1)
+        };
+        (usize::try_from(n).ok() == Some(nbytes)).then_some(out)
+    }
+
+    /// Floats of a smooth field with noise, as arrays hold (they compress, and they shuffle
+    /// into distinct byte lanes).
+    fn field(len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| {
+                let x = i as f64 * 0.001;
+                ((x.sin() * 1000.0) as i64 as u64 >> ((i % 8) * 8)) as u8 ^ (i.wrapping_mul(2_654_435_761) >> 28) as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn shuffled_blocks_decode_as_c_blosc_does() {
+        // Sizes with and without a short last block and trailing bytes; lz4 splits blocks into
+        // byte lanes, zstd does not; blosclz, bit shuffle and odd item sizes go to c-blosc.
+        let data = field(300_011);
+        let mut fast = 0;
+        for cname in CNAMES {
+            for shuffle in [0, 1, 2] {
+                for typesize in [1, 2, 3, 4, 8, 16] {
+                    for (len, blocksize) in [
+                        (0, 0),
+                        (7, 0),
+                        (4096, 0),
+                        (300_000, 0),
+                        (300_011, 0),
+                        (100_003, 8192),
+                        (65_536, 65_536),
+                    ] {
+                        let original = &data[..len];
+                        let input = compress_blocks(original, cname, shuffle, typesize, blocksize);
+                        let what =
+                            format!("{cname} shuffle {shuffle} typesize {typesize}, {len} bytes, blocks {blocksize}");
+                        assert_eq!(any().decode(&input, 1 << 20).unwrap(), original, "{what}");
+                        if len == 0 {
+                            continue;
+                        }
+                        // Byte-shuffled lz4 or zstd streams (not stored as is) of 2-, 4- or
+                        // 8-byte items are decoded here where the CPU has the vector kernels.
+                        let here = input[2] & 0x07 == DOSHUFFLE
+                            && matches!(input[2] >> 5, CODE_LZ4 | CODE_ZSTD)
+                            && super::super::shuffle::has_simd(typesize);
+                        let mut out = Vec::with_capacity(len);
+                        match decode_shuffled(&input, len, &mut out) {
+                            Some(r) => {
+                                assert!(here, "{what}");
+                                assert_eq!(r, Ok(()), "{what}");
+                                assert_eq!(out, original, "{what}");
+                                fast += 1;
+                            }
+                            None => assert!(!here, "{what}"),
+                        }
+                    }
+                }
+            }
+        }
+        if super::super::shuffle::has_simd(4) {
+            assert!(fast >= 40, "{fast} buffers decoded here");
+        }
+    }
+
+    #[test]
+    fn shuffled_blocks_refuse_what_c_blosc_refuses() {
+        // Every byte of the header, the block offsets and the stream lengths, changed: the
+        // result is c-blosc's, refused or the same bytes.
+        for cname in ["lz4", "zstd"] {
+            let input = compress_blocks(&field(20_000), cname, 1, 4, 4096);
+            // The header, the offsets and the first streams' lengths byte by byte; data bytes
+            // sampled.
+            for i in (0..input.len()).filter(|&i| i < 128 || i % 13 == 0) {
+                for flip in [0x01, 0x80, 0xff] {
+                    let mut changed = input.clone();
+                    changed[i] ^= flip;
+                    let ours = any().decode(&changed, 1 << 20);
+                    if i < HEADER_LEN && ours.is_err() {
+                        // Refused by the checks both paths share (sizes, versions, limit).
+                        continue;
+                    }
+                    match c_decode(&changed) {
+                        Some(want) => assert_eq!(ours, Ok(want), "{cname}: byte {i} ^ {flip:#x}"),
+                        None => assert!(
+                            matches!(ours, Err(CodecError::Corrupt(_) | CodecError::TooLarge { .. })),
+                            "{cname}: byte {i} ^ {flip:#x}: {ours:?}"
+                        ),
+                    }
+                }
+            }
+        }
     }
 
     #[test]
