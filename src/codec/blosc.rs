@@ -165,8 +165,10 @@ const MAX_BLOCKSIZE: usize = (i32::MAX as usize - 255 * 4) / 3;
 const MAX_SPLITS: usize = 16;
 /// ...and with at least this many items in the block.
 const MIN_SPLIT_ITEMS: usize = 128;
-/// The largest block scratch a thread keeps between chunks.
-const KEPT_SCRATCH: usize = 4 << 20;
+/// The largest block buffer kept for the next chunk.
+const KEPT_BLOCK: usize = 4 << 20;
+/// How many block buffers (and zstd contexts) are kept: as many as chunks decode at once.
+const KEPT_SCRATCHES: usize = 8;
 
 /// Decodes byte-shuffled blocks of lz4 or zstd streams here, where the unshuffle has a vector
 /// kernel this build of c-blosc lacks (it compiles its AVX2 shuffle only when the whole build
@@ -203,20 +205,10 @@ fn decode_shuffled(buffer: &[u8], nbytes: usize, out: &mut Vec<u8>) -> Option<Re
     }
     let dst = &mut out.spare_capacity_mut()[..nbytes];
     let corrupt = |what: &str| Some(Err(CodecError::Corrupt(format!("blosc: {what}"))));
-    let decoded = SCRATCH.with(|cell| {
-        let Ok(mut scratch) = cell.try_borrow_mut() else {
-            return None;
-        };
-        if scratch.len() < blocksize {
-            scratch.resize(blocksize, 0);
-        }
-        let result = decode_blocks(buffer, code, typesize, blocksize, dst, &mut scratch[..blocksize]);
-        if scratch.len() > KEPT_SCRATCH {
-            *scratch = Vec::new();
-        }
-        Some(result)
-    });
-    match decoded? {
+    let mut scratch = Scratch::take(blocksize);
+    let decoded = decode_blocks(buffer, code, typesize, blocksize, dst, &mut scratch);
+    scratch.give();
+    match decoded {
         Ok(()) => {
             // SAFETY: `decode_blocks` wrote every byte of `dst`, the first `nbytes` of the capacity.
             unsafe { out.set_len(nbytes) };
@@ -226,22 +218,59 @@ fn decode_shuffled(buffer: &[u8], nbytes: usize, out: &mut Vec<u8>) -> Option<Re
     }
 }
 
-thread_local! {
-    /// One block's decompressed streams, before they are unshuffled into the output.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// zstd's decompression context, reused across streams and chunks.
-    static ZSTD: std::cell::RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { std::cell::RefCell::new(None) };
+/// What decoding one chunk's blocks needs besides its output: a buffer for one block's
+/// decompressed streams before they are unshuffled, and a zstd context. A few are kept for the
+/// next chunks (a bound on their memory that per-thread ones, one for each of the blocking
+/// pool's threads, would not have).
+#[derive(Default)]
+struct Scratch {
+    block: Vec<u8>,
+    zstd: Option<zstd::zstd_safe::DCtx<'static>>,
+}
+
+/// Kept [`Scratch`]es: at most [`KEPT_SCRATCHES`], their blocks at most [`KEPT_BLOCK`] bytes.
+static SPARE_SCRATCH: std::sync::Mutex<Vec<Scratch>> = std::sync::Mutex::new(Vec::new());
+
+impl Scratch {
+    /// A kept one or a new one, its block at least `blocksize` bytes.
+    fn take(blocksize: usize) -> Self {
+        Self::take_from(&SPARE_SCRATCH, blocksize)
+    }
+
+    /// Kept for the next chunk, within the bounds; freed otherwise.
+    fn give(self) {
+        self.give_to(&SPARE_SCRATCH);
+    }
+
+    fn take_from(spare: &std::sync::Mutex<Vec<Scratch>>, blocksize: usize) -> Self {
+        let mut scratch = spare.lock().ok().and_then(|mut s| s.pop()).unwrap_or_default();
+        if scratch.block.len() < blocksize {
+            scratch.block.resize(blocksize, 0);
+        }
+        scratch
+    }
+
+    fn give_to(mut self, spare: &std::sync::Mutex<Vec<Scratch>>) {
+        if self.block.len() > KEPT_BLOCK {
+            self.block = Vec::new();
+        }
+        if let Ok(mut spare) = spare.lock()
+            && spare.len() < KEPT_SCRATCHES
+        {
+            spare.push(self);
+        }
+    }
 }
 
 /// Decompresses and unshuffles every block of `buffer` into `dst` (all of it written when this
-/// returns `Ok`), with `scratch` of `blocksize` bytes.
+/// returns `Ok`), with a `scratch` block of at least `blocksize` bytes.
 fn decode_blocks(
     buffer: &[u8],
     code: u8,
     typesize: usize,
     blocksize: usize,
     dst: &mut [std::mem::MaybeUninit<u8>],
-    scratch: &mut [u8],
+    scratch: &mut Scratch,
 ) -> Result<(), &'static str> {
     let dont_split = buffer[2] & DONT_SPLIT != 0;
     let word = |at: usize| -> Result<usize, &'static str> {
@@ -259,14 +288,14 @@ fn decode_blocks(
         };
         let stream_len = block.len() / streams;
         let mut at = word(HEADER_LEN + 4 * j)?;
-        let tmp = &mut scratch[..block.len()];
+        let tmp = &mut scratch.block[..block.len()];
         for stream in tmp.chunks_exact_mut(stream_len).take(streams) {
             let len = word(at)?;
             let data = buffer.get(at + 4..at + 4 + len).ok_or("a stream past the end")?;
             at += 4 + len;
             if len == stream_len {
                 stream.copy_from_slice(data);
-            } else if decompress(code, data, stream)? != stream_len {
+            } else if decompress(code, data, stream, &mut scratch.zstd)? != stream_len {
                 return Err("a stream decodes to the wrong size");
             }
         }
@@ -275,8 +304,14 @@ fn decode_blocks(
     Ok(())
 }
 
-/// Decompresses one stream into `out`; returns how many bytes it wrote.
-fn decompress(code: u8, data: &[u8], out: &mut [u8]) -> Result<usize, &'static str> {
+/// Decompresses one stream into `out`; returns how many bytes it wrote. A zstd context is
+/// made in `zstd` when there is none.
+fn decompress(
+    code: u8,
+    data: &[u8],
+    out: &mut [u8],
+    zstd: &mut Option<zstd::zstd_safe::DCtx<'static>>,
+) -> Result<usize, &'static str> {
     if code == CODE_LZ4 {
         let (Ok(len), Ok(room)) = (i32::try_from(data.len()), i32::try_from(out.len())) else {
             return Err("a stream too large for lz4");
@@ -286,14 +321,11 @@ fn decompress(code: u8, data: &[u8], out: &mut [u8]) -> Result<usize, &'static s
         let n = unsafe { lz4_sys::LZ4_decompress_safe(data.as_ptr().cast(), out.as_mut_ptr().cast(), len, room) };
         return usize::try_from(n).map_err(|_| "lz4 data does not decode");
     }
-    ZSTD.with(|cell| {
-        let mut slot = cell.try_borrow_mut().map_err(|_| "zstd context busy")?;
-        let dctx = match &mut *slot {
-            Some(d) => d,
-            None => slot.insert(zstd::zstd_safe::DCtx::try_create().ok_or("no zstd context")?),
-        };
-        dctx.decompress(out, data).map_err(|_| "zstd data does not decode")
-    })
+    let dctx = match zstd {
+        Some(d) => d,
+        None => zstd.insert(zstd::zstd_safe::DCtx::try_create().ok_or("no zstd context")?),
+    };
+    dctx.decompress(out, data).map_err(|_| "zstd data does not decode")
 }
 
 #[cfg(test)]
@@ -410,6 +442,29 @@ mod tests {
         if super::super::shuffle::has_simd(4) {
             assert!(fast >= 40, "{fast} buffers decoded here");
         }
+    }
+
+    #[test]
+    fn scratch_kept_is_bounded() {
+        let spare = std::sync::Mutex::new(Vec::new());
+        let taken: Vec<Scratch> = (0..KEPT_SCRATCHES + 3)
+            .map(|_| Scratch::take_from(&spare, 4096))
+            .collect();
+        assert!(taken.iter().all(|s| s.block.len() == 4096));
+        for s in taken {
+            s.give_to(&spare);
+        }
+        assert_eq!(spare.lock().unwrap().len(), KEPT_SCRATCHES);
+        // A kept block is reused, and grown when a chunk needs more.
+        let grown = Scratch::take_from(&spare, 8192);
+        assert_eq!(grown.block.len(), 8192);
+        assert_eq!(spare.lock().unwrap().len(), KEPT_SCRATCHES - 1);
+        // A block over the bound is freed; the rest (the zstd context) is kept.
+        let mut large = Scratch::take_from(&spare, KEPT_BLOCK + 1);
+        large.zstd = zstd::zstd_safe::DCtx::try_create();
+        large.give_to(&spare);
+        let back = spare.lock().unwrap().pop().unwrap();
+        assert!(back.block.is_empty() && back.zstd.is_some());
     }
 
     #[test]
