@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Interop suite: real Zarr clients read from a running zarrgate.
 #
-#   tests/interop/run.sh                               # builds target/release/zarrgate first
+#   tests/interop/run.sh                               # builds target/release/zarrgate first (or under $CARGO_TARGET_DIR)
 #   ZARRGATE_BIN=/path/to/zarrgate tests/interop/run.sh   # uses that binary, no cargo build
 #
 # Serves the demo (config.toml), the repo's fixtures (fx), arrays above the size at which
@@ -41,7 +41,7 @@ if [ -n "${ZARRGATE_BIN:-}" ]; then
   bin="$ZARRGATE_BIN"
 else
   cargo build --release --bin zarrgate || fail_setup "cargo build --release failed"
-  bin="target/release/zarrgate"
+  bin="${CARGO_TARGET_DIR:-target}/release/zarrgate"
 fi
 
 port="$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
