@@ -65,12 +65,15 @@ pub(crate) fn unshuffle_into(size: usize, src: &[u8], dst: &mut [MaybeUninit<u8>
         dst.len(),
         "unshuffle: source and destination differ in length"
     );
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if has_simd(size) {
+    let done = if has_simd(size) {
         // SAFETY: AVX2 is present (checked by `has_simd`), and the lengths are equal.
-        done = unsafe { avx2::unshuffle(size, src, dst) };
-    }
+        unsafe { avx2::unshuffle(size, src, dst) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     unshuffle_scalar(size, src, dst, done);
 }
 
