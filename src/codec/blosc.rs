@@ -5,7 +5,10 @@
 //! buffer is self-describing: a 16-byte header (format version, flags for byte shuffle, bit
 //! shuffle and memcpy, typesize, `nbytes`, `blocksize`, `cbytes`) then the blocks, each compressed
 //! with blosclz, lz4 (lz4hc writes lz4), zlib or zstd. So decoding needs no configuration; it is
-//! only checked. The C library (`blosc-src`, built from source) does the work on this thread.
+//! only checked. The C library (`blosc-src`, built from source) does the work on this thread,
+//! except for byte-shuffled lz4 and zstd buffers of 2-, 4- and 8-byte items on a CPU with AVX2:
+//! those are decoded here ([`decode_shuffled`]) with the same lz4 and zstd libraries and a
+//! vector unshuffle that this build of c-blosc lacks.
 
 use std::ffi::c_void;
 
@@ -128,6 +131,7 @@ impl BytesToBytes for Blosc {
         if let Some(decoded) = decode_shuffled(buffer, nbytes, &mut out) {
             return decoded.map(|()| out);
         }
+        // Every other buffer: c-blosc.
         // SAFETY: the header was validated against `buffer.len()`, so blosc reads only `buffer`
         // (its block offsets are bounds-checked against the header's cbytes); it writes at most
         // `nbytes` bytes into `out`, which has room for them. One internal thread: no global
@@ -184,6 +188,8 @@ fn decode_shuffled(buffer: &[u8], nbytes: usize, out: &mut Vec<u8>) -> Option<Re
     let flags = buffer[2];
     let typesize = usize::from(buffer[3]);
     let code = flags >> 5;
+    // lz4 and zstd are both features of the blosc-src this links (Cargo.toml): c-blosc decodes
+    // them too, so taking them here changes which code decodes, never what decodes.
     // Anything c-blosc would look at twice (a reserved flag, a codec format version other than
     // the one lz4 and zstd have) is left to it.
     if flags & (DOSHUFFLE | MEMCPYED | DOBITSHUFFLE | RESERVED) != DOSHUFFLE
@@ -245,13 +251,15 @@ impl Scratch {
     fn take_from(spare: &std::sync::Mutex<Vec<Scratch>>, blocksize: usize) -> Self {
         let mut scratch = spare.lock().ok().and_then(|mut s| s.pop()).unwrap_or_default();
         if scratch.block.len() < blocksize {
+            // Exactly: a doubled capacity would hold twice what the bound on kept blocks says.
+            scratch.block.reserve_exact(blocksize - scratch.block.len());
             scratch.block.resize(blocksize, 0);
         }
         scratch
     }
 
     fn give_to(mut self, spare: &std::sync::Mutex<Vec<Scratch>>) {
-        if self.block.len() > KEPT_BLOCK {
+        if self.block.capacity() > KEPT_BLOCK {
             self.block = Vec::new();
         }
         if let Ok(mut spare) = spare.lock()
@@ -372,10 +380,21 @@ mod tests {
         out
     }
 
-    /// c-blosc's own decode of a buffer (`None`: refused).
+    /// c-blosc's own decode of a buffer (`None`: refused), after the checks `decode` makes
+    /// before it calls c-blosc (c-blosc trusts the header's sizes).
     fn c_decode(input: &[u8]) -> Option<Vec<u8>> {
+        if input.len() < HEADER_LEN {
+            return None;
+        }
         let (mut nbytes, mut cbytes, mut blocksize) = (0usize, 0usize, 0usize);
         unsafe { blosc_src::blosc_cbuffer_sizes(input.as_ptr().cast(), &mut nbytes, &mut cbytes, &mut blocksize) };
+        let mut validated = 0usize;
+        if cbytes > input.len()
+            || nbytes > 1 << 20
+            || unsafe { blosc_src::blosc_cbuffer_validate(input.as_ptr().cast(), cbytes, &mut validated) } != 0
+        {
+            return None;
+        }
         let mut out = vec![0u8; nbytes];
         let n = unsafe {
             blosc_src::blosc_decompress_ctx(input.as_ptr().cast(), out.as_mut_ptr().cast::<c_void>(), nbytes, 1)
@@ -425,7 +444,23 @@ mod tests {
                         let here = input[2] & 0x07 == DOSHUFFLE
                             && matches!(input[2] >> 5, CODE_LZ4 | CODE_ZSTD)
                             && super::super::shuffle::has_simd(typesize);
-                        let mut out = Vec::with_capacity(len);
+                        // The block walk, whatever the CPU (the unshuffle is scalar without
+                        // AVX2), into a buffer that held other bytes.
+                        if input[2] & 0x07 == DOSHUFFLE && matches!(input[2] >> 5, CODE_LZ4 | CODE_ZSTD) {
+                            let blocksize = u32::from_le_bytes(input[8..12].try_into().unwrap()) as usize;
+                            let mut out = vec![0xa5u8; len];
+                            out.clear();
+                            let mut scratch = Scratch::take_from(&std::sync::Mutex::new(Vec::new()), blocksize);
+                            let dst = &mut out.spare_capacity_mut()[..len];
+                            assert_eq!(
+                                decode_blocks(&input, input[2] >> 5, typesize, blocksize, dst, &mut scratch),
+                                Ok(())
+                            );
+                            unsafe { out.set_len(len) };
+                            assert_eq!(out, original, "{what}: decode_blocks");
+                        }
+                        let mut out = vec![0x5au8; len];
+                        out.clear();
                         match decode_shuffled(&input, len, &mut out) {
                             Some(r) => {
                                 assert!(here, "{what}");
@@ -442,6 +477,35 @@ mod tests {
         if super::super::shuffle::has_simd(4) {
             assert!(fast >= 40, "{fast} buffers decoded here");
         }
+    }
+
+    #[test]
+    fn streams_stored_as_they_are() {
+        // Byte lane 0 random, the others constant: lane 0's stream does not compress and is
+        // stored as it is, the others are lz4 streams, and the buffer as a whole compresses.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let data: Vec<u8> = (0..1usize << 16)
+            .map(|i| {
+                // xorshift64: bytes with no pattern lz4 finds.
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                if i % 4 == 0 { (state >> 56) as u8 } else { 7 }
+            })
+            .collect();
+        let input = compress(&data, "lz4", 1, 4);
+        assert_eq!(input[2] & 0x07, DOSHUFFLE);
+        let blocksize = u32::from_le_bytes(input[8..12].try_into().unwrap()) as usize;
+        let first = u32::from_le_bytes(input[16..20].try_into().unwrap()) as usize;
+        let stream = u32::from_le_bytes(input[first..first + 4].try_into().unwrap()) as usize;
+        assert_eq!(stream, blocksize / 4, "lane 0 is stored as it is");
+        assert_eq!(any().decode(&input, 1 << 20).unwrap(), data);
+        let mut out = Vec::with_capacity(data.len());
+        let mut scratch = Scratch::take_from(&std::sync::Mutex::new(Vec::new()), blocksize);
+        let dst = &mut out.spare_capacity_mut()[..data.len()];
+        assert_eq!(decode_blocks(&input, CODE_LZ4, 4, blocksize, dst, &mut scratch), Ok(()));
+        unsafe { out.set_len(data.len()) };
+        assert_eq!(out, data);
     }
 
     #[test]
@@ -465,31 +529,36 @@ mod tests {
         large.give_to(&spare);
         let back = spare.lock().unwrap().pop().unwrap();
         assert!(back.block.is_empty() && back.zstd.is_some());
+        // A kept block grown to the bound is grown exactly, so it is still kept.
+        let spare = std::sync::Mutex::new(Vec::new());
+        Scratch::take_from(&spare, KEPT_BLOCK / 2 + 1).give_to(&spare);
+        Scratch::take_from(&spare, KEPT_BLOCK).give_to(&spare);
+        assert_eq!(spare.lock().unwrap().pop().unwrap().block.len(), KEPT_BLOCK);
     }
 
     #[test]
     fn shuffled_blocks_refuse_what_c_blosc_refuses() {
         // Every byte of the header, the block offsets and the stream lengths, changed: the
         // result is c-blosc's, refused or the same bytes.
-        for cname in ["lz4", "zstd"] {
-            let input = compress_blocks(&field(20_000), cname, 1, 4, 4096);
+        // Flips that toggle the split flag, switch lz4 and zstd, and change the item size
+        // between 2, 4 and 8 (0x06, 0x0c) where they hit the header's flags and typesize.
+        for (cname, typesize, blocksize) in [("lz4", 4, 4096), ("zstd", 4, 4096), ("lz4", 2, 0), ("zstd", 8, 0)] {
+            let input = compress_blocks(&field(20_000), cname, 1, typesize, blocksize);
             // The header, the offsets and the first streams' lengths byte by byte; data bytes
             // sampled.
             for i in (0..input.len()).filter(|&i| i < 128 || i % 13 == 0) {
-                for flip in [0x01, 0x80, 0xff] {
+                for flip in [0x01, 0x06, 0x0c, 0x10, 0x20, 0x60, 0x80, 0xff] {
                     let mut changed = input.clone();
                     changed[i] ^= flip;
+                    let what = format!("{cname} typesize {typesize}: byte {i} ^ {flip:#x}");
                     let ours = any().decode(&changed, 1 << 20);
-                    if i < HEADER_LEN && ours.is_err() {
-                        // Refused by the checks both paths share (sizes, versions, limit).
+                    if u32::from_le_bytes(changed[4..8].try_into().unwrap()) > 1 << 20 {
+                        assert_eq!(ours, Err(CodecError::TooLarge { limit: 1 << 20 }), "{what}");
                         continue;
                     }
                     match c_decode(&changed) {
-                        Some(want) => assert_eq!(ours, Ok(want), "{cname}: byte {i} ^ {flip:#x}"),
-                        None => assert!(
-                            matches!(ours, Err(CodecError::Corrupt(_) | CodecError::TooLarge { .. })),
-                            "{cname}: byte {i} ^ {flip:#x}: {ours:?}"
-                        ),
+                        Some(want) => assert_eq!(ours, Ok(want), "{what}"),
+                        None => assert!(ours.is_err(), "{what}: {ours:?}"),
                     }
                 }
             }

@@ -128,6 +128,9 @@ mod avx2 {
     /// AVX2 must be present and `src.len() == dst.len()`.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn unshuffle(size: usize, src: &[u8], dst: &mut [MaybeUninit<u8>]) -> usize {
+        if !matches!(size, 2 | 4 | 8) {
+            return 0;
+        }
         let count = src.len() / size;
         let steps = count / STEP;
         let src = src.as_ptr();
@@ -272,7 +275,9 @@ mod tests {
     }
 
     fn unshuffled(size: usize, src: &[u8], vector: bool) -> Vec<u8> {
-        let mut out = Vec::with_capacity(src.len());
+        // A buffer that held other bytes: a byte left unwritten keeps one of them.
+        let mut out = vec![0xa5u8; src.len()];
+        out.clear();
         let dst = &mut out.spare_capacity_mut()[..src.len()];
         if vector {
             unshuffle_into(size, src, dst);
@@ -320,11 +325,17 @@ mod tests {
         let src: Vec<u8> = (0..8 * 100).map(|i| (i % 251) as u8).collect();
         for size in [2, 4, 8] {
             let src = &src[..size * 100];
-            let mut out = vec![MaybeUninit::new(0u8); src.len()];
+            // Filled with a byte the data never holds (it is below 251): a byte left unwritten
+            // shows.
+            let mut out = vec![MaybeUninit::new(0xfeu8); src.len()];
             // 100 elements: three steps of 32 by the vector kernel, the last 4 left.
             assert_eq!(unsafe { avx2::unshuffle(size, src, &mut out) }, 96);
             let got: Vec<u8> = out[..96 * size].iter().map(|b| unsafe { b.assume_init() }).collect();
             assert_eq!(got, reference(size, src)[..96 * size], "size {size}");
+        }
+        for size in [0, 1, 3, 16] {
+            let mut out = vec![MaybeUninit::new(0u8); 64];
+            assert_eq!(unsafe { avx2::unshuffle(size, &src[..64], &mut out) }, 0, "size {size}");
         }
     }
 
