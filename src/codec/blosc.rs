@@ -128,7 +128,7 @@ impl BytesToBytes for Blosc {
             return Ok(Vec::new());
         }
         let mut out = crate::buffers::DECODED.take(nbytes);
-        if let Some(decoded) = decode_shuffled(buffer, nbytes, &mut out) {
+        if let Some(decoded) = decode_shuffled(buffer, nbytes, blocksize, &mut out) {
             return decoded.map(|()| out);
         }
         // Every other buffer: c-blosc.
@@ -177,14 +177,20 @@ const KEPT_SCRATCHES: usize = 8;
 /// Decodes byte-shuffled blocks of lz4 or zstd streams here, where the unshuffle has a vector
 /// kernel this build of c-blosc lacks (it compiles its AVX2 shuffle only when the whole build
 /// targets AVX2): `None` for every other buffer, which c-blosc decodes. `buffer` is exactly the
-/// header's `cbytes` and passed c-blosc's header validation; `nbytes` is the header's, within
-/// the limit and `out`'s capacity. Errors are what c-blosc would refuse.
+/// header's `cbytes` and passed c-blosc's header validation; `nbytes` (within the limit and
+/// `out`'s capacity) and `blocksize` are the header's, as `blosc_cbuffer_sizes` reads them.
+/// Errors are what c-blosc would refuse.
 ///
 /// Layout (c-blosc 1.x, `README_HEADER.rst`): after the 16-byte header, one little-endian
 /// `i32` offset per block; a block of `blocksize` bytes (the last one possibly shorter) is
 /// `typesize` streams of `blocksize / typesize` bytes when split, else one stream; a stream is
 /// an `i32` length and that many bytes, stored as is when the length equals the stream's.
-fn decode_shuffled(buffer: &[u8], nbytes: usize, out: &mut Vec<u8>) -> Option<Result<(), CodecError>> {
+fn decode_shuffled(
+    buffer: &[u8],
+    nbytes: usize,
+    blocksize: usize,
+    out: &mut Vec<u8>,
+) -> Option<Result<(), CodecError>> {
     let flags = buffer[2];
     let typesize = usize::from(buffer[3]);
     let code = flags >> 5;
@@ -199,18 +205,12 @@ fn decode_shuffled(buffer: &[u8], nbytes: usize, out: &mut Vec<u8>) -> Option<Re
     {
         return None;
     }
-    let word = |at: usize| -> Option<usize> {
-        let bytes = buffer.get(at..at + 4)?;
-        usize::try_from(i32::from_le_bytes(bytes.try_into().ok()?)).ok()
-    };
-    let blocksize = word(8)?;
-    // c-blosc refuses a block larger than the data; a block of a size that is not whole items
-    // (never written) is left to it.
-    if blocksize == 0 || blocksize > nbytes || blocksize > MAX_BLOCKSIZE || blocksize % typesize != 0 {
+    // c-blosc refuses a block larger than the data (a negative one reads as larger still); a
+    // block of a size that is not whole items (never written) is left to it.
+    if blocksize == 0 || blocksize > nbytes || blocksize > MAX_BLOCKSIZE || !blocksize.is_multiple_of(typesize) {
         return None;
     }
     let dst = &mut out.spare_capacity_mut()[..nbytes];
-    let corrupt = |what: &str| Some(Err(CodecError::Corrupt(format!("blosc: {what}"))));
     let mut scratch = Scratch::take(blocksize);
     let decoded = decode_blocks(buffer, code, typesize, blocksize, dst, &mut scratch);
     scratch.give();
@@ -220,7 +220,7 @@ fn decode_shuffled(buffer: &[u8], nbytes: usize, out: &mut Vec<u8>) -> Option<Re
             unsafe { out.set_len(nbytes) };
             Some(Ok(()))
         }
-        Err(what) => corrupt(what),
+        Err(what) => Some(Err(CodecError::Corrupt(format!("blosc: {what}")))),
     }
 }
 
@@ -441,13 +441,12 @@ mod tests {
                         }
                         // Byte-shuffled lz4 or zstd streams (not stored as is) of 2-, 4- or
                         // 8-byte items are decoded here where the CPU has the vector kernels.
-                        let here = input[2] & 0x07 == DOSHUFFLE
-                            && matches!(input[2] >> 5, CODE_LZ4 | CODE_ZSTD)
-                            && super::super::shuffle::has_simd(typesize);
+                        let shuffled = input[2] & 0x07 == DOSHUFFLE && matches!(input[2] >> 5, CODE_LZ4 | CODE_ZSTD);
+                        let here = shuffled && super::super::shuffle::has_simd(typesize);
+                        let blocksize = u32::from_le_bytes(input[8..12].try_into().unwrap()) as usize;
                         // The block walk, whatever the CPU (the unshuffle is scalar without
                         // AVX2), into a buffer that held other bytes.
-                        if input[2] & 0x07 == DOSHUFFLE && matches!(input[2] >> 5, CODE_LZ4 | CODE_ZSTD) {
-                            let blocksize = u32::from_le_bytes(input[8..12].try_into().unwrap()) as usize;
+                        if shuffled {
                             let mut out = vec![0xa5u8; len];
                             out.clear();
                             let mut scratch = Scratch::take_from(&std::sync::Mutex::new(Vec::new()), blocksize);
@@ -461,7 +460,7 @@ mod tests {
                         }
                         let mut out = vec![0x5au8; len];
                         out.clear();
-                        match decode_shuffled(&input, len, &mut out) {
+                        match decode_shuffled(&input, len, blocksize, &mut out) {
                             Some(r) => {
                                 assert!(here, "{what}");
                                 assert_eq!(r, Ok(()), "{what}");

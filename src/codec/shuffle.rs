@@ -128,10 +128,9 @@ mod avx2 {
     /// AVX2 must be present and `src.len() == dst.len()`.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn unshuffle(size: usize, src: &[u8], dst: &mut [MaybeUninit<u8>]) -> usize {
-        if !matches!(size, 2 | 4 | 8) {
+        let Some(count) = src.len().checked_div(size) else {
             return 0;
-        }
-        let count = src.len() / size;
+        };
         let steps = count / STEP;
         let src = src.as_ptr();
         let dst = dst.as_mut_ptr().cast::<u8>();
