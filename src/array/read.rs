@@ -619,10 +619,7 @@ pub fn check_unit(ctx: &ReadContext, meta: &ArrayMeta) -> Result<(), ReadError> 
     }
     // A shard's index is read whole, and it grows with the inner chunks a shard holds.
     if let Some(codec) = meta.chain.sharding() {
-        let n = codec
-            .inner_grid(&meta.chunk_shape)
-            .iter()
-            .fold(1u64, |n, &c| n.saturating_mul(c));
+        let n = codec.inner_count(&meta.chunk_shape);
         let index_bytes = codec.index_size(n);
         if index_bytes > ctx.opts.max_chunk_bytes {
             return Err(ReadError::Unsupported(format!(
@@ -696,20 +693,27 @@ pub async fn read_region_bytes(
             Some(block) => match block.elements() {
                 Elements::Fixed(_) if one.whole => return Ok(Bytes::from_owner(SharedFixed(block))),
                 Elements::Fixed(src) => {
-                    let spans: Vec<(u64, u64, u64)> = sel.0.iter().map(DimSelection::span).collect();
-                    let src_start: Vec<u64> = spans.iter().zip(unit).map(|(s, u)| s.0 % u).collect();
-                    let src_step: Vec<u64> = spans.iter().map(|s| s.1).collect();
-                    let count: Vec<u64> = spans.iter().map(|s| s.2).collect();
+                    // Per dimension: the start in the unit, the step, the count, and a zero
+                    // (where the block goes in the result), in one allocation.
+                    let n = sel.0.len();
+                    let mut dims = vec![0u64; 4 * n];
+                    for (d, (s, u)) in sel.0.iter().zip(unit).enumerate() {
+                        let (start, step, count) = s.span();
+                        (dims[d], dims[n + d], dims[2 * n + d]) = (start % u, step, count);
+                    }
+                    let (src_start, rest) = dims.split_at(n);
+                    let (src_step, rest) = rest.split_at(n);
+                    let (count, zeros) = rest.split_at(n);
                     let out = gather_fixed(
                         src,
                         fill.len(),
                         &BlockCopy {
                             src_shape: unit,
-                            src_start: &src_start,
-                            src_step: &src_step,
-                            dst_shape: &count,
-                            dst_start: &vec![0; count.len()],
-                            count: &count,
+                            src_start,
+                            src_step,
+                            dst_shape: count,
+                            dst_start: zeros,
+                            count,
                         },
                     )
                     .map_err(|e| ReadError::copy(path, e.to_string()))?;
@@ -741,16 +745,15 @@ async fn read_unit(
     let Some(codec) = meta.chain.sharding() else {
         return load_chunk(ctx, &chunk_key(coords)?, meta).await;
     };
-    let grid = codec.inner_grid(&meta.chunk_shape);
     let mut shard = Vec::with_capacity(coords.len());
     let mut number = 0u64;
-    for (d, &c) in coords.iter().enumerate() {
-        let per_shard = grid[d].max(1);
+    for (&c, per_shard) in coords.iter().zip(codec.inner_per_dim(&meta.chunk_shape)) {
+        let per_shard = per_shard.max(1);
         shard.push(c / per_shard);
         number = number * per_shard + c % per_shard;
     }
     let key = chunk_key(&shard)?;
-    let n: u64 = grid.iter().product();
+    let n = codec.inner_count(&meta.chunk_shape);
     again_if_changed(|| async {
         let Some(index) = shard_index(ctx, meta, &key, codec, n).await? else {
             return Ok(None);

@@ -98,19 +98,19 @@ impl Selection {
         }
         // One trailing comma is allowed, as in NumPy (`a[0,]`).
         let body = body.strip_suffix(',').unwrap_or(body);
-        let terms: Vec<&str> = body.split(',').collect();
-        if terms.len() > shape.len() {
+        let terms = body.split(',').count();
+        if terms > shape.len() {
             let plural = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
             return Err(SelectionError(format!(
                 "{} for an array of {}",
-                plural(terms.len(), "term"),
+                plural(terms, "term"),
                 plural(shape.len(), "dimension")
             )));
         }
+        let mut terms = body.split(',').map(str::trim);
         let mut dims = Vec::with_capacity(shape.len());
         for (d, &n) in shape.iter().enumerate() {
-            let term = terms.get(d).map(|t| t.trim()).unwrap_or(":");
-            dims.push(Self::parse_term(term, n, d)?);
+            dims.push(Self::parse_term(terms.next().unwrap_or(":"), n, d)?);
         }
         Ok(Selection(dims))
     }
@@ -132,17 +132,21 @@ impl Selection {
             }
             return Ok(DimSelection::Index(idx as u64));
         }
-        let parts: Vec<&str> = term.split(':').collect();
-        if parts.len() > 3 {
-            return Err(SelectionError(format!("'{term}' has too many ':'")));
+        // start:stop:step, each part optional.
+        let mut parts = [None; 3];
+        for (i, part) in term.split(':').enumerate() {
+            let Some(slot) = parts.get_mut(i) else {
+                return Err(SelectionError(format!("'{term}' has too many ':'")));
+            };
+            *slot = Some(part);
         }
-        let opt = |s: Option<&&str>, what: &str| -> Result<Option<i128>, SelectionError> {
-            match s.map(|s| s.trim()) {
+        let opt = |s: Option<&str>, what: &str| -> Result<Option<i128>, SelectionError> {
+            match s.map(str::trim) {
                 None | Some("") => Ok(None),
                 Some(s) => parse_bound(s, what).map(Some),
             }
         };
-        let step = opt(parts.get(2), "step")?.unwrap_or(1);
+        let step = opt(parts[2], "step")?.unwrap_or(1);
         if step < 1 {
             return Err(SelectionError(format!(
                 "step {step} in dimension {dim}: steps must be >= 1"
@@ -151,8 +155,8 @@ impl Selection {
         // A step past the dimension takes one element, as the dimension's size does.
         let step = step.min(n_i.max(1));
         let clamp = |v: i128| -> i128 { if v < 0 { (v + n_i).max(0) } else { v.min(n_i) } };
-        let start = opt(parts.first(), "start")?.map(clamp).unwrap_or(0);
-        let stop = opt(parts.get(1), "stop")?.map(clamp).unwrap_or(n_i);
+        let start = opt(parts[0], "start")?.map(clamp).unwrap_or(0);
+        let stop = opt(parts[1], "stop")?.map(clamp).unwrap_or(n_i);
         let count = if stop > start {
             (stop - start + step - 1) / step
         } else {
@@ -289,6 +293,14 @@ mod tests {
         assert_eq!(Selection::parse("8:2", &shape).unwrap().0[0], s(8, 1, 0), "empty");
         assert_eq!(Selection::parse("-100:2", &shape).unwrap().0[0], s(0, 1, 2));
         assert_eq!(Selection::parse("0:10:3", &shape).unwrap().0[0], s(0, 3, 4));
+        assert_eq!(
+            Selection::parse(" 1 : 9 : 2 , : , ::", &shape).unwrap().0,
+            [s(1, 2, 4), s(0, 1, 20), s(0, 1, 30)]
+        );
+        assert_eq!(
+            Selection::parse("0, 1:2:3:4", &shape).unwrap_err().to_string(),
+            "invalid selection: '1:2:3:4' has too many ':'"
+        );
         // Bounds and steps past i64 saturate, as NumPy clamps a[0:10**20]; an index does not.
         let huge = "99999999999999999999";
         assert_eq!(

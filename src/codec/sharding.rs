@@ -152,7 +152,17 @@ impl ShardingCodec {
 
     /// Inner chunks per dimension of a shard.
     pub fn inner_grid(&self, shard_shape: &[u64]) -> Vec<u64> {
-        shard_shape.iter().zip(&self.inner_shape).map(|(s, c)| s / c).collect()
+        self.inner_per_dim(shard_shape).collect()
+    }
+
+    /// Inner chunks per dimension of a shard, without a list of them.
+    pub fn inner_per_dim<'a>(&'a self, shard_shape: &'a [u64]) -> impl Iterator<Item = u64> + 'a {
+        shard_shape.iter().zip(&self.inner_shape).map(|(s, c)| s / c)
+    }
+
+    /// Inner chunks in a shard, saturating.
+    pub fn inner_count(&self, shard_shape: &[u64]) -> u64 {
+        self.inner_per_dim(shard_shape).fold(1u64, u64::saturating_mul)
     }
 
     /// Encoded size of the index of a shard with `n` inner chunks.

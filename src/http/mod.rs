@@ -34,6 +34,19 @@ pub(crate) fn response() -> axum::http::response::Builder {
     builder
 }
 
+/// Appends a header to a response being built. `Builder::header` moves the whole builder
+/// through a `Result` at each call and converts its arguments: a warm tile's five headers
+/// took ~2k instructions that way.
+pub(crate) fn append(
+    builder: &mut axum::http::response::Builder,
+    name: axum::http::HeaderName,
+    value: axum::http::HeaderValue,
+) {
+    if let Some(headers) = builder.headers_mut() {
+        headers.append(name, value);
+    }
+}
+
 /// Runs a request's `work` as a task of its own, aborted when the request is dropped (its
 /// timeout, or its client gone). Work that reads without waiting (local documents in the page
 /// cache) uses up tokio's cooperative budget as it goes: run in the request's own task, it

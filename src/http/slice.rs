@@ -220,11 +220,19 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     crate::array::read::check_unit(&ctx, &meta)?;
     let mut shape_header = String::new();
     crate::zarr::push_joined(&mut shape_header, &shape, ',');
-    let mut response = super::response()
-        .header(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()))
-        // Without `format`, the body depends on Accept: caches must not give one to the other.
-        .header(header::VARY, HeaderValue::from_static("accept"))
-        .header(X_ZARR_SHAPE, shape_header);
+    let mut response = super::response();
+    super::append(
+        &mut response,
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    // Without `format`, the body depends on Accept: caches must not give one to the other.
+    super::append(&mut response, header::VARY, HeaderValue::from_static("accept"));
+    super::append(
+        &mut response,
+        X_ZARR_SHAPE,
+        HeaderValue::try_from(shape_header).map_err(|_| ApiError::Internal)?,
+    );
 
     let fixed = meta.dtype.item_size().is_some();
     if method == Method::HEAD {
@@ -242,7 +250,8 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         return stream_bands(ctx, path, meta, sel, rows, response, turn).await;
     }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
-        response = response.header(X_ZARR_DTYPE, meta.dtype.typestr());
+        let dtype = HeaderValue::try_from(meta.dtype.typestr()).map_err(|_| ApiError::Internal)?;
+        super::append(&mut response, X_ZARR_DTYPE, dtype);
         // Fixed-size binary: the bytes as read (a single whole chunk is not even copied).
         let data = read_region_bytes(&ctx, &path, meta.clone(), &sel).await?;
         let header = match format {
@@ -255,10 +264,8 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         } else {
             Body::from_stream(stream::iter([Ok::<Bytes, std::io::Error>(header), Ok(data)]))
         };
-        return response
-            .header(header::CONTENT_LENGTH, HeaderValue::from(length))
-            .body(body)
-            .map_err(|_| ApiError::Internal);
+        super::append(&mut response, header::CONTENT_LENGTH, HeaderValue::from(length));
+        return response.body(body).map_err(|_| ApiError::Internal);
     }
 
     // A result that is sent whole but large (an image, text of variable-length elements)

@@ -93,12 +93,13 @@ pub struct BlockCopy<'a> {
 #[error("block copy does not fit: {0}")]
 pub struct CopyError(pub String);
 
-fn strides(shape: &[u64]) -> Vec<usize> {
-    let mut s = vec![1usize; shape.len()];
-    for d in (0..shape.len().saturating_sub(1)).rev() {
-        s[d] = s[d + 1] * shape[d + 1] as usize;
+/// Writes the C-order element strides of `shape` into `s` (as long as `shape`).
+fn strides_into(shape: &[u64], s: &mut [usize]) {
+    let mut stride = 1usize;
+    for (s, &n) in s.iter_mut().zip(shape).rev() {
+        *s = stride;
+        stride *= n as usize;
     }
-    s
 }
 
 impl BlockCopy<'_> {
@@ -144,17 +145,21 @@ impl BlockCopy<'_> {
         if self.count.contains(&0) {
             return;
         }
-        let (ss, ds) = (strides(self.src_shape), strides(self.dst_shape));
+        // Source strides, destination strides and the odometer's digits, in one allocation.
+        let mut scratch = vec![0usize; 3 * n];
+        let (ss, rest) = scratch.split_at_mut(n);
+        let (ds, k) = rest.split_at_mut(n);
+        strides_into(self.src_shape, ss);
+        strides_into(self.dst_shape, ds);
         let last = n - 1;
         let len = self.count[last] as usize;
         let step = self.src_step[last].max(1) as usize;
-        let mut k = vec![0u64; last];
         loop {
             let mut src = self.src_start[last] as usize * ss[last];
             let mut dst = self.dst_start[last] as usize * ds[last];
             for d in 0..last {
-                src += (self.src_start[d] + k[d] * self.src_step[d].max(1)) as usize * ss[d];
-                dst += (self.dst_start[d] + k[d]) as usize * ds[d];
+                src += (self.src_start[d] + k[d] as u64 * self.src_step[d].max(1)) as usize * ss[d];
+                dst += (self.dst_start[d] + k[d] as u64) as usize * ds[d];
             }
             run(src, dst, len, step * ss[last]);
             // Odometer over the outer dimensions.
@@ -165,7 +170,7 @@ impl BlockCopy<'_> {
                 }
                 d -= 1;
                 k[d] += 1;
-                if k[d] < self.count[d] {
+                if (k[d] as u64) < self.count[d] {
                     break;
                 }
                 k[d] = 0;
