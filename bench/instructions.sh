@@ -17,6 +17,11 @@
 #   INSTR_SECONDS      seconds measured (default 5), after 3 s of warm-up
 #   INSTR_TOP          also list this many functions by their own instructions a request
 #
+# Under valgrind 3.19 (Debian 12) `openat2` is an unknown system call, so local files are read
+# by the blocking path (the pool, `realpath`), never by the one that does not wait
+# (src/store/nowait.rs): counts for raw keys or cold reads are of that path, not of what the
+# server does outside valgrind. A warm slice touches no file, so its count is the server's.
+#
 # It prints the requests counted and the instructions a request (all threads of the server,
 # warm-up excluded: callgrind's counters are zeroed after it). Load: wrk, one thread, four
 # connections. valgrind and wrk are installed with apt-get when missing. Everything listens on
