@@ -1,6 +1,7 @@
 //! `GET /api/v1/slice/{mount}/{path}?select=...&format=...`: decoded data of a region as JSON,
 //! raw binary, .npy, CSV or PNG (see DESIGN.md "Slice queries").
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -11,7 +12,6 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, stream};
-use serde::Deserialize;
 
 use crate::array::selection::cells;
 use crate::array::{
@@ -43,18 +43,30 @@ const INLINE_ENCODE_BYTES: u64 = 256 << 10;
 /// Elements of one piece of a streamed text (JSON, CSV) response, encoded on the blocking pool.
 const TEXT_PIECE_ELEMENTS: u64 = 8 * 1024;
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SliceQuery {
-    select: Option<String>,
-    format: Option<String>,
-    vmin: Option<String>,
-    vmax: Option<String>,
-    cmap: Option<String>,
+/// The query of a slice.
+struct SliceQuery<'a> {
+    select: Option<Cow<'a, str>>,
+    format: Option<Cow<'a, str>>,
+    vmin: Option<Cow<'a, str>>,
+    vmax: Option<Cow<'a, str>>,
+    cmap: Option<Cow<'a, str>>,
 }
 
-fn parse_number(v: &Option<String>, name: &str) -> Result<Option<f64>, ApiError> {
-    match v.as_deref().map(str::trim) {
+impl<'a> SliceQuery<'a> {
+    fn of(uri: &'a Uri) -> Result<Self, ApiError> {
+        let [select, format, vmin, vmax, cmap] = super::query(uri, ["select", "format", "vmin", "vmax", "cmap"])?;
+        Ok(Self {
+            select,
+            format,
+            vmin,
+            vmax,
+            cmap,
+        })
+    }
+}
+
+fn parse_number(v: Option<&str>, name: &str) -> Result<Option<f64>, ApiError> {
+    match v.map(str::trim) {
         None | Some("") => Ok(None),
         Some(s) => s
             .parse::<f64>()
@@ -121,11 +133,11 @@ pub async fn slice(State(state): State<AppState>, method: Method, uri: Uri, head
 }
 
 async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -> Result<Response, ApiError> {
-    let query: SliceQuery = super::query(&uri)?;
+    let query = SliceQuery::of(&uri)?;
     let formats = formats_taken(&query, &headers)?;
     let png_opts = PngOptions {
-        vmin: parse_number(&query.vmin, "vmin")?,
-        vmax: parse_number(&query.vmax, "vmax")?,
+        vmin: parse_number(query.vmin.as_deref(), "vmin")?,
+        vmax: parse_number(query.vmax.as_deref(), "vmax")?,
         cmap: match query.cmap.as_deref() {
             None => Colormap::Gray,
             Some(name) => Colormap::from_name(name)

@@ -13,7 +13,6 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{StatusCode, Uri};
 use futures::{FutureExt, StreamExt, TryStreamExt, stream};
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{joined, own_task, query};
@@ -276,18 +275,6 @@ pub async fn synthesized_zarr_json(
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ZomQuery {
-    depth: Option<String>,
-}
-
-/// The query of `/api/v1/list` and `/api/v1/validate`: nothing (but the cache buster, which
-/// [`query`] leaves out).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlainQuery {}
-
 /// Splits `/api/v1/{route}/{mount}[/{path}]` into the mount and the decoded key.
 fn mount_and_path<'a>(state: &'a AppState, uri: &Uri, route: &str) -> Result<(&'a Mount, StoreKey), ApiError> {
     let tail = uri.path().strip_prefix(route).unwrap_or("");
@@ -323,8 +310,8 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
 
 /// `GET /api/v1/zom/{mount}[/{path}]?depth=N`
 pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
-    let query: ZomQuery = query(&uri)?;
-    let depth = match query.depth.as_deref() {
+    let [depth] = query(&uri, ["depth"])?;
+    let depth = match depth.as_deref() {
         None | Some("") => None,
         Some(d) => Some(
             d.parse::<u32>()
@@ -370,7 +357,7 @@ fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value
 /// `GET /api/v1/list/{mount}[/{path}]`: the node at a path (if any) and the nodes and plain
 /// directories below it.
 pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>, ApiError> {
-    let PlainQuery { .. } = query(&uri)?;
+    let [] = query(&uri, [])?;
     own_task(listing(state, uri)).await
 }
 
@@ -420,16 +407,10 @@ async fn listing(state: AppState, uri: Uri) -> Result<Json<Value>, ApiError> {
     Ok(Json(listing))
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SchemaQuery {
-    zarr_format: Option<String>,
-}
-
 /// `GET /api/v1/zom-schema?zarr_format=2|3`: the JSON Schema of ZOM nodes of that version.
 pub async fn zom_schema(uri: Uri) -> Result<Json<Value>, ApiError> {
-    let query: SchemaQuery = query(&uri)?;
-    let text = match query.zarr_format.as_deref() {
+    let [zarr_format] = query(&uri, ["zarr_format"])?;
+    let text = match zarr_format.as_deref() {
         Some("2") => include_str!("../../schemas/zom-v2.json"),
         Some("3") | None => include_str!("../../schemas/zom-v3.json"),
         Some(other) => {
@@ -546,7 +527,7 @@ pub async fn validate(
     uri: Uri,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let PlainQuery { .. } = query(&uri)?;
+    let [] = query(&uri, [])?;
     // axum's own answer to a body over its limit (2 MiB) is plain text: errors here are JSON.
     let body = body.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => ApiError::TooLarge("the schema is larger than 2 MiB".into()),
