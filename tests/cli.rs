@@ -66,36 +66,18 @@ fn bad_config_stops_start_up_with_a_message() {
 fn a_closed_stdout_and_an_empty_log_filter() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
-    let bind = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
-        .args(["serve", "--bind", &bind, "--mount", "d=."])
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zarrgate"));
+    command
+        .args(["serve", "--bind", "127.0.0.1:0", "--mount", "d=."])
         .current_dir(dir.path())
         .env_remove("ZARRGATE_CONFIG")
         .env_remove("ZARRGATE_BIND")
         .env_remove("ZARRGATE_LOG_FORMAT")
         .env("ZARRGATE_LOG", "")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let start = std::time::Instant::now();
-    let mut conn = loop {
-        match std::net::TcpStream::connect(&bind) {
-            Ok(c) => break c,
-            Err(e) => {
-                if let Some(status) = child.try_wait().unwrap() {
-                    panic!("the server exited: {status:?}");
-                }
-                assert!(start.elapsed().as_secs() < 10, "the server did not start: {e}");
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        }
-    };
+        .stderr(std::fs::File::create(dir.path().join("log")).unwrap());
+    // Its first line read and its standard output closed, as `| head -1` does.
+    let (mut child, bind) = start_listening(command);
+    let mut conn = std::net::TcpStream::connect(&bind).unwrap();
     conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut reply = String::new();
@@ -112,44 +94,53 @@ fn a_closed_stdout_and_an_empty_log_filter() {
     );
 }
 
-/// Starts `zarrgate serve` on a free port in `dir`, mounting it as `d`, with `args` and `envs`
-/// added and stderr written to `dir/log`; returns the child, its address and a connection to it.
+/// Starts `command`, a `zarrgate serve` with `--bind 127.0.0.1:0`, and returns it with the
+/// address it listens on, from its first line of output; the rest of its output is not read
+/// (the pipe is closed). A port picked ahead (bound to port 0, closed, then given to the
+/// server) could be taken in between by the server of another test running at the same time,
+/// which this test would then talk to.
+fn start_listening(mut command: Command) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = command.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        // Nothing when the server exits first: the check below says so.
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+    }
+    let addr = line
+        .trim()
+        .strip_prefix("zarrgate listening on http://")
+        .and_then(|rest| rest.strip_suffix('/'));
+    match addr {
+        Some(addr) => (child, addr.to_string()),
+        None => {
+            let _ = child.kill();
+            panic!("the server did not start: its first line was {line:?}")
+        }
+    }
+}
+
+/// Starts `zarrgate serve` on a port of its choosing in `dir`, mounting it as `d`, with `args`
+/// and `envs` added and stderr written to `dir/log`; returns the child, its address and a
+/// connection to it.
 fn spawn_server(
     dir: &std::path::Path,
     args: &[&str],
     envs: &[(&str, &str)],
 ) -> (std::process::Child, String, std::net::TcpStream) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let bind = format!("127.0.0.1:{port}");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
-        .args(["serve", "--bind", &bind, "--mount", "d=."])
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zarrgate"));
+    command
+        .args(["serve", "--bind", "127.0.0.1:0", "--mount", "d=."])
         .args(args)
         .current_dir(dir)
         .env_remove("ZARRGATE_CONFIG")
         .env_remove("ZARRGATE_BIND")
         .env_remove("ZARRGATE_LOG_FORMAT")
         .envs(envs.iter().copied())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.join("log")).unwrap())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    loop {
-        match std::net::TcpStream::connect(&bind) {
-            Ok(c) => return (child, bind, c),
-            Err(_) if start.elapsed() < std::time::Duration::from_secs(10) => {
-                std::thread::sleep(std::time::Duration::from_millis(50))
-            }
-            Err(e) => {
-                let _ = child.kill();
-                panic!("the server did not start: {e}")
-            }
-        }
-    }
+        .stderr(std::fs::File::create(dir.join("log")).unwrap());
+    let (child, bind) = start_listening(command);
+    let conn = std::net::TcpStream::connect(&bind).unwrap();
+    (child, bind, conn)
 }
 
 /// Waits up to `most` for the child to exit.
