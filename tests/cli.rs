@@ -94,14 +94,38 @@ fn a_closed_stdout_and_an_empty_log_filter() {
     );
 }
 
+/// A server process of a test, killed (and reaped) when the test ends, a failed assertion
+/// included: a failing test does not leave its server running.
+struct Spawned(std::process::Child);
+
+impl std::ops::Deref for Spawned {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Spawned {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Starts `command`, a `zarrgate serve` with `--bind 127.0.0.1:0`, and returns it with the
 /// address it listens on, from its first line of output; the rest of its output is not read
 /// (the pipe is closed). A port picked ahead (bound to port 0, closed, then given to the
 /// server) could be taken in between by the server of another test running at the same time,
 /// which this test would then talk to.
-fn start_listening(mut command: Command) -> (std::process::Child, String) {
+fn start_listening(mut command: Command) -> (Spawned, String) {
     use std::io::BufRead;
-    let mut child = command.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = Spawned(command.stdout(std::process::Stdio::piped()).spawn().unwrap());
     let mut line = String::new();
     if let Some(stdout) = child.stdout.take() {
         // Nothing when the server exits first: the check below says so.
@@ -113,21 +137,14 @@ fn start_listening(mut command: Command) -> (std::process::Child, String) {
         .and_then(|rest| rest.strip_suffix('/'));
     match addr {
         Some(addr) => (child, addr.to_string()),
-        None => {
-            let _ = child.kill();
-            panic!("the server did not start: its first line was {line:?}")
-        }
+        None => panic!("the server did not start: its first line was {line:?}"),
     }
 }
 
 /// Starts `zarrgate serve` on a port of its choosing in `dir`, mounting it as `d`, with `args`
 /// and `envs` added and stderr written to `dir/log`; returns the child, its address and a
 /// connection to it.
-fn spawn_server(
-    dir: &std::path::Path,
-    args: &[&str],
-    envs: &[(&str, &str)],
-) -> (std::process::Child, String, std::net::TcpStream) {
+fn spawn_server(dir: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> (Spawned, String, std::net::TcpStream) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_zarrgate"));
     command
         .args(["serve", "--bind", "127.0.0.1:0", "--mount", "d=."])
