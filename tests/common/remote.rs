@@ -16,8 +16,18 @@ use zarrgate::store::{Store, open_local};
 use super::cases::run_manifest_on;
 use super::{CountingStore, fixtures, get, repo, request};
 
+/// A port for an emulator, which must be told one: free when picked, and never one this process
+/// has handed out before. The kernel may give a port again as soon as the listener that found
+/// it is closed, and the tests that start emulators run at the same time.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
+    }
 }
 
 pub fn wait_for_port(port: u16, limit: Duration) -> bool {
