@@ -66,18 +66,8 @@ fn bad_config_stops_start_up_with_a_message() {
 fn a_closed_stdout_and_an_empty_log_filter() {
     use std::io::{Read, Write};
     let dir = tempfile::tempdir().unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_zarrgate"));
-    command
-        .args(["serve", "--bind", "127.0.0.1:0", "--mount", "d=."])
-        .current_dir(dir.path())
-        .env_remove("ZARRGATE_CONFIG")
-        .env_remove("ZARRGATE_BIND")
-        .env_remove("ZARRGATE_LOG_FORMAT")
-        .env("ZARRGATE_LOG", "")
-        .stderr(std::fs::File::create(dir.path().join("log")).unwrap());
     // Its first line read and its standard output closed, as `| head -1` does.
-    let (mut child, bind) = start_listening(command);
-    let mut conn = std::net::TcpStream::connect(&bind).unwrap();
+    let (mut child, _, mut conn) = spawn_server(dir.path(), &[], &[("ZARRGATE_LOG", "")]);
     conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();
     let mut reply = String::new();
@@ -118,44 +108,41 @@ impl Drop for Spawned {
     }
 }
 
-/// Starts `command`, a `zarrgate serve` with `--bind 127.0.0.1:0`, and returns it with the
-/// address it listens on, from its first line of output; the rest of its output is not read
-/// (the pipe is closed). A port picked ahead (bound to port 0, closed, then given to the
-/// server) could be taken in between by the server of another test running at the same time,
-/// which this test would then talk to.
-fn start_listening(mut command: Command) -> (Spawned, String) {
+/// Starts `zarrgate serve` on a port of its choosing in `dir`, mounting it as `d`, with `args`
+/// and `envs` added and stderr written to `dir/log`; returns the child, its address (from its
+/// first line of output, after which the pipe is closed, as `| head -1` does) and a connection
+/// to it. A port picked ahead (bound to port 0, closed, then given to the server) could be
+/// taken in between by the server of another test running at the same time, which this test
+/// would then talk to.
+fn spawn_server(dir: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> (Spawned, String, std::net::TcpStream) {
     use std::io::BufRead;
-    let mut child = Spawned(command.stdout(std::process::Stdio::piped()).spawn().unwrap());
+    let mut child = Spawned(
+        Command::new(env!("CARGO_BIN_EXE_zarrgate"))
+            .args(["serve", "--bind", "127.0.0.1:0", "--mount", "d=."])
+            .args(args)
+            .current_dir(dir)
+            .env_remove("ZARRGATE_CONFIG")
+            .env_remove("ZARRGATE_BIND")
+            .env_remove("ZARRGATE_LOG_FORMAT")
+            .envs(envs.iter().copied())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
     if let Some(stdout) = child.stdout.take() {
         // Nothing when the server exits first: the check below says so.
         let _ = std::io::BufReader::new(stdout).read_line(&mut line);
     }
-    let addr = line
+    let Some(bind) = line
         .trim()
         .strip_prefix("zarrgate listening on http://")
-        .and_then(|rest| rest.strip_suffix('/'));
-    match addr {
-        Some(addr) => (child, addr.to_string()),
-        None => panic!("the server did not start: its first line was {line:?}"),
-    }
-}
-
-/// Starts `zarrgate serve` on a port of its choosing in `dir`, mounting it as `d`, with `args`
-/// and `envs` added and stderr written to `dir/log`; returns the child, its address and a
-/// connection to it.
-fn spawn_server(dir: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> (Spawned, String, std::net::TcpStream) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_zarrgate"));
-    command
-        .args(["serve", "--bind", "127.0.0.1:0", "--mount", "d=."])
-        .args(args)
-        .current_dir(dir)
-        .env_remove("ZARRGATE_CONFIG")
-        .env_remove("ZARRGATE_BIND")
-        .env_remove("ZARRGATE_LOG_FORMAT")
-        .envs(envs.iter().copied())
-        .stderr(std::fs::File::create(dir.join("log")).unwrap());
-    let (child, bind) = start_listening(command);
+        .and_then(|rest| rest.strip_suffix('/'))
+        .map(str::to_string)
+    else {
+        panic!("the server did not start: its first line was {line:?}")
+    };
     let conn = std::net::TcpStream::connect(&bind).unwrap();
     (child, bind, conn)
 }
