@@ -145,24 +145,24 @@ impl BlockCopy<'_> {
         if self.count.contains(&0) {
             return;
         }
-        // Source strides, destination strides and the odometer's digits, in one allocation.
+        // The source's and destination's moves for one step of each dimension (strides, the
+        // source's times its step) and the odometer's digits, in one allocation.
         let mut scratch = vec![0usize; 3 * n];
-        let (ss, rest) = scratch.split_at_mut(n);
-        let (ds, k) = rest.split_at_mut(n);
-        strides_into(self.src_shape, ss);
-        strides_into(self.dst_shape, ds);
+        let (src_move, rest) = scratch.split_at_mut(n);
+        let (dst_move, k) = rest.split_at_mut(n);
+        strides_into(self.src_shape, src_move);
+        strides_into(self.dst_shape, dst_move);
+        let (mut src, mut dst) = (0usize, 0usize);
+        for d in 0..n {
+            src += self.src_start[d] as usize * src_move[d];
+            dst += self.dst_start[d] as usize * dst_move[d];
+            src_move[d] *= self.src_step[d].max(1) as usize;
+        }
         let last = n - 1;
         let len = self.count[last] as usize;
-        let step = self.src_step[last].max(1) as usize;
         loop {
-            let mut src = self.src_start[last] as usize * ss[last];
-            let mut dst = self.dst_start[last] as usize * ds[last];
-            for d in 0..last {
-                src += (self.src_start[d] + k[d] as u64 * self.src_step[d].max(1)) as usize * ss[d];
-                dst += (self.dst_start[d] + k[d] as u64) as usize * ds[d];
-            }
-            run(src, dst, len, step * ss[last]);
-            // Odometer over the outer dimensions.
+            run(src, dst, len, src_move[last]);
+            // The odometer over the outer dimensions, moving both offsets with its digits.
             let mut d = last;
             loop {
                 if d == 0 {
@@ -170,9 +170,13 @@ impl BlockCopy<'_> {
                 }
                 d -= 1;
                 k[d] += 1;
+                src += src_move[d];
+                dst += dst_move[d];
                 if (k[d] as u64) < self.count[d] {
                     break;
                 }
+                src -= k[d] * src_move[d];
+                dst -= k[d] * dst_move[d];
                 k[d] = 0;
             }
         }
@@ -409,6 +413,42 @@ mod tests {
             ..copy
         };
         assert!(gather_fixed(&src, item, &elsewhere).is_err());
+    }
+
+    /// A 4-D block with a step and an offset in every dimension lands where element-by-element
+    /// indexing puts it: the odometer carries over several dimensions at once.
+    #[test]
+    fn a_4d_strided_copy_matches_indexing() {
+        let (src_shape, dst_shape) = ([3u64, 4, 5, 6], [4u64, 3, 4, 5]);
+        let (src_start, src_step, dst_start, count) =
+            ([1u64, 0, 1, 1], [1u64, 2, 3, 2], [1u64, 1, 2, 1], [2u64, 2, 2, 3]);
+        let at = |shape: &[u64], i: [u64; 4]| (((i[0] * shape[1] + i[1]) * shape[2] + i[2]) * shape[3] + i[3]) as usize;
+        let src: Vec<u16> = (0..src_shape.iter().product::<u64>() as u16).collect();
+        let mut want = vec![0xffffu16; dst_shape.iter().product::<u64>() as usize];
+        for a in 0..count[0] {
+            for b in 0..count[1] {
+                for c in 0..count[2] {
+                    for d in 0..count[3] {
+                        let k = [a, b, c, d];
+                        let from = std::array::from_fn(|x| src_start[x] + k[x] * src_step[x]);
+                        let to = std::array::from_fn(|x| dst_start[x] + k[x]);
+                        want[at(&dst_shape, to)] = src[at(&src_shape, from)];
+                    }
+                }
+            }
+        }
+        let bytes = |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let mut got = bytes(&vec![0xffff; want.len()]);
+        let copy = BlockCopy {
+            src_shape: &src_shape,
+            src_start: &src_start,
+            src_step: &src_step,
+            dst_shape: &dst_shape,
+            dst_start: &dst_start,
+            count: &count,
+        };
+        copy_fixed(&mut got, &bytes(&src), 2, &copy).unwrap();
+        assert_eq!(got, bytes(&want));
     }
 
     #[test]
