@@ -120,6 +120,14 @@ const X_ZARR_DTYPE: HeaderName = HeaderName::from_static("x-zarr-dtype");
 const X_ZARR_VMIN: HeaderName = HeaderName::from_static("x-zarr-vmin");
 const X_ZARR_VMAX: HeaderName = HeaderName::from_static("x-zarr-vmax");
 
+/// The `X-Zarr-Dtype` value of a type string: a numeric type's, static, as it is (no copy).
+fn dtype_header(typestr: Cow<'static, str>) -> Result<HeaderValue, ApiError> {
+    match typestr {
+        Cow::Borrowed(s) => Ok(HeaderValue::from_static(s)),
+        Cow::Owned(s) => HeaderValue::try_from(s).map_err(|_| ApiError::Internal),
+    }
+}
+
 /// The handler. An error depends on Accept too (the format it chose may be the one refused),
 /// so it says so as a response does.
 pub async fn slice(State(state): State<AppState>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
@@ -257,13 +265,13 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         && asked > BAND_BYTES
         && let Some(rows) = RowsAs::of(format, &meta, &sel)?
     {
-        let response = response.header(X_ZARR_DTYPE, meta.dtype.typestr());
+        let mut response = response;
+        super::append(&mut response, X_ZARR_DTYPE, dtype_header(meta.dtype.typestr())?);
         let turn = stream_turn(&state)?;
         return stream_bands(ctx, path, meta, sel, rows, response, turn).await;
     }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
-        let dtype = HeaderValue::try_from(meta.dtype.typestr()).map_err(|_| ApiError::Internal)?;
-        super::append(&mut response, X_ZARR_DTYPE, dtype);
+        super::append(&mut response, X_ZARR_DTYPE, dtype_header(meta.dtype.typestr())?);
         // Fixed-size binary: the bytes as read (a single whole chunk is not even copied).
         let data = read_region_bytes(&ctx, &path, meta.clone(), &sel).await?;
         let header = match format {
@@ -310,7 +318,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         },
     };
     // The body, its dtype, and for PNG the value range the colours span.
-    type Encoded = (Vec<u8>, String, Option<(f64, f64)>);
+    type Encoded = (Vec<u8>, Cow<'static, str>, Option<(f64, f64)>);
     let encode = move || -> Result<Encoded, ApiError> {
         let typestr = region.dtype.typestr();
         Ok(match format {
@@ -369,7 +377,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     }
     let length = body.len();
     response
-        .header(X_ZARR_DTYPE, dtype)
+        .header(X_ZARR_DTYPE, dtype_header(dtype)?)
         .header(header::CONTENT_LENGTH, HeaderValue::from(length))
         .body(whole_body(&state, Bytes::from(body), turn)?)
         .map_err(|_| ApiError::Internal)
@@ -465,7 +473,7 @@ fn head_only(
     // bin and npy write variable-length elements at the width of the longest: that type is
     // known once they are read. Every other answer names the array's own.
     if !bytes || fixed_bytes.is_some() {
-        response = response.header(X_ZARR_DTYPE, meta.dtype.typestr());
+        super::append(&mut response, X_ZARR_DTYPE, dtype_header(meta.dtype.typestr())?);
     }
     if let (true, Some(data)) = (bytes, fixed_bytes) {
         let header = match format {

@@ -5,6 +5,7 @@
 //! big-endian data once, so everything downstream (assembly, output formats) sees one layout.
 
 use serde_json::Value;
+use std::borrow::Cow;
 
 use super::MetaError;
 
@@ -356,23 +357,36 @@ impl DType {
 
     /// The NumPy type string of this type as decoded (little-endian), e.g. `<f4`, `|b1`,
     /// `<M8[s]`, `|S5`, `<U4`, `|V12` for structured types, `|O` for variable-length ones.
-    pub fn typestr(&self) -> String {
-        match &self.kind {
-            Kind::Bool => "|b1".into(),
-            Kind::Int(1) => "|i1".into(),
-            Kind::UInt(1) => "|u1".into(),
-            Kind::Int(n) => format!("<i{n}"),
-            Kind::UInt(n) => format!("<u{n}"),
-            Kind::Float(n) => format!("<f{n}"),
-            Kind::Complex(n) => format!("<c{n}"),
-            Kind::DateTime(u) => format!("<M8[{u}]"),
-            Kind::TimeDelta(u) => format!("<m8[{u}]"),
-            Kind::FixedBytes(n) => format!("|S{n}"),
-            Kind::Raw(n) => format!("|V{n}"),
-            Kind::FixedUnicode(n) => format!("<U{n}"),
-            Kind::Structured(_) => format!("|V{}", self.item_size().unwrap_or(0)),
-            Kind::String | Kind::Bytes | Kind::Object => "|O".into(),
-        }
+    /// Borrowed for the numeric types, whose strings are few (no allocation for a slice's
+    /// `X-Zarr-Dtype` header of them).
+    pub fn typestr(&self) -> Cow<'static, str> {
+        Cow::Borrowed(match &self.kind {
+            Kind::Bool => "|b1",
+            Kind::Int(1) => "|i1",
+            Kind::UInt(1) => "|u1",
+            Kind::Int(2) => "<i2",
+            Kind::Int(4) => "<i4",
+            Kind::Int(8) => "<i8",
+            Kind::UInt(2) => "<u2",
+            Kind::UInt(4) => "<u4",
+            Kind::UInt(8) => "<u8",
+            Kind::Float(2) => "<f2",
+            Kind::Float(4) => "<f4",
+            Kind::Float(8) => "<f8",
+            Kind::Complex(8) => "<c8",
+            Kind::Complex(16) => "<c16",
+            Kind::String | Kind::Bytes | Kind::Object => "|O",
+            Kind::Int(n) => return format!("<i{n}").into(),
+            Kind::UInt(n) => return format!("<u{n}").into(),
+            Kind::Float(n) => return format!("<f{n}").into(),
+            Kind::Complex(n) => return format!("<c{n}").into(),
+            Kind::DateTime(u) => return format!("<M8[{u}]").into(),
+            Kind::TimeDelta(u) => return format!("<m8[{u}]").into(),
+            Kind::FixedBytes(n) => return format!("|S{n}").into(),
+            Kind::Raw(n) => return format!("|V{n}").into(),
+            Kind::FixedUnicode(n) => return format!("<U{n}").into(),
+            Kind::Structured(_) => return format!("|V{}", self.item_size().unwrap_or(0)).into(),
+        })
     }
 
     /// The NumPy `descr` of this type as decoded: the type string, or for structured types a
