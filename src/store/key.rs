@@ -43,25 +43,41 @@ impl StoreKey {
     }
 
     /// Refuses what [`StoreKey::new`] refuses.
+    ///
+    /// One pass over the bytes (every request's path comes through here), refusing in this
+    /// order: a NUL anywhere, a backslash anywhere, then the first bad segment (empty, `.` or
+    /// `..`, or holding a control character).
     fn check(key: &str) -> Result<(), KeyError> {
         if key.is_empty() {
             return Ok(());
         }
-        if key.contains('\0') {
-            return Err(KeyError::Nul);
-        }
-        if key.contains('\\') {
-            return Err(KeyError::Backslash);
-        }
-        for segment in key.split('/') {
-            match segment {
-                "" => return Err(KeyError::EmptySegment),
-                "." | ".." => return Err(KeyError::DotSegment),
-                s if s.chars().any(char::is_control) => return Err(KeyError::Control),
-                _ => {}
+        let (mut nul, mut backslash, mut bad) = (false, false, None);
+        for segment in key.as_bytes().split(|&b| b == b'/') {
+            let mut control = false;
+            let mut previous = 0u8;
+            for &b in segment {
+                nul |= b == 0;
+                backslash |= b == b'\\';
+                // Unicode's control characters: U+0000-U+001F, U+007F, and U+0080-U+009F
+                // (0xC2 0x80-0x9F in UTF-8; 0xC2 is only ever a lead byte).
+                control |= b < 0x20 || b == 0x7f || (previous == 0xc2 && (0x80..=0x9f).contains(&b));
+                previous = b;
+            }
+            if bad.is_none() {
+                bad = match segment {
+                    b"" => Some(KeyError::EmptySegment),
+                    b"." | b".." => Some(KeyError::DotSegment),
+                    _ if control => Some(KeyError::Control),
+                    _ => None,
+                };
             }
         }
-        Ok(())
+        match (nul, backslash, bad) {
+            (true, _, _) => Err(KeyError::Nul),
+            (_, true, _) => Err(KeyError::Backslash),
+            (_, _, Some(e)) => Err(e),
+            _ => Ok(()),
+        }
     }
 
     /// Decodes a raw URL path (the part after the mount name) once and checks it.
@@ -235,7 +251,49 @@ mod tests {
         ]
     }
 
+    /// What `check` refuses, written plainly: its one pass must agree with this.
+    fn check_plainly(key: &str) -> Result<(), KeyError> {
+        if key.is_empty() {
+            return Ok(());
+        }
+        if key.contains('\0') {
+            return Err(KeyError::Nul);
+        }
+        if key.contains('\\') {
+            return Err(KeyError::Backslash);
+        }
+        for segment in key.split('/') {
+            match segment {
+                "" => return Err(KeyError::EmptySegment),
+                "." | ".." => return Err(KeyError::DotSegment),
+                s if s.chars().any(char::is_control) => return Err(KeyError::Control),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Every control character is refused, and no other character is.
+    #[test]
+    fn control_characters_are_exactly_unicodes() {
+        for c in (0..0x800u32)
+            .filter_map(char::from_u32)
+            .chain(['\u{2028}', '\u{feff}', '\u{10ffff}'])
+        {
+            let key = format!("a/b{c}c");
+            let refused = StoreKey::check(&key).is_err();
+            assert_eq!(refused, c.is_control() || c == '\\', "{:?}", c);
+            assert_eq!(StoreKey::check(&key), check_plainly(&key), "{c:?}");
+        }
+    }
+
     proptest! {
+        /// The one-pass check refuses what the plain one does, with the same error.
+        #[test]
+        fn the_one_pass_check_is_the_plain_one(key in "[a./\\\\\u{0}\u{7f}\u{85}\u{9f}\u{a0}\u{c2}\u{100}]{0,8}") {
+            prop_assert_eq!(StoreKey::check(&key), check_plainly(&key));
+        }
+
         /// Whatever the URL path, an accepted key joined under a root stays under it lexically:
         /// no component of the joined path is `..`, a root or a prefix.
         #[test]
