@@ -164,7 +164,10 @@ impl AppState {
     /// The mount named by a URL's mount segment, percent-decoded once as the rest of the path
     /// is (`/zarr/f%78/` is `/zarr/fx/`).
     pub fn mount(&self, segment: &str) -> Result<&Mount, ApiError> {
-        let name = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
+        let name = match segment.contains('%') {
+            true => percent_encoding::percent_decode_str(segment).decode_utf8_lossy(),
+            false => segment.into(),
+        };
         self.mounts
             .get(name.as_ref())
             .ok_or_else(|| ApiError::UnknownMount(name.into_owned()))

@@ -85,7 +85,11 @@ impl StoreKey {
     /// Returns the key and whether the path ended with `/` (it then names a directory, which is
     /// never an object).
     pub fn from_url_path(raw: &str) -> Result<(Self, bool), KeyError> {
-        let decoded = percent_decode_str(raw).decode_utf8().map_err(|_| KeyError::NotUtf8)?;
+        // A path with no escape is its own decoding (and already UTF-8).
+        let decoded = match raw.contains('%') {
+            true => percent_decode_str(raw).decode_utf8().map_err(|_| KeyError::NotUtf8)?,
+            false => raw.into(),
+        };
         // `m//` (the path "/"): an empty segment, as in `m/a//b`, not the root with a slash.
         if decoded.starts_with('/') {
             return Err(KeyError::EmptySegment);
