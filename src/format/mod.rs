@@ -179,13 +179,20 @@ impl Format {
     }
 
     /// The Content-Type of responses.
-    pub fn content_type(self) -> &'static str {
+    pub fn content_type(self) -> axum::http::HeaderValue {
+        use axum::http::HeaderValue;
+        // Checked when compiled: `from_static` checks its text on each call otherwise.
+        const JSON: HeaderValue = HeaderValue::from_static("application/json");
+        const BIN: HeaderValue = HeaderValue::from_static("application/octet-stream");
+        const NPY: HeaderValue = HeaderValue::from_static("application/x-npy");
+        const CSV: HeaderValue = HeaderValue::from_static("text/csv; charset=utf-8");
+        const PNG: HeaderValue = HeaderValue::from_static("image/png");
         match self {
-            Format::Json => "application/json",
-            Format::Bin => "application/octet-stream",
-            Format::Npy => "application/x-npy",
-            Format::Csv => "text/csv; charset=utf-8",
-            Format::Png => "image/png",
+            Format::Json => JSON,
+            Format::Bin => BIN,
+            Format::Npy => NPY,
+            Format::Csv => CSV,
+            Format::Png => PNG,
         }
     }
 }

@@ -131,10 +131,12 @@ pub fn parse_range(value: &str) -> Option<ByteRange> {
     }
 }
 
-fn content_type(key: &StoreKey) -> &'static str {
+fn content_type(key: &StoreKey) -> HeaderValue {
+    const JSON: HeaderValue = HeaderValue::from_static("application/json");
+    const BYTES: HeaderValue = HeaderValue::from_static("application/octet-stream");
     match key.name() {
-        ".zarray" | ".zgroup" | ".zattrs" | ".zmetadata" | "zarr.json" => "application/json",
-        _ => "application/octet-stream",
+        ".zarray" | ".zgroup" | ".zattrs" | ".zmetadata" | "zarr.json" => JSON,
+        _ => BYTES,
     }
 }
 
@@ -242,17 +244,23 @@ fn consolidated(mount: &Mount, key: &StoreKey, synthesized: Result<Option<Bytes>
 fn stored_headers(key: &StoreKey, etag: &str, last_modified: Option<SystemTime>) -> axum::http::response::Builder {
     // Stores change under a key: caches (a browser's, for viewers) revalidate each use, which
     // the ETag makes a 304, instead of keeping a copy for a heuristic lifetime.
-    let mut response = super::response()
-        .header(header::ACCEPT_RANGES, "bytes")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header(header::CONTENT_TYPE, content_type(key));
-    if !etag.is_empty() {
-        response = response.header(header::ETAG, etag);
+    // Constant values, and appended in place (see `super::append`): every raw answer has them.
+    const BYTES: HeaderValue = HeaderValue::from_static("bytes");
+    const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
+    let mut response = super::response();
+    super::append(&mut response, header::ACCEPT_RANGES, BYTES);
+    super::append(&mut response, header::CACHE_CONTROL, NO_CACHE);
+    super::append(&mut response, header::CONTENT_TYPE, content_type(key));
+    if let Some(etag) = Some(etag)
+        .filter(|e| !e.is_empty())
+        .and_then(|e| HeaderValue::try_from(e).ok())
+    {
+        super::append(&mut response, header::ETAG, etag);
     }
-    match last_modified {
-        Some(t) => response.header(header::LAST_MODIFIED, httpdate::fmt_http_date(t)),
-        None => response,
+    if let Some(date) = last_modified.and_then(|t| HeaderValue::try_from(httpdate::fmt_http_date(t)).ok()) {
+        super::append(&mut response, header::LAST_MODIFIED, date);
     }
+    response
 }
 
 /// The response, or `None` when the object changed while it was being served.
@@ -319,11 +327,12 @@ async fn serve(
             None => first_piece_read(object.body, &key).await?,
             Some(_) => Body::from_stream(object.body),
         };
-        return response
-            .header(header::CONTENT_LENGTH, HeaderValue::from(range.end - range.start))
-            .body(body)
-            .map(Some)
-            .map_err(|_| ApiError::Internal);
+        super::append(
+            &mut response,
+            header::CONTENT_LENGTH,
+            HeaderValue::from(range.end - range.start),
+        );
+        return response.body(body).map(Some).map_err(|_| ApiError::Internal);
     }
 
     let rep = representation(state, mount, &key).await?.ok_or_else(missing)?;

@@ -119,6 +119,8 @@ const X_ZARR_SHAPE: HeaderName = HeaderName::from_static("x-zarr-shape");
 const X_ZARR_DTYPE: HeaderName = HeaderName::from_static("x-zarr-dtype");
 const X_ZARR_VMIN: HeaderName = HeaderName::from_static("x-zarr-vmin");
 const X_ZARR_VMAX: HeaderName = HeaderName::from_static("x-zarr-vmax");
+/// Every slice answer's `Vary` (its format may come from `Accept`), checked when compiled.
+const VARY_ACCEPT: HeaderValue = HeaderValue::from_static("accept");
 
 /// The `X-Zarr-Dtype` value of a type string: a numeric type's, static, as it is (no copy).
 fn dtype_header(typestr: Cow<'static, str>) -> Result<HeaderValue, ApiError> {
@@ -133,9 +135,7 @@ fn dtype_header(typestr: Cow<'static, str>) -> Result<HeaderValue, ApiError> {
 pub async fn slice(State(state): State<AppState>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
     answer(state, method, uri, headers).await.unwrap_or_else(|e| {
         let mut response = e.into_response();
-        response
-            .headers_mut()
-            .append(header::VARY, HeaderValue::from_static("accept"));
+        response.headers_mut().append(header::VARY, VARY_ACCEPT);
         response
     })
 }
@@ -241,13 +241,9 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     let mut shape_header = String::new();
     crate::zarr::push_joined(&mut shape_header, &shape, ',');
     let mut response = super::response();
-    super::append(
-        &mut response,
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(format.content_type()),
-    );
+    super::append(&mut response, header::CONTENT_TYPE, format.content_type());
     // Without `format`, the body depends on Accept: caches must not give one to the other.
-    super::append(&mut response, header::VARY, HeaderValue::from_static("accept"));
+    super::append(&mut response, header::VARY, VARY_ACCEPT);
     super::append(
         &mut response,
         X_ZARR_SHAPE,
