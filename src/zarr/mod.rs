@@ -45,10 +45,15 @@ pub enum ChunkKeyEncoding {
 impl ChunkKeyEncoding {
     /// The key of the chunk at `coords`, relative to the array.
     pub fn key(&self, coords: &[u64]) -> String {
-        let (mut key, separator) = match self {
-            ChunkKeyEncoding::Default { separator } => (String::from("c"), *separator),
+        // Room for the usual key (numbers of up to three digits) in one allocation.
+        let mut key = String::with_capacity(2 + 4 * coords.len());
+        let separator = match self {
+            ChunkKeyEncoding::Default { separator } => {
+                key.push('c');
+                *separator
+            }
             ChunkKeyEncoding::V2 { .. } if coords.is_empty() => return "0".to_owned(),
-            ChunkKeyEncoding::V2 { separator } => (String::new(), *separator),
+            ChunkKeyEncoding::V2 { separator } => *separator,
         };
         if matches!(self, ChunkKeyEncoding::Default { .. }) && !coords.is_empty() {
             key.push(separator);
