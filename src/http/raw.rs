@@ -251,9 +251,9 @@ fn stored_headers(key: &StoreKey, etag: &str, last_modified: Option<SystemTime>)
     super::append(&mut response, header::ACCEPT_RANGES, BYTES);
     super::append(&mut response, header::CACHE_CONTROL, NO_CACHE);
     super::append(&mut response, header::CONTENT_TYPE, content_type(key));
-    if let Some(etag) = Some(etag)
-        .filter(|e| !e.is_empty())
-        .and_then(|e| HeaderValue::try_from(e).ok())
+    // A stored ETag that is no header value (an odd upstream's) is left out, not a failed answer.
+    if !etag.is_empty()
+        && let Ok(etag) = HeaderValue::try_from(etag)
     {
         super::append(&mut response, header::ETAG, etag);
     }

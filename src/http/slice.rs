@@ -123,6 +123,8 @@ const X_ZARR_VMAX: HeaderName = HeaderName::from_static("x-zarr-vmax");
 const VARY_ACCEPT: HeaderValue = HeaderValue::from_static("accept");
 
 /// The `X-Zarr-Dtype` value of a type string: a numeric type's, static, as it is (no copy).
+/// `DType::typestr`'s static strings are ASCII literals, which `from_static` takes without
+/// panicking.
 fn dtype_header(typestr: Cow<'static, str>) -> Result<HeaderValue, ApiError> {
     match typestr {
         Cow::Borrowed(s) => Ok(HeaderValue::from_static(s)),

@@ -668,6 +668,37 @@ mod tests {
         assert_eq!(DType::from_v3(&json!("float64")).unwrap().item_size(), Some(8));
     }
 
+    /// The numeric types' type strings are static (no allocation), visible ASCII (a header
+    /// value `from_static` takes), and the little-endian form of what was read.
+    #[test]
+    fn numeric_typestrs_are_static() {
+        for (read, written) in [
+            ("|b1", "|b1"),
+            ("|i1", "|i1"),
+            ("|u1", "|u1"),
+            (">i2", "<i2"),
+            ("<i4", "<i4"),
+            ("<i8", "<i8"),
+            ("<u2", "<u2"),
+            (">u4", "<u4"),
+            ("<u8", "<u8"),
+            ("<f2", "<f2"),
+            ("<f4", "<f4"),
+            (">f8", "<f8"),
+            ("<c8", "<c8"),
+            ("<c16", "<c16"),
+        ] {
+            let typestr = DType::from_v2(&json!(read)).unwrap().typestr();
+            assert!(matches!(typestr, Cow::Borrowed(_)), "{read}");
+            assert_eq!(typestr, written);
+            assert!(typestr.bytes().all(|b| b.is_ascii_graphic()), "{read}");
+        }
+        assert!(matches!(
+            DType::from_v2(&json!("<M8[s]")).unwrap().typestr(),
+            Cow::Owned(_)
+        ));
+    }
+
     #[test]
     fn typestrs() {
         assert_eq!(DType::from_v2(&json!("<i4")).unwrap(), DType::new(Kind::Int(4)));
