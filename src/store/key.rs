@@ -5,6 +5,7 @@
 //! so every backend can join a key under its root without further checks.
 
 use std::fmt;
+use std::sync::Arc;
 
 use percent_encoding::percent_decode_str;
 
@@ -27,19 +28,22 @@ pub enum KeyError {
 
 /// A validated, relative key inside a store: `/`-separated, non-empty segments, none of them
 /// `.` or `..`. The empty key is the store root.
+///
+/// Shared text: a key is cloned into each cache id a read looks up (two or three a chunk), and
+/// a clone is a count, not an allocation and a copy.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
-pub struct StoreKey(String);
+pub struct StoreKey(Arc<str>);
 
 impl StoreKey {
     /// The root of a store.
     pub fn root() -> Self {
-        Self(String::new())
+        Self::default()
     }
 
     /// Checks an already-decoded key.
     pub fn new(key: &str) -> Result<Self, KeyError> {
         Self::check(key)?;
-        Ok(Self(key.to_owned()))
+        Ok(Self(key.into()))
     }
 
     /// Refuses what [`StoreKey::new`] refuses.
@@ -124,7 +128,7 @@ impl StoreKey {
     /// The parent key (the root is its own parent).
     pub fn parent(&self) -> Self {
         match self.0.rfind('/') {
-            Some(i) => Self(self.0[..i].to_owned()),
+            Some(i) => Self(self.0[..i].into()),
             None => Self::root(),
         }
     }
@@ -142,7 +146,7 @@ impl StoreKey {
             key.push_str(&self.0);
             key.push('/');
             key.push_str(name);
-            Ok(Self(key))
+            Ok(Self(key.into()))
         }
     }
 
@@ -150,7 +154,7 @@ impl StoreKey {
     pub fn starts_with(&self, prefix: &StoreKey) -> bool {
         prefix.is_root()
             || self.0 == prefix.0
-            || (self.0.starts_with(&prefix.0) && self.0.as_bytes().get(prefix.0.len()) == Some(&b'/'))
+            || (self.0.starts_with(&*prefix.0) && self.0.as_bytes().get(prefix.0.len()) == Some(&b'/'))
     }
 
     /// The part of `self` below `prefix`, if it lies below it.
@@ -160,7 +164,7 @@ impl StoreKey {
         } else if self.0 == prefix.0 {
             Some("")
         } else {
-            self.0.strip_prefix(&prefix.0).and_then(|rest| rest.strip_prefix('/'))
+            self.0.strip_prefix(&*prefix.0).and_then(|rest| rest.strip_prefix('/'))
         }
     }
 }
