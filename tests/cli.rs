@@ -6,13 +6,20 @@ fn zarrgate(args: &[&str], dir: &std::path::Path) -> (bool, String) {
     zarrgate_with(args, dir, &[])
 }
 
-fn zarrgate_with(args: &[&str], dir: &std::path::Path, envs: &[(&str, &str)]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
-        .args(args)
+/// The binary, run in `dir`, without the settings this test process's environment may hold.
+fn command(dir: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_zarrgate"));
+    command
         .current_dir(dir)
         .env_remove("ZARRGATE_CONFIG")
         .env_remove("ZARRGATE_BIND")
-        .env_remove("ZARRGATE_LOG_FORMAT")
+        .env_remove("ZARRGATE_LOG_FORMAT");
+    command
+}
+
+fn zarrgate_with(args: &[&str], dir: &std::path::Path, envs: &[(&str, &str)]) -> (bool, String) {
+    let out = command(dir)
+        .args(args)
         .envs(envs.iter().copied())
         .output()
         .expect("the binary runs");
@@ -117,13 +124,9 @@ impl Drop for Spawned {
 fn spawn_server(dir: &std::path::Path, args: &[&str], envs: &[(&str, &str)]) -> (Spawned, String, std::net::TcpStream) {
     use std::io::BufRead;
     let mut child = Spawned(
-        Command::new(env!("CARGO_BIN_EXE_zarrgate"))
+        command(dir)
             .args(["serve", "--bind", "127.0.0.1:0", "--mount", "d=."])
             .args(args)
-            .current_dir(dir)
-            .env_remove("ZARRGATE_CONFIG")
-            .env_remove("ZARRGATE_BIND")
-            .env_remove("ZARRGATE_LOG_FORMAT")
             .envs(envs.iter().copied())
             .stdout(std::process::Stdio::piped())
             .stderr(std::fs::File::create(dir.join("log")).unwrap())
@@ -176,17 +179,14 @@ fn healthcheck_signals_and_the_log() {
     let port = conn.peer_addr().unwrap().port();
     // `zarrgate healthcheck` asks the server where `serve` with the same options listens (a
     // wildcard address on loopback), and fails where nothing answers.
-    let check = |bind: &str| {
-        Command::new(env!("CARGO_BIN_EXE_zarrgate"))
-            .args(["healthcheck", "--bind", bind, "--mount", "d=."])
-            .current_dir(dir.path())
-            .env_remove("ZARRGATE_CONFIG")
-            .env_remove("ZARRGATE_BIND")
+    let check = |bind: &str, mount: &str| {
+        command(dir.path())
+            .args(["healthcheck", "--bind", bind, "--mount", mount])
             .output()
             .unwrap()
     };
     for bind in [bind.clone(), format!("0.0.0.0:{port}")] {
-        let out = check(&bind);
+        let out = check(&bind, "d=.");
         assert!(out.status.success(), "{bind}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stdout).contains("healthy"));
     }
@@ -194,18 +194,12 @@ fn healthcheck_signals_and_the_log() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let out = check(&nobody.to_string());
+    let out = check(&nobody.to_string(), "d=.");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unhealthy"));
     // It needs the address, not the mounts: one whose directory is missing where it runs (or
     // whose token variable is unset there) does not make a healthy server unhealthy.
-    let out = Command::new(env!("CARGO_BIN_EXE_zarrgate"))
-        .args(["healthcheck", "--bind", &bind, "--mount", "gone=./no/such/dir"])
-        .current_dir(dir.path())
-        .env_remove("ZARRGATE_CONFIG")
-        .env_remove("ZARRGATE_BIND")
-        .output()
-        .unwrap();
+    let out = check(&bind, "gone=./no/such/dir");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // A request of a long URL (414) is logged with its path cut at 1 KiB.
     let mut long = std::net::TcpStream::connect(&bind).unwrap();
