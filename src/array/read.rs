@@ -25,7 +25,7 @@ use crate::codec::chain::CodecChain;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
 use crate::store::{ByteRange, ObjectMeta, Store, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
-use crate::zarr::elements::{BlockCopy, Elements, copy_fixed, fill_fixed, gather_fixed};
+use crate::zarr::elements::{BlockCopy, Elements, STACK_DIMS, copy_fixed, fill_fixed, gather_fixed, scratch};
 use crate::zarr::fill::FillValue;
 
 /// Errors of reading a region.
@@ -696,7 +696,8 @@ pub async fn read_region_bytes(
                     // Per dimension: the start in the unit, the step, the count, and a zero
                     // (where the block goes in the result), in one allocation.
                     let n = sel.0.len();
-                    let mut dims = vec![0u64; 4 * n];
+                    let (mut stack, mut heap) = ([0u64; 4 * STACK_DIMS], Vec::new());
+                    let dims = scratch(&mut stack, &mut heap, 4 * n);
                     for (d, (s, u)) in sel.0.iter().zip(unit).enumerate() {
                         let (start, step, count) = s.span();
                         (dims[d], dims[n + d], dims[2 * n + d]) = (start % u, step, count);

@@ -146,9 +146,10 @@ impl BlockCopy<'_> {
             return;
         }
         // The source's and destination's moves for one step of each dimension (strides, the
-        // source's times its step) and the odometer's digits, in one allocation.
-        let mut scratch = vec![0usize; 3 * n];
-        let (src_move, rest) = scratch.split_at_mut(n);
+        // source's times its step) and the odometer's digits: on the stack for the usual few
+        // dimensions.
+        let (mut stack, mut heap) = ([0usize; 3 * STACK_DIMS], Vec::new());
+        let (src_move, rest) = scratch(&mut stack, &mut heap, 3 * n).split_at_mut(n);
         let (dst_move, k) = rest.split_at_mut(n);
         strides_into(self.src_shape, src_move);
         strides_into(self.dst_shape, dst_move);
@@ -159,11 +160,23 @@ impl BlockCopy<'_> {
             src_move[d] *= self.src_step[d].max(1) as usize;
         }
         let last = n - 1;
-        let len = self.count[last] as usize;
+        let (len, step) = (self.count[last] as usize, src_move[last]);
+        // The runs along the last dimension but one (a 2-D tile's rows) are walked by a plain
+        // loop; the odometer turns over the dimensions before it.
+        let (rows, outer) = match last.checked_sub(1) {
+            Some(o) => (self.count[o] as usize, o),
+            None => (1, 0),
+        };
+        let (src_row, dst_row) = (src_move[outer], dst_move[outer]);
         loop {
-            run(src, dst, len, src_move[last]);
+            let (mut s, mut t) = (src, dst);
+            for _ in 0..rows {
+                run(s, t, len, step);
+                s += src_row;
+                t += dst_row;
+            }
             // The odometer over the outer dimensions, moving both offsets with its digits.
-            let mut d = last;
+            let mut d = outer;
             loop {
                 if d == 0 {
                     return;
@@ -179,6 +192,26 @@ impl BlockCopy<'_> {
                 dst -= k[d] * dst_move[d];
                 k[d] = 0;
             }
+        }
+    }
+}
+
+/// Dimensions up to which a block copy keeps its bookkeeping on the stack.
+pub const STACK_DIMS: usize = 8;
+
+/// Room for `len` values: the first `len` of `stack` when they fit, else `heap` grown to `len`
+/// with defaults (given fresh, both hold defaults only). For bookkeeping sized by an array's
+/// dimensions, a few almost always, which then costs no allocation.
+pub fn scratch<'a, T: Copy + Default, const N: usize>(
+    stack: &'a mut [T; N],
+    heap: &'a mut Vec<T>,
+    len: usize,
+) -> &'a mut [T] {
+    match stack.get_mut(..len) {
+        Some(on_stack) => on_stack,
+        None => {
+            heap.resize(len, T::default());
+            heap
         }
     }
 }
@@ -415,40 +448,70 @@ mod tests {
         assert!(gather_fixed(&src, item, &elsewhere).is_err());
     }
 
-    /// A 4-D block with a step and an offset in every dimension lands where element-by-element
-    /// indexing puts it: the odometer carries over several dimensions at once.
-    #[test]
-    fn a_4d_strided_copy_matches_indexing() {
-        let (src_shape, dst_shape) = ([3u64, 4, 5, 6], [4u64, 3, 4, 5]);
-        let (src_start, src_step, dst_start, count) =
-            ([1u64, 0, 1, 1], [1u64, 2, 3, 2], [1u64, 1, 2, 1], [2u64, 2, 2, 3]);
-        let at = |shape: &[u64], i: [u64; 4]| (((i[0] * shape[1] + i[1]) * shape[2] + i[2]) * shape[3] + i[3]) as usize;
-        let src: Vec<u16> = (0..src_shape.iter().product::<u64>() as u16).collect();
-        let mut want = vec![0xffffu16; dst_shape.iter().product::<u64>() as usize];
-        for a in 0..count[0] {
-            for b in 0..count[1] {
-                for c in 0..count[2] {
-                    for d in 0..count[3] {
-                        let k = [a, b, c, d];
-                        let from = std::array::from_fn(|x| src_start[x] + k[x] * src_step[x]);
-                        let to = std::array::from_fn(|x| dst_start[x] + k[x]);
-                        want[at(&dst_shape, to)] = src[at(&src_shape, from)];
-                    }
-                }
-            }
-        }
-        let bytes = |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
-        let mut got = bytes(&vec![0xffff; want.len()]);
-        let copy = BlockCopy {
-            src_shape: &src_shape,
-            src_start: &src_start,
-            src_step: &src_step,
-            dst_shape: &dst_shape,
-            dst_start: &dst_start,
-            count: &count,
+    /// The block `copy` describes, copied element by element: every index of `count`,
+    /// decomposed from a flat counter, mapped to its source and destination offsets.
+    fn copied_by_indexing(src: &[u16], dst: &mut [u16], copy: &BlockCopy) {
+        let offset = |shape: &[u64], at: &dyn Fn(usize) -> u64| {
+            (0..shape.len()).fold(0u64, |o, x| o * shape[x] + at(x)) as usize
         };
-        copy_fixed(&mut got, &bytes(&src), 2, &copy).unwrap();
-        assert_eq!(got, bytes(&want));
+        for flat in 0..copy.count.iter().product::<u64>() {
+            let mut k = vec![0u64; copy.count.len()];
+            let mut rest = flat;
+            for x in (0..k.len()).rev() {
+                (k[x], rest) = (rest % copy.count[x], rest / copy.count[x]);
+            }
+            let from = offset(copy.src_shape, &|x| copy.src_start[x] + k[x] * copy.src_step[x]);
+            let to = offset(copy.dst_shape, &|x| copy.dst_start[x] + k[x]);
+            dst[to] = src[from];
+        }
+    }
+
+    /// Blocks with a step and an offset in every dimension land where element-by-element
+    /// indexing puts them, from 1-D to past the dimensions kept on the stack: the row loop and
+    /// the odometer carry over several dimensions at once.
+    #[test]
+    fn strided_copies_match_indexing_in_any_number_of_dimensions() {
+        for n in [1usize, 2, 3, 4, STACK_DIMS, STACK_DIMS + 2] {
+            // The first four dimensions' sizes repeat beyond them with shapes of at most 2
+            // (`past`) and a count of 1: ten dimensions of the first four's shapes would be
+            // millions of elements.
+            let d = |a: [u64; 4], past: u64| -> Vec<u64> {
+                (0..n).map(|x| if x < 4 { a[x] } else { a[x % 4].min(past) }).collect()
+            };
+            let (src_shape, dst_shape) = (d([3, 4, 5, 6], 2), d([4, 3, 4, 5], 2));
+            let (src_start, src_step) = (d([1, 0, 1, 1], 1), d([1, 2, 3, 2], u64::MAX));
+            let (dst_start, count) = (d([1, 1, 2, 1], 1), d([2, 2, 2, 3], 1));
+            let copy = BlockCopy {
+                src_shape: &src_shape,
+                src_start: &src_start,
+                src_step: &src_step,
+                dst_shape: &dst_shape,
+                dst_start: &dst_start,
+                count: &count,
+            };
+            let src: Vec<u16> = (0..src_shape.iter().product::<u64>() as u16).collect();
+            let mut want = vec![0xffffu16; dst_shape.iter().product::<u64>() as usize];
+            copied_by_indexing(&src, &mut want, &copy);
+            let bytes = |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+            let mut got = bytes(&vec![0xffff; want.len()]);
+            copy_fixed(&mut got, &bytes(&src), 2, &copy).unwrap();
+            assert_eq!(got, bytes(&want), "{n} dimensions");
+
+            // Gathered into a block of its own, the same elements in the same order.
+            let zeros = vec![0u64; n];
+            let whole = BlockCopy {
+                dst_shape: &count,
+                dst_start: &zeros,
+                ..copy
+            };
+            let mut alone = vec![0xffffu16; count.iter().product::<u64>() as usize];
+            copied_by_indexing(&src, &mut alone, &whole);
+            assert_eq!(
+                gather_fixed(&bytes(&src), 2, &whole).unwrap(),
+                bytes(&alone),
+                "{n} dimensions, gathered"
+            );
+        }
     }
 
     #[test]
