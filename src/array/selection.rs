@@ -59,6 +59,30 @@ fn pieces(text: &str, sep: char) -> std::str::Split<'_, impl FnMut(char) -> bool
     text.split(move |c| c == sep)
 }
 
+/// A part of a plain term ([`Selection::parse_plain`]): `Some(None)` when empty, the integer
+/// when it is an optional `-` and 1 to 18 ASCII digits (which always fit an `i64`), `None` for
+/// anything else.
+fn plain_int(part: &[u8]) -> Option<Option<i64>> {
+    if part.is_empty() {
+        return Some(None);
+    }
+    let (negative, digits) = match part {
+        [b'-', digits @ ..] => (true, digits),
+        digits => (false, digits),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut v = 0i64;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + i64::from(b - b'0');
+    }
+    Some(Some(if negative { -v } else { v }))
+}
+
 /// A slice's start, stop or step: an integer, one past i128 saturating (NumPy clamps
 /// `a[0:10**40]` to the dimension).
 fn parse_bound(s: &str, what: &str) -> Result<i128, SelectionError> {
@@ -101,6 +125,15 @@ impl Selection {
 
     /// Parses `select` for an array of `shape`.
     pub fn parse(text: &str, shape: &[u64]) -> Result<Self, SelectionError> {
+        match Self::parse_plain(text, shape) {
+            Some(plain) => Ok(plain),
+            None => Self::parse_general(text, shape),
+        }
+    }
+
+    /// Parses `select` by the whole grammar (spaces, brackets, a trailing comma, `+`, integers
+    /// of any length), with a message for what it refuses.
+    fn parse_general(text: &str, shape: &[u64]) -> Result<Self, SelectionError> {
         let mut body = text.trim();
         if let Some(inner) = body.strip_prefix('[') {
             body = inner
@@ -128,6 +161,67 @@ impl Selection {
             dims.push(Self::parse_term(terms.next().unwrap_or(":"), n, d)?);
         }
         Ok(Selection(dims))
+    }
+
+    /// A selection as viewers and scripts write it, read in one pass over its bytes: terms of
+    /// integers (ASCII digits, an optional `-`, at most 18 digits) and colons, between single
+    /// commas, with no space, bracket, sign `+` or trailing comma; and valid for `shape`.
+    /// `None` for anything else, which [`Selection::parse`]'s general reading then takes (and
+    /// refuses with its message where it must). Where this gives a selection, that reading
+    /// gives the same (a property test holds them together); it is a fifth of the work.
+    fn parse_plain(text: &str, shape: &[u64]) -> Option<Self> {
+        let bytes = text.as_bytes();
+        if bytes.is_empty() || bytes.last() == Some(&b',') {
+            return None;
+        }
+        let mut terms = bytes.split(|&b| b == b',');
+        let mut dims = Vec::with_capacity(shape.len());
+        for &n in shape {
+            dims.push(match terms.next() {
+                Some(term) => Self::plain_term(term, n)?,
+                None => DimSelection::Slice {
+                    start: 0,
+                    step: 1,
+                    count: n,
+                },
+            });
+        }
+        match terms.next() {
+            Some(_) => None,
+            None => Some(Selection(dims)),
+        }
+    }
+
+    /// One term of [`Selection::parse_plain`], by [`Selection::parse_term`]'s rules.
+    fn plain_term(term: &[u8], n: u64) -> Option<DimSelection> {
+        let n_i = n as i128;
+        let mut parts = term.split(|&b| b == b':');
+        let start = plain_int(parts.next()?)?;
+        let Some(stop) = parts.next() else {
+            let i = i128::from(start?);
+            let idx = if i < 0 { i + n_i } else { i };
+            return (0..n_i).contains(&idx).then_some(DimSelection::Index(idx as u64));
+        };
+        let stop = plain_int(stop)?;
+        let step = match parts.next() {
+            Some(part) => plain_int(part)?.unwrap_or(1),
+            None => 1,
+        };
+        if step < 1 || parts.next().is_some() {
+            return None;
+        }
+        let step = i128::from(step).min(n_i.max(1)) as u64;
+        let clamp = |v: i64| -> u64 {
+            let v = i128::from(v);
+            (if v < 0 { (v + n_i).max(0) } else { v.min(n_i) }) as u64
+        };
+        let start = start.map_or(0, clamp);
+        let stop = stop.map_or(n, clamp);
+        Some(DimSelection::Slice {
+            start,
+            step,
+            count: stop.saturating_sub(start).div_ceil(step),
+        })
     }
 
     fn parse_term(term: &str, n: u64, dim: usize) -> Result<DimSelection, SelectionError> {
@@ -266,6 +360,8 @@ pub fn cells(sel: DimSelection, cell: u64, origin: u64, lo: u64, hi: u64) -> Vec
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use DimSelection::*;
 
@@ -378,6 +474,63 @@ mod tests {
             s(max - 3, max, 1)
         );
         assert!(Selection::parse(&max.to_string(), &vast).is_err());
+    }
+
+    fn shape() -> impl Strategy<Value = Vec<u64>> {
+        prop::collection::vec(prop::sample::select(vec![0u64, 1, 5, 17, 1 << 40, u64::MAX]), 0..4)
+    }
+
+    fn int() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => (-20i64..20).prop_map(|i| i.to_string()),
+            1 => any::<i64>().prop_map(|i| i.to_string()),
+            1 => "-?[0-9]{17,19}",
+        ]
+    }
+
+    fn term() -> impl Strategy<Value = String> {
+        let part = || prop::option::of(int()).prop_map(Option::unwrap_or_default);
+        prop_oneof![
+            int(),
+            (part(), part()).prop_map(|(a, b)| format!("{a}:{b}")),
+            (part(), part(), part()).prop_map(|(a, b, c)| format!("{a}:{b}:{c}")),
+        ]
+    }
+
+    proptest! {
+        /// Any text of the plain alphabet the one-pass reading takes, it reads as the general
+        /// reading does.
+        #[test]
+        fn the_plain_reading_agrees_where_it_reads(text in "[0-9:,-]{0,24}", shape in shape()) {
+            if let Some(plain) = Selection::parse_plain(&text, &shape) {
+                prop_assert_eq!(Ok(plain), Selection::parse_general(&text, &shape));
+            }
+        }
+
+        /// Selections written plainly are read by the one-pass reading, which gives what the
+        /// general reading gives and refuses (to it) what that refuses.
+        #[test]
+        fn plain_selections_are_read_in_one_pass(terms in prop::collection::vec(term(), 1..5), shape in shape()) {
+            let text = terms.join(",");
+            let general = Selection::parse_general(&text, &shape);
+            let long = terms.iter().any(|t| t.split(':').any(|p| p.trim_start_matches('-').len() > 18));
+            if long {
+                prop_assert_eq!(Selection::parse_plain(&text, &shape), None);
+            } else {
+                prop_assert_eq!(Selection::parse_plain(&text, &shape), general.ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_tile_is_read_in_one_pass() {
+        let tile = Selection::parse_plain("520:584,-64:,3", &[1024, 1024, 4]).unwrap();
+        assert_eq!(tile, Selection(vec![s(520, 1, 64), s(960, 1, 64), Index(3)]));
+        for general in [
+            "[0:2]", " 0:2", "0:2,", "+1", "0:2 ,1", "1e3", "0::0", "5", "0:1:2:3", ",", "",
+        ] {
+            assert_eq!(Selection::parse_plain(general, &[4, 4]), None, "{general:?}");
+        }
     }
 
     #[test]

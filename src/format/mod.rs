@@ -102,6 +102,17 @@ impl Format {
         })
     }
 
+    /// This format as a list of one.
+    pub fn alone(self) -> &'static [Format] {
+        match self {
+            Format::Json => &[Format::Json],
+            Format::Bin => &[Format::Bin],
+            Format::Npy => &[Format::Npy],
+            Format::Csv => &[Format::Csv],
+            Format::Png => &[Format::Png],
+        }
+    }
+
     /// From an `Accept` header (RFC 9110 §12.5.1): the format with the highest weight (the
     /// first of [`Self::accepted`]). `None` when no format is acceptable.
     pub fn from_accept(accept: &str) -> Option<Format> {

@@ -79,10 +79,10 @@ fn parse_number(v: Option<&str>, name: &str) -> Result<Option<f64>, ApiError> {
 
 /// The formats the request takes, best first: the one `format` names, or those Accept lists
 /// (JSON when it lists none).
-fn formats_taken(query: &SliceQuery, headers: &HeaderMap) -> Result<Vec<Format>, ApiError> {
+fn formats_taken(query: &SliceQuery, headers: &HeaderMap) -> Result<Cow<'static, [Format]>, ApiError> {
     match query.format.as_deref() {
         Some(name) => Format::from_name(name)
-            .map(|f| vec![f])
+            .map(|f| Cow::Borrowed(f.alone()))
             .ok_or_else(|| ApiError::BadRequest(format!("unknown format '{name}' (json, bin, npy, csv, png)"))),
         None => {
             let accepted = headers
@@ -91,9 +91,9 @@ fn formats_taken(query: &SliceQuery, headers: &HeaderMap) -> Result<Vec<Format>,
                 .map(Format::accepted)
                 .unwrap_or_default();
             Ok(if accepted.is_empty() {
-                vec![Format::Json]
+                Cow::Borrowed(Format::Json.alone())
             } else {
-                accepted
+                Cow::Owned(accepted)
             })
         }
     }
