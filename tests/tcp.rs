@@ -211,6 +211,33 @@ async fn half_sent_requests_and_idle_connections_are_closed() {
     for (name, conn) in [("half", &mut half), ("silent", &mut silent), ("idle", &mut idle)] {
         assert!(closed_within(conn, 5).await, "{name}: still open");
     }
+    // A client that keeps sending a head, a byte at a time, never finishing it, is closed too.
+    use tokio::io::AsyncReadExt;
+    let mut trickle = connect().await.unwrap();
+    trickle
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut buf = [0u8; 256];
+    let closed = loop {
+        if start.elapsed() > std::time::Duration::from_secs(5) {
+            break false;
+        }
+        match tokio::time::timeout(std::time::Duration::from_millis(100), trickle.read(&mut buf)).await {
+            // Closed, or an answer (a 408) before closing.
+            Ok(_) => break true,
+            Err(_) => {
+                let _ = trickle.write_all(b"x").await;
+            }
+        }
+    };
+    assert!(closed, "trickle: still open");
+    assert!(
+        start.elapsed() >= header_read,
+        "trickle: closed after {:?}",
+        start.elapsed()
+    );
     // A half-sent request does not keep the server up for the drain time.
     let mut another = connect().await.unwrap();
     another.write_all(b"GET /healthz HTTP/1.1\r\n").await.unwrap();
