@@ -184,6 +184,45 @@ impl BufferPool {
     }
 }
 
+/// Text of at most `N` bytes, written on the stack ([`std::fmt::Write`]): for short strings
+/// made for every request (a chunk's key, a header's value) that are copied into an allocation
+/// of their own anyway. A write past `N` bytes fails (the caller then takes another way).
+pub struct StackText<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> StackText<N> {
+    /// Empty.
+    pub fn new() -> Self {
+        Self { buf: [0; N], len: 0 }
+    }
+
+    /// What was written.
+    pub fn as_str(&self) -> &str {
+        // Only whole `str`s are written: the bytes are UTF-8.
+        std::str::from_utf8(&self.buf[..self.len]).unwrap_or_default()
+    }
+}
+
+impl<const N: usize> Default for StackText<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> std::fmt::Write for StackText<N> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let end = self.len + s.len();
+        self.buf
+            .get_mut(self.len..end)
+            .ok_or(std::fmt::Error)?
+            .copy_from_slice(s.as_bytes());
+        self.len = end;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +293,20 @@ mod tests {
             assert!(!resident(a, page) && resident(b, page));
             libc::munmap(map, 2 * page);
         }
+    }
+
+    #[test]
+    fn stack_text_holds_what_fits_and_refuses_more() {
+        use std::fmt::Write;
+        let mut text = StackText::<8>::new();
+        assert_eq!(text.as_str(), "");
+        text.write_str("c/1").unwrap();
+        text.write_char('/').unwrap();
+        text.write_str("élan").unwrap_err();
+        assert_eq!(text.as_str(), "c/1/");
+        text.write_str("éla").unwrap();
+        assert_eq!(text.as_str(), "c/1/éla");
+        text.write_str("x").unwrap_err();
+        assert_eq!(text.as_str(), "c/1/éla");
     }
 }

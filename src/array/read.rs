@@ -740,7 +740,8 @@ async fn read_unit(
     coords: &[u64],
 ) -> Result<CachedChunk, ReadError> {
     let chunk_key = |c: &[u64]| {
-        path.join(&meta.key_encoding.key(c))
+        meta.key_encoding
+            .key_in(path, c)
             .map_err(|e| ReadError::Unsupported(format!("chunk key: {e}")))
     };
     let Some(codec) = meta.chain.sharding() else {
@@ -783,7 +784,7 @@ async fn load_inner(
     range: Range<u64>,
     shard: &ObjectMeta,
 ) -> Result<CachedChunk, ReadError> {
-    let stored = Some((ByteRange::Bounded(range.start, range.end), shard.clone()));
+    let stored = || Some((ByteRange::Bounded(range.start, range.end), shard.clone()));
     load_unit(ctx, meta, key, stored, || ctx.inner_id(meta, key, number, shard)).await
 }
 
@@ -859,8 +860,9 @@ async fn read_into(
             let (meta, output) = (meta.clone(), output.clone());
             async move {
                 let coords: Vec<u64> = parts.iter().map(|p| p.cell).collect();
-                let key = path
-                    .join(&meta.key_encoding.key(&coords))
+                let key = meta
+                    .key_encoding
+                    .key_in(path, &coords)
                     .map_err(|e| ReadError::Unsupported(format!("chunk key: {e}")))?;
                 if meta.chain.sharding().is_some() {
                     read_shard(ctx, &key, &coords, &parts, meta, output).await
@@ -1078,23 +1080,24 @@ async fn copy_out(
 
 /// A whole decoded chunk of an unsharded array, through the cache.
 async fn load_chunk(ctx: &ReadContext, key: &StoreKey, meta: &Arc<ArrayMeta>) -> Result<CachedChunk, ReadError> {
-    load_unit(ctx, meta, key, None, || ctx.id(meta, key, None)).await
+    load_unit(ctx, meta, key, || None, || ctx.id(meta, key, None)).await
 }
 
 /// A stored unit read and decoded ([`read_and_decode`]), through the chunk cache under the id
-/// `id` gives when there is one.
+/// `id` gives when there is one. `stored` (where the unit lies, and the object it lies in) is
+/// made only to read it: on a hit, a shard's metadata is not cloned.
 async fn load_unit(
     ctx: &ReadContext,
     meta: &Arc<ArrayMeta>,
     key: &StoreKey,
-    stored: Option<(ByteRange, ObjectMeta)>,
+    stored: impl FnOnce() -> Option<(ByteRange, ObjectMeta)>,
     id: impl FnOnce() -> ChunkId,
 ) -> Result<CachedChunk, ReadError> {
     let Some(c) = &ctx.caches else {
-        return Box::pin(read_and_decode(ctx, meta, key, stored)).await;
+        return Box::pin(read_and_decode(ctx, meta, key, stored())).await;
     };
     let load = || {
-        let (owned, meta_, key_) = (ctx.clone(), meta.clone(), key.clone());
+        let (owned, meta_, key_, stored) = (ctx.clone(), meta.clone(), key.clone(), stored());
         async move { read_and_decode(&owned, &meta_, &key_, stored).await }
     };
     through_cache(c, chunks, id(), load).await

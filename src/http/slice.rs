@@ -18,6 +18,7 @@ use crate::array::{
     DimSelection, LoadedRegion, ReadContext, ReadError, Selection, load_region, read_region, read_region_bytes,
     row_axis, unit_shape, units_bytes,
 };
+use crate::buffers::StackText;
 use crate::error::ApiError;
 use crate::format::png::{Colormap, PngOptions};
 use crate::format::{Format, Region, bin, csv, json, png};
@@ -132,6 +133,27 @@ fn dtype_header(typestr: Cow<'static, str>) -> Result<HeaderValue, ApiError> {
     }
 }
 
+/// The `X-Zarr-Shape` value of `shape` (`64,64`), put together on the stack for the usual
+/// shapes and copied once.
+fn shape_header(shape: &[u64]) -> Result<HeaderValue, ApiError> {
+    let mut text = StackText::<256>::new();
+    let value = match crate::zarr::write_joined(&mut text, shape, ',') {
+        Ok(()) => HeaderValue::from_str(text.as_str()),
+        Err(_) => {
+            let mut long = String::new();
+            crate::zarr::push_joined(&mut long, shape, ',');
+            HeaderValue::try_from(long)
+        }
+    };
+    value.map_err(|_| ApiError::Internal)
+}
+
+/// A `Content-Length` value, its digits copied once (`HeaderValue::from(u64)` grows a buffer
+/// and then shares it: two allocations).
+fn length_header(n: u64) -> HeaderValue {
+    HeaderValue::from_str(itoa::Buffer::new().format(n)).unwrap_or_else(|_| HeaderValue::from(n))
+}
+
 /// The handler. An error depends on Accept too (the format it chose may be the one refused),
 /// so it says so as a response does.
 pub async fn slice(State(state): State<AppState>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
@@ -240,17 +262,11 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     let ctx = state.read_context(mount);
     // Chunks too large to decode: refused before a HEAD answers, as a GET is.
     crate::array::read::check_unit(&ctx, &meta)?;
-    let mut shape_header = String::new();
-    crate::zarr::push_joined(&mut shape_header, &shape, ',');
     let mut response = super::response();
     super::append(&mut response, header::CONTENT_TYPE, format.content_type());
     // Without `format`, the body depends on Accept: caches must not give one to the other.
     super::append(&mut response, header::VARY, VARY_ACCEPT);
-    super::append(
-        &mut response,
-        X_ZARR_SHAPE,
-        HeaderValue::try_from(shape_header).map_err(|_| ApiError::Internal)?,
-    );
+    super::append(&mut response, X_ZARR_SHAPE, shape_header(&shape)?);
 
     let fixed = meta.dtype.item_size().is_some();
     if method == Method::HEAD {
@@ -282,7 +298,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         } else {
             Body::from_stream(stream::iter([Ok::<Bytes, std::io::Error>(header), Ok(data)]))
         };
-        super::append(&mut response, header::CONTENT_LENGTH, HeaderValue::from(length));
+        super::append(&mut response, header::CONTENT_LENGTH, length_header(length as u64));
         return response.body(body).map_err(|_| ApiError::Internal);
     }
 
@@ -376,7 +392,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     let length = body.len();
     response
         .header(X_ZARR_DTYPE, dtype_header(dtype)?)
-        .header(header::CONTENT_LENGTH, HeaderValue::from(length))
+        .header(header::CONTENT_LENGTH, length_header(length as u64))
         .body(whole_body(&state, Bytes::from(body), turn)?)
         .map_err(|_| ApiError::Internal)
 }
@@ -478,7 +494,7 @@ fn head_only(
             Format::Npy => bin::npy_header(&meta.dtype, &sel.shape()).len() as u64,
             _ => 0,
         };
-        response = response.header(header::CONTENT_LENGTH, HeaderValue::from(header.saturating_add(data)));
+        response = response.header(header::CONTENT_LENGTH, length_header(header.saturating_add(data)));
         return response.body(Body::empty()).map_err(|_| ApiError::Internal);
     }
     // A body of unknown length, as the GET's: no Content-Length is made up for it.
@@ -799,7 +815,7 @@ async fn stream_bands(
     if let RowsAs::Bytes { .. } = rows_as {
         let item = meta.dtype.item_size().unwrap_or(0) as u64;
         let length = head.len() as u64 + sel.len() * item;
-        response = response.header(header::CONTENT_LENGTH, HeaderValue::from(length));
+        response = response.header(header::CONTENT_LENGTH, length_header(length));
     }
     let rows_as = Arc::new(rows_as);
     // Each band is loaded by a task of its own, up to BANDS_AHEAD at once, from the start: the

@@ -142,6 +142,13 @@ impl StoreKey {
         } else {
             // `self` is a key already: only `name` needs checking.
             Self::check(name)?;
+            // The usual key is put together on the stack and copied once, into its `Arc`.
+            use std::fmt::Write;
+            let mut joined = crate::buffers::StackText::<256>::new();
+            let parts = [&*self.0, "/", name];
+            if parts.iter().all(|part| joined.write_str(part).is_ok()) {
+                return Ok(Self(joined.as_str().into()));
+            }
             let mut key = String::with_capacity(self.0.len() + 1 + name.len());
             key.push_str(&self.0);
             key.push('/');

@@ -8,8 +8,9 @@ pub mod hierarchy;
 
 use serde_json::{Map, Value};
 
+use crate::buffers::StackText;
 use crate::codec::chain::CodecChain;
-use crate::store::{Store, StoreError, StoreKey};
+use crate::store::{KeyError, Store, StoreError, StoreKey};
 use dtype::DType;
 use fill::FillValue;
 
@@ -47,31 +48,53 @@ impl ChunkKeyEncoding {
     pub fn key(&self, coords: &[u64]) -> String {
         // Room for the usual key (numbers of up to three digits) in one allocation.
         let mut key = String::with_capacity(2 + 4 * coords.len());
+        // A `String` takes any text.
+        let _ = self.write_key(&mut key, coords);
+        key
+    }
+
+    /// The store key of the chunk at `coords` of the array at `array`: in one allocation for
+    /// keys of up to 128 bytes below the array's (every request reading a chunk makes one).
+    pub fn key_in(&self, array: &StoreKey, coords: &[u64]) -> Result<StoreKey, KeyError> {
+        let mut key = StackText::<128>::new();
+        match self.write_key(&mut key, coords) {
+            Ok(()) => array.join(key.as_str()),
+            Err(_) => array.join(&self.key(coords)),
+        }
+    }
+
+    fn write_key(&self, out: &mut impl std::fmt::Write, coords: &[u64]) -> std::fmt::Result {
         let separator = match self {
             ChunkKeyEncoding::Default { separator } => {
-                key.push('c');
+                out.write_char('c')?;
+                if !coords.is_empty() {
+                    out.write_char(*separator)?;
+                }
                 *separator
             }
-            ChunkKeyEncoding::V2 { .. } if coords.is_empty() => return "0".to_owned(),
+            ChunkKeyEncoding::V2 { .. } if coords.is_empty() => return out.write_char('0'),
             ChunkKeyEncoding::V2 { separator } => *separator,
         };
-        if matches!(self, ChunkKeyEncoding::Default { .. }) && !coords.is_empty() {
-            key.push(separator);
-        }
-        push_joined(&mut key, coords, separator);
-        key
+        write_joined(out, coords, separator)
     }
 }
 
 /// Appends `numbers` to `out` in decimal, `separator` between them (`1,2,3`).
 pub(crate) fn push_joined(out: &mut String, numbers: &[u64], separator: char) {
+    // A `String` takes any text.
+    let _ = write_joined(out, numbers, separator);
+}
+
+/// Writes `numbers` in decimal, `separator` between them (`1,2,3`).
+pub(crate) fn write_joined(out: &mut impl std::fmt::Write, numbers: &[u64], separator: char) -> std::fmt::Result {
     let mut digits = itoa::Buffer::new();
     for (i, &n) in numbers.iter().enumerate() {
         if i > 0 {
-            out.push(separator);
+            out.write_char(separator)?;
         }
-        out.push_str(digits.format(n));
+        out.write_str(digits.format(n))?;
     }
+    Ok(())
 }
 
 /// Everything needed to read an array.
@@ -696,5 +719,32 @@ mod tests {
         assert_eq!(ChunkKeyEncoding::V2 { separator: '.' }.key(&[1, 2]), "1.2");
         assert_eq!(ChunkKeyEncoding::V2 { separator: '/' }.key(&[1, 2]), "1/2");
         assert_eq!(ChunkKeyEncoding::V2 { separator: '.' }.key(&[]), "0");
+    }
+
+    /// A chunk's store key is the array's joined with the chunk's, whether they fit the stack
+    /// or not: keys of many large coordinates, and arrays of long paths.
+    #[test]
+    fn chunk_store_keys_join_the_array_and_the_chunk() {
+        let long_path = format!("a/{}/b.zarr", "x".repeat(300));
+        let arrays = ["", "group/array.zarr", long_path.as_str()].map(|p| StoreKey::new(p).unwrap());
+        let many = vec![u64::MAX; 12];
+        for encoding in [
+            ChunkKeyEncoding::Default { separator: '/' },
+            ChunkKeyEncoding::Default { separator: '.' },
+            ChunkKeyEncoding::V2 { separator: '.' },
+            ChunkKeyEncoding::V2 { separator: '/' },
+        ] {
+            for array in &arrays {
+                for coords in [&[][..], &[1, 20, 300], &many] {
+                    let key = encoding.key_in(array, coords).unwrap();
+                    assert_eq!(key, array.join(&encoding.key(coords)).unwrap());
+                    let whole = match array.is_root() {
+                        true => encoding.key(coords),
+                        false => format!("{}/{}", array.as_str(), encoding.key(coords)),
+                    };
+                    assert_eq!(key.as_str(), whole);
+                }
+            }
+        }
     }
 }
