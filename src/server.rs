@@ -293,11 +293,39 @@ struct Front {
     /// The `Vary` and `Access-Control-Expose-Headers` values of every answer but preflights.
     cors_vary: HeaderValue,
     cors_exposed: HeaderValue,
-    /// Turns of `limits.max_concurrent_requests`; a request finding none is refused (503).
-    turns: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Requests reading mounts, at most `limits.max_concurrent_requests`; one past it is
+    /// refused (503).
+    turns: Turns,
     timeout: Duration,
     /// Whether slices and raw keys are answered without the router ([`Front::dispatch`]).
     direct: bool,
+}
+
+/// Turns of a limit that is only ever tried, never waited for: a count, which is all a
+/// semaphore would be here (tokio's takes its waiters' lock to give each permit back, a lock
+/// every request on every core then takes).
+struct Turns {
+    taken: std::sync::atomic::AtomicUsize,
+    limit: usize,
+}
+
+/// A turn of [`Turns`], given back when dropped.
+struct Turn<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Turns {
+    /// A turn, if one is free.
+    fn take(&self) -> Option<Turn<'_>> {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        let free = |taken: usize| (taken < self.limit).then_some(taken + 1);
+        self.taken.fetch_update(AcqRel, Acquire, free).ok()?;
+        Some(Turn(&self.taken))
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 /// The service over the routes of zarrgate.
@@ -348,7 +376,10 @@ fn build(state: AppState, routes: Router, direct: bool) -> App {
         cors: (!server.cors_origins.is_empty()).then(|| cors(&server.cors_origins)),
         cors_vary: HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers"),
         cors_exposed: HeaderValue::from_str(&EXPOSED.join(",")).unwrap_or(HeaderValue::from_static("")),
-        turns: std::sync::Arc::new(tokio::sync::Semaphore::new(limits.max_concurrent_requests)),
+        turns: Turns {
+            taken: 0.into(),
+            limit: limits.max_concurrent_requests,
+        },
         timeout: Duration::from_secs_f64(limits.request_timeout_s),
         direct,
         routes,
@@ -470,7 +501,7 @@ impl Front {
                 .await
                 .unwrap_or_else(|e| match e {});
         }
-        let Ok(_turn) = self.turns.try_acquire() else {
+        let Some(_turn) = self.turns.take() else {
             return ApiError::Overloaded.into_response();
         };
         match tokio::time::timeout(self.timeout, self.dispatch(request)).await {
