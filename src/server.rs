@@ -504,7 +504,15 @@ impl Front {
         let Some(_turn) = self.turns.take() else {
             return ApiError::Overloaded.into_response();
         };
-        match tokio::time::timeout(self.timeout, self.dispatch(request)).await {
+        // Most answers (a cached tile) are ready at the first poll: they need no timer, whose
+        // making and dropping clones and drops the runtime's handle. The deadline is set before,
+        // as if the timer had been.
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let mut dispatched = std::pin::pin!(self.dispatch(request));
+        if let std::task::Poll::Ready(answered) = futures::poll!(dispatched.as_mut()) {
+            return answered;
+        }
+        match tokio::time::timeout_at(deadline, dispatched).await {
             Ok(answered) => answered,
             // The configured value as written (the Duration is rounded to nanoseconds).
             Err(_) => ApiError::Timeout(self.state.config.limits.request_timeout_s).into_response(),
