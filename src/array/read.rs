@@ -126,7 +126,7 @@ impl Default for ReadOptions {
 }
 
 /// What a read needs besides the array: the store, where its chunks are cached, and tuning.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ReadContext {
     /// The mount's store.
     pub store: Store,
@@ -142,26 +142,45 @@ pub struct ReadContext {
     /// 64 MiB slice on two cores took ~10% longer with 24-48 decodes in flight than with 4).
     /// Not shared across requests: a server-wide queue made cached slices whose few chunks
     /// were evicted wait behind bulk reads (load test p99 72 -> 617 ms). Handed out by
-    /// [`Self::rank`].
-    pub decoders: Arc<Turns>,
+    /// [`Self::rank`]. Made at the first decode ([`Self::decoders`]): a read served from the
+    /// cache needs none. A clone shares them (made then, if they were not yet).
+    decoders: std::sync::OnceLock<Arc<Turns>>,
     /// The rank of this context's reads for decode turns: a streamed slice gives each band its
     /// own, in the order they are sent, so that the first band is decoded first
     /// ([`super::turns`]).
     pub rank: u64,
 }
 
+impl Clone for ReadContext {
+    /// The same context, sharing its decode turns.
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            mount: self.mount.clone(),
+            caches: self.caches.clone(),
+            opts: self.opts.clone(),
+            decoders: self.decoders().clone().into(),
+            rank: self.rank,
+        }
+    }
+}
+
 impl ReadContext {
     /// A context for one request's reads.
     pub fn new(store: Store, mount: Arc<str>, caches: Option<Arc<Caches>>, opts: ReadOptions) -> Self {
-        let decoders = Turns::new(opts.decode_turns);
         Self {
             store,
             mount,
             caches,
             opts,
-            decoders,
+            decoders: std::sync::OnceLock::new(),
             rank: 0,
         }
+    }
+
+    /// The decode turns of this context and of its clones.
+    pub fn decoders(&self) -> &Arc<Turns> {
+        self.decoders.get_or_init(|| Turns::new(self.opts.decode_turns))
     }
 
     /// The same context (sharing its decode turns) for reads of rank `rank`.
@@ -1020,7 +1039,7 @@ fn too_large_unit(key: &str, size: u64, most: u64) -> ReadError {
 /// Waits for a turn to decode (see [`ReadContext::decoders`]); the turn ends when it is
 /// dropped.
 async fn decode_turn(ctx: &ReadContext) -> Turn {
-    ctx.decoders.take(ctx.rank).await
+    ctx.decoders().take(ctx.rank).await
 }
 
 /// What decoding one stored unit of an array needs, owned, for the blocking pool.
@@ -1472,6 +1491,23 @@ mod tests {
 
     use super::*;
     use crate::zarr::parse_v2;
+
+    /// A context's decode turns are made at the first decode, or when it is cloned: every
+    /// clone and ranked copy shares them, whenever it was made.
+    #[test]
+    fn decode_turns_are_made_when_needed_and_shared_by_clones() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ReadContext::uncached(Store::new(crate::store::open_local(dir.path()).unwrap()));
+        assert!(
+            ctx.decoders.get().is_none(),
+            "a context that decodes nothing makes no turns"
+        );
+        let (clone, ranked) = (ctx.clone(), ctx.ranked(3));
+        assert!(Arc::ptr_eq(ctx.decoders(), clone.decoders()));
+        assert!(Arc::ptr_eq(ctx.decoders(), ranked.decoders()));
+        assert!(Arc::ptr_eq(ctx.decoders(), clone.clone().decoders()));
+        assert_eq!(ranked.rank, 3);
+    }
 
     fn sel(dims: &[(u64, u64, u64)]) -> Selection {
         Selection(
