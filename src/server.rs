@@ -295,7 +295,7 @@ struct Front {
     cors_exposed: HeaderValue,
     /// Requests reading mounts, at most `limits.max_concurrent_requests`; one past it is
     /// refused (503).
-    turns: Turns,
+    turns: RequestTurns,
     timeout: Duration,
     /// Whether slices and raw keys are answered without the router ([`Front::dispatch`]).
     direct: bool,
@@ -304,25 +304,25 @@ struct Front {
 /// Turns of a limit that is only ever tried, never waited for: a count, which is all a
 /// semaphore would be here (tokio's takes its waiters' lock to give each permit back, a lock
 /// every request on every core then takes).
-struct Turns {
+struct RequestTurns {
     taken: std::sync::atomic::AtomicUsize,
     limit: usize,
 }
 
-/// A turn of [`Turns`], given back when dropped.
-struct Turn<'a>(&'a std::sync::atomic::AtomicUsize);
+/// A turn of [`RequestTurns`], given back when dropped.
+struct RequestTurn<'a>(&'a std::sync::atomic::AtomicUsize);
 
-impl Turns {
+impl RequestTurns {
     /// A turn, if one is free.
-    fn take(&self) -> Option<Turn<'_>> {
+    fn take(&self) -> Option<RequestTurn<'_>> {
         use std::sync::atomic::Ordering::{AcqRel, Acquire};
         let free = |taken: usize| (taken < self.limit).then_some(taken + 1);
         self.taken.fetch_update(AcqRel, Acquire, free).ok()?;
-        Some(Turn(&self.taken))
+        Some(RequestTurn(&self.taken))
     }
 }
 
-impl Drop for Turn<'_> {
+impl Drop for RequestTurn<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
@@ -376,7 +376,7 @@ fn build(state: AppState, routes: Router, direct: bool) -> App {
         cors: (!server.cors_origins.is_empty()).then(|| cors(&server.cors_origins)),
         cors_vary: HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers"),
         cors_exposed: HeaderValue::from_str(&EXPOSED.join(",")).unwrap_or(HeaderValue::from_static("")),
-        turns: Turns {
+        turns: RequestTurns {
             taken: 0.into(),
             limit: limits.max_concurrent_requests,
         },

@@ -713,7 +713,8 @@ pub async fn read_region_bytes(
                 Elements::Fixed(_) if one.whole => return Ok(Bytes::from_owner(SharedFixed(block))),
                 Elements::Fixed(src) => {
                     // Per dimension: the start in the unit, the step, the count, and a zero
-                    // (where the block goes in the result), in one allocation.
+                    // (where the block goes in the result), on the stack for the usual few
+                    // dimensions.
                     let n = sel.0.len();
                     let (mut stack, mut heap) = ([0u64; 4 * STACK_DIMS], Vec::new());
                     let dims = scratch(&mut stack, &mut heap, 4 * n);

@@ -196,7 +196,8 @@ impl BlockCopy<'_> {
     }
 }
 
-/// Dimensions up to which a block copy keeps its bookkeeping on the stack.
+/// Dimensions up to which per-dimension bookkeeping (a block copy's, a one-unit gather's) is kept
+/// on the stack.
 pub const STACK_DIMS: usize = 8;
 
 /// Room for `len` values: the first `len` of `stack` when they fit, else `heap` grown to `len`
