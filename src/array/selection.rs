@@ -83,6 +83,32 @@ fn plain_int(part: &[u8]) -> Option<Option<i64>> {
     Some(Some(if negative { -v } else { v }))
 }
 
+/// Index `i` of a dimension of size `n` (a negative one counts from the end), if it is in it.
+fn index_of(i: i128, n: u64) -> Option<u64> {
+    let n_i = n as i128;
+    let idx = if i < 0 { i + n_i } else { i };
+    (0..n_i).contains(&idx).then_some(idx as u64)
+}
+
+/// The slice `start:stop:step` of a dimension of size `n` by NumPy's rules: `start` and `stop`
+/// (negatives count from the end) clamped to the dimension, `step` (at least 1) to its size.
+fn slice_of(start: Option<i128>, stop: Option<i128>, step: i128, n: u64) -> DimSelection {
+    let n_i = n as i128;
+    // A step past the dimension takes one element, as the dimension's size does.
+    let step = step.min(n_i.max(1));
+    let clamp = |v: i128| -> i128 { if v < 0 { (v + n_i).max(0) } else { v.min(n_i) } };
+    let start = start.map_or(0, clamp);
+    let stop = stop.map_or(n_i, clamp);
+    // Clamped, `start` and `stop` are in 0..=n and `step` in 1..=max(n, 1): all fit a u64,
+    // whose division is cheaper than an i128's.
+    let (start, stop, step) = (start as u64, stop as u64, step as u64);
+    DimSelection::Slice {
+        start,
+        step,
+        count: stop.saturating_sub(start).div_ceil(step),
+    }
+}
+
 /// A slice's start, stop or step: an integer, one past i128 saturating (NumPy clamps
 /// `a[0:10**40]` to the dimension).
 fn parse_bound(s: &str, what: &str) -> Result<i128, SelectionError> {
@@ -192,15 +218,13 @@ impl Selection {
         }
     }
 
-    /// One term of [`Selection::parse_plain`], by [`Selection::parse_term`]'s rules.
+    /// One term of [`Selection::parse_plain`], normalised as [`Selection::parse_term`] does it
+    /// ([`index_of`], [`slice_of`]).
     fn plain_term(term: &[u8], n: u64) -> Option<DimSelection> {
-        let n_i = n as i128;
         let mut parts = term.split(|&b| b == b':');
         let start = plain_int(parts.next()?)?;
         let Some(stop) = parts.next() else {
-            let i = i128::from(start?);
-            let idx = if i < 0 { i + n_i } else { i };
-            return (0..n_i).contains(&idx).then_some(DimSelection::Index(idx as u64));
+            return index_of(i128::from(start?), n).map(DimSelection::Index);
         };
         let stop = plain_int(stop)?;
         let step = match parts.next() {
@@ -210,22 +234,15 @@ impl Selection {
         if step < 1 || parts.next().is_some() {
             return None;
         }
-        let step = i128::from(step).min(n_i.max(1)) as u64;
-        let clamp = |v: i64| -> u64 {
-            let v = i128::from(v);
-            (if v < 0 { (v + n_i).max(0) } else { v.min(n_i) }) as u64
-        };
-        let start = start.map_or(0, clamp);
-        let stop = stop.map_or(n, clamp);
-        Some(DimSelection::Slice {
-            start,
-            step,
-            count: stop.saturating_sub(start).div_ceil(step),
-        })
+        Some(slice_of(
+            start.map(i128::from),
+            stop.map(i128::from),
+            i128::from(step),
+            n,
+        ))
     }
 
     fn parse_term(term: &str, n: u64, dim: usize) -> Result<DimSelection, SelectionError> {
-        let n_i = n as i128;
         if !term.bytes().any(|b| b == b':') {
             // An integer past i64 is out of bounds (as in NumPy), not "no integer".
             let out_of_bounds = |i: &dyn std::fmt::Display| {
@@ -235,11 +252,7 @@ impl Selection {
                 Ok(_) => out_of_bounds(&term.trim()),
                 Err(_) => e,
             })?;
-            let idx = if i < 0 { i + n_i } else { i };
-            if idx < 0 || idx >= n_i {
-                return Err(out_of_bounds(&i));
-            }
-            return Ok(DimSelection::Index(idx as u64));
+            return index_of(i, n).map(DimSelection::Index).ok_or_else(|| out_of_bounds(&i));
         }
         // start:stop:step, each part optional.
         let mut parts = [None; 3];
@@ -261,19 +274,9 @@ impl Selection {
                 "step {step} in dimension {dim}: steps must be >= 1"
             )));
         }
-        // A step past the dimension takes one element, as the dimension's size does.
-        let step = step.min(n_i.max(1));
-        let clamp = |v: i128| -> i128 { if v < 0 { (v + n_i).max(0) } else { v.min(n_i) } };
-        let start = opt(parts[0], "start")?.map(clamp).unwrap_or(0);
-        let stop = opt(parts[1], "stop")?.map(clamp).unwrap_or(n_i);
-        // Clamped, `start` and `stop` are in 0..=n and `step` in 1..=max(n, 1): all fit a u64,
-        // whose division is cheaper than an i128's.
-        let (start, stop, step) = (start as u64, stop as u64, step as u64);
-        Ok(DimSelection::Slice {
-            start,
-            step,
-            count: stop.saturating_sub(start).div_ceil(step),
-        })
+        let start = opt(parts[0], "start")?;
+        let stop = opt(parts[1], "stop")?;
+        Ok(slice_of(start, stop, step, n))
     }
 
     /// The result shape with integer-indexed dimensions kept as 1 (the layout of assembly).
