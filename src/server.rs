@@ -732,10 +732,12 @@ pub async fn serve_with(
             // moment later, is dropped (`cut_off`).
             let mut finishing = false;
             let mut idle = std::pin::pin!(tokio::time::sleep(header_read));
-            // On shutdown, a connection with no request under way a moment after it was asked
-            // to finish is dropped: one holding half a request head (a slow or stalled client)
-            // would otherwise keep the exit until hyper's header read timeout.
+            // A connection with no request under way `grace` after it was asked to finish (for
+            // idleness or on shutdown) is dropped: one holding half a request head (a slow or
+            // stalled client) would otherwise stay open, and keep the exit, until the head is
+            // whole.
             let (mut stopped, mut cutting) = (false, false);
+            let grace = header_read.min(SHUTDOWN_HEAD_GRACE);
             let mut cut_off = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
             loop {
                 tokio::select! {
@@ -751,7 +753,7 @@ pub async fn serve_with(
                             finishing = true;
                             connection.as_mut().graceful_shutdown();
                             cutting = true;
-                            cut_off.as_mut().reset(tokio::time::Instant::now() + header_read.min(SHUTDOWN_HEAD_GRACE));
+                            cut_off.as_mut().reset(tokio::time::Instant::now() + grace);
                         }
                     },
                     _ = stopping.changed(), if !stopped => {
@@ -761,7 +763,7 @@ pub async fn serve_with(
                             connection.as_mut().graceful_shutdown();
                         }
                         cutting = true;
-                        cut_off.as_mut().reset(tokio::time::Instant::now() + header_read.min(SHUTDOWN_HEAD_GRACE));
+                        cut_off.as_mut().reset(tokio::time::Instant::now() + grace);
                     }
                     () = cut_off.as_mut(), if cutting => {
                         if activity.nothing_under_way() {
