@@ -80,7 +80,7 @@ struct Finished {
     /// Whether the body reached its end.
     ended: bool,
     /// The connection's mark of the request, held to the end of the body.
-    _under_way: Option<UnderWay>,
+    under_way: Option<UnderWay>,
 }
 
 impl Finished {
@@ -97,7 +97,7 @@ impl Finished {
             length: None,
             bytes: 0,
             ended: false,
-            _under_way: under_way,
+            under_way,
         }
     }
 
@@ -106,6 +106,9 @@ impl Finished {
         let (status, head) = (response.status().as_u16(), self.start.elapsed());
         self.state.metrics.observe(self.route, status, head);
         self.head = Some((status, head));
+        if let Some(under_way) = &mut self.under_way {
+            under_way.answered();
+        }
         // A streamed body has no exact size hint, but its Content-Length header.
         self.length = http_body::Body::size_hint(response.body()).exact().or_else(|| {
             response
@@ -663,6 +666,12 @@ pub async fn serve_with(
     // header read timeout would do the first with a timer of its own made, registered and
     // dropped for every request: 3.5% of a warm tile's instructions.
     builder.http1().header_read_timeout(None);
+    // hyper notices a client hanging up mid-request by reading the socket after every request
+    // head. The head still holds hyper's read buffer then, so that read made the connection
+    // allocate another for every request (3% of a warm tile's instructions). The connection's
+    // loop watches for it instead, and only while a request waits for its answer ([`HangUp`]).
+    #[cfg(unix)]
+    builder.http1().half_close(true);
     // HTTP/2 refuses a request whose headers exceed the list size with a bare 431 (16 KiB by
     // default, less than `limits.max_url_bytes` may allow): a URL over that limit by up to
     // 16 KiB gets the JSON 414 that HTTP/1 gives.
@@ -720,6 +729,7 @@ pub async fn serve_with(
             if !sent {
                 return;
             }
+            let mut hang_up = HangUp::new(&tcp);
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(tcp), service)
                 .into_owned();
@@ -741,10 +751,18 @@ pub async fn serve_with(
             let mut cut_off = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
             loop {
                 tokio::select! {
+                    // The connection first: the branches after it see what its poll left.
+                    biased;
                     ended = connection.as_mut() => {
                         if let Err(e) = ended {
                             tracing::debug!(error = %e, "connection ended");
                         }
+                        break;
+                    }
+                    // Its client gone, the requests waiting for their answers are dropped (and
+                    // with them their turns), as hyper's own check did.
+                    () = std::future::poll_fn(|cx| hang_up.poll(cx, activity.waiting())) => {
+                        tracing::debug!("client hung up with a request waiting for its answer");
                         break;
                     }
                     () = idle.as_mut(), if !finishing => match activity.busy_until(header_read) {
@@ -797,6 +815,8 @@ pub async fn serve_with(
 struct Activity {
     born: tokio::time::Instant,
     under_way: std::sync::atomic::AtomicUsize,
+    /// Of those, the requests whose response's head is not yet made.
+    unanswered: std::sync::atomic::AtomicUsize,
     /// Milliseconds from `born` to the last beginning or end of a request.
     last_ms: std::sync::atomic::AtomicU64,
 }
@@ -805,13 +825,18 @@ struct Activity {
 /// response's body ([`LoggedBody`]), when that is over (sent, or given up). A connection
 /// sending a long body is not idle (asked to finish mid-body, it lost an HTTP/1 client's
 /// pipelined request and made an HTTP/2 client open another connection).
-struct UnderWay(std::sync::Arc<Activity>);
+struct UnderWay {
+    activity: std::sync::Arc<Activity>,
+    /// Whether its response's head is made ([`UnderWay::answered`]).
+    answered: bool,
+}
 
 impl Activity {
     fn new() -> Self {
         Self {
             born: tokio::time::Instant::now(),
             under_way: 0.into(),
+            unanswered: 0.into(),
             last_ms: 0.into(),
         }
     }
@@ -823,8 +848,17 @@ impl Activity {
 
     fn begin(this: &std::sync::Arc<Self>) -> UnderWay {
         this.under_way.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        this.unanswered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         this.touch();
-        UnderWay(this.clone())
+        UnderWay {
+            activity: this.clone(),
+            answered: false,
+        }
+    }
+
+    /// Whether a request waits for its response's head.
+    fn waiting(&self) -> bool {
+        self.unanswered.load(std::sync::atomic::Ordering::Relaxed) > 0
     }
 
     /// Whether no request is under way.
@@ -845,10 +879,113 @@ impl Activity {
     }
 }
 
+impl UnderWay {
+    /// Its response's head is made: the request no longer waits for its answer.
+    fn answered(&mut self) {
+        if !std::mem::replace(&mut self.answered, true) {
+            self.activity
+                .unanswered
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 impl Drop for UnderWay {
     fn drop(&mut self) {
-        self.0.under_way.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-        self.0.touch();
+        self.answered();
+        self.activity
+            .under_way
+            .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        self.activity.touch();
+    }
+}
+
+/// Watches a connection's socket for its client hanging up (or shutting its sending side, which
+/// hyper took for the same), while a request waits for its answer: through a second descriptor
+/// of the socket, registered with the runtime for that time only (a request answered at its
+/// first poll, a cached tile, costs nothing). A request whose head is answered and whose body
+/// is under way finds a hang-up when its body is next written. Where sockets cannot be watched
+/// so (not unix), hyper's own check is on and this is never ready.
+#[cfg(not(unix))]
+struct HangUp;
+
+#[cfg(not(unix))]
+impl HangUp {
+    fn new(_: &tokio::net::TcpStream) -> Self {
+        Self
+    }
+
+    fn poll(&mut self, _: &mut std::task::Context<'_>, _: bool) -> std::task::Poll<()> {
+        std::task::Poll::Pending
+    }
+}
+
+#[cfg(unix)]
+struct HangUp {
+    /// The connection's socket, owned by hyper's connection.
+    socket: std::os::fd::RawFd,
+    watch: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+    /// The socket could not be watched for the request waiting now (out of descriptors, say):
+    /// not tried again until no request waits.
+    unwatchable: bool,
+}
+
+#[cfg(unix)]
+impl HangUp {
+    fn new(tcp: &tokio::net::TcpStream) -> Self {
+        Self {
+            socket: std::os::fd::AsRawFd::as_raw_fd(tcp),
+            watch: None,
+            unwatchable: false,
+        }
+    }
+
+    /// Ready once the client has hung up while a request is `waiting`. Polled only while the
+    /// connection (and so its socket) is open: after the connection's own poll said so.
+    fn poll(&mut self, cx: &mut std::task::Context<'_>, waiting: bool) -> std::task::Poll<()> {
+        use std::task::Poll;
+        if !waiting {
+            (self.watch, self.unwatchable) = (None, false);
+            return Poll::Pending;
+        }
+        if self.unwatchable {
+            return Poll::Pending;
+        }
+        if self.watch.is_none() {
+            // SAFETY: `socket` is the descriptor of the connection's TcpStream, which hyper's
+            // connection owns and keeps open while it is pending, as it is whenever this is
+            // polled; it is only duplicated here, never closed.
+            let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket) };
+            let watch = socket.try_clone_to_owned().and_then(|fd| {
+                // SAFETY: the OwnedFd, which the AsyncFd owns, keeps its descriptor open.
+                unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+                    .map_err(std::io::Error::from)
+            });
+            match watch {
+                Ok(watch) => self.watch = Some(watch),
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot watch a connection for its client hanging up");
+                    self.unwatchable = true;
+                    return Poll::Pending;
+                }
+            }
+        }
+        let Some(watch) = &self.watch else {
+            return Poll::Pending;
+        };
+        // Bytes that arrive (an HTTP/2 frame, a pipelined request) are no hang-up: their
+        // readiness is cleared, and the next event waited for.
+        while let Poll::Ready(ready) = watch.poll_read_ready(cx) {
+            let Ok(mut guard) = ready else {
+                self.unwatchable = true;
+                return Poll::Pending;
+            };
+            if guard.ready().is_read_closed() || guard.ready().is_error() {
+                return Poll::Ready(());
+            }
+            guard.clear_ready();
+        }
+        Poll::Pending
     }
 }
 

@@ -481,3 +481,135 @@ async fn a_body_being_sent_keeps_its_connection() {
     stop.send(()).unwrap();
     stopped_within(server, 5, "stops at once").await;
 }
+
+/// A request still waiting for its answer when its client hangs up is dropped: its turn of
+/// `limits.max_concurrent_requests` is given back (the next request is served, not refused
+/// with 503) and it is counted aborted, rather than held until the store answers (here an
+/// hour). The same on a keep-alive connection whose first request was answered at once.
+#[tokio::test]
+async fn a_request_whose_client_hangs_up_is_dropped() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let mut config = config_with(&[]);
+    config.limits.max_concurrent_requests = 1;
+    let (_, state, _) = slow_listing_app(dir.path(), config, std::time::Duration::from_secs(3600));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(zarrgate::run(listener, state, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let mounts = || client.get(format!("http://{addr}/api/v1/mounts")).send();
+    let aborted = || async {
+        let text = client
+            .get(format!("http://{addr}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("zarrgate_responses_aborted_total{route=\"zom\"}"))
+            .map(str::to_owned);
+        line.and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+    };
+    assert_eq!(aborted().await, Some(0));
+    for (round, answered_first) in [(1u64, false), (2, true)] {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        if answered_first {
+            // A keep-alive connection that has already had a request answered.
+            conn.write_all(b"GET /api/v1/mounts HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(
+                buf[..n].starts_with(b"HTTP/1.1 200"),
+                "{:?}",
+                String::from_utf8_lossy(&buf[..n])
+            );
+        }
+        conn.write_all(b"GET /api/v1/list/m HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        // The listing waits on the store, holding the one turn: another request is refused.
+        let start = std::time::Instant::now();
+        loop {
+            let status = mounts().await.unwrap().status();
+            if status == 503 {
+                break;
+            }
+            assert_eq!(status, 200);
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "round {round}: the listing never took the turn"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        drop(conn);
+        // Hung up: the listing is dropped and its turn given back.
+        let start = std::time::Instant::now();
+        while mounts().await.unwrap().status() != 200 {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(5),
+                "round {round}: the request of a client that hung up still holds its turn"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(aborted().await, Some(round), "round {round}");
+    }
+    stop.send(()).unwrap();
+    stopped_within(server, 10, "the server stops").await;
+}
+
+/// Bytes that arrive while a request waits for its answer are no hang-up: a request pipelined
+/// behind a slow one (here a listing that waits 300 ms on the store) is answered after it, on
+/// the same connection.
+#[tokio::test]
+async fn a_request_pipelined_behind_a_slow_one_is_no_hang_up() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let delay = std::time::Duration::from_millis(300);
+    let (_, state, _) = slow_listing_app(dir.path(), config_with(&[]), delay);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(zarrgate::run(listener, state, async {
+        let _ = stopped.await;
+    }));
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let start = std::time::Instant::now();
+    conn.write_all(b"GET /api/v1/list/m HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(delay / 3).await;
+    conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 4096];
+    let both = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        while got.windows(12).filter(|w| w == b"HTTP/1.1 200").count() < 2 {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    assert!(both.is_ok(), "{:?}", String::from_utf8_lossy(&got));
+    assert!(start.elapsed() >= delay);
+    let text = String::from_utf8_lossy(&got);
+    let listing = text.find(r#""children":[]}"#);
+    let health = text.find(r#"{"status":"ok"}"#);
+    assert!(
+        listing.is_some() && health.is_some() && listing < health,
+        "the listing, then the health check: {text}"
+    );
+    stop.send(()).unwrap();
+    stopped_within(server, 10, "the server stops").await;
+}
