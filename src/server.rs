@@ -711,7 +711,9 @@ pub async fn serve_with(
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let under_way = Activity::begin(&activity);
                 let served = app.clone().serve(request.map(axum::body::Body::new), Some(under_way));
-                async move { Ok::<_, std::convert::Infallible>(served.await) }
+                // Not `async move { Ok(served.await) }`: that future holds `served` twice over
+                // (as captured, and as awaited), and hyper moves it whole for every request.
+                futures::FutureExt::map(served, Ok::<_, std::convert::Infallible>)
             })
         };
         let (builder, mut stopping) = (builder.clone(), stopping.clone());
