@@ -327,14 +327,7 @@ async fn bodies_sent_whole_are_not_counted_aborted() {
     // The server drops each body after its last bytes: wait until nothing but /metrics is in flight.
     let mut text = String::new();
     for _ in 0..50 {
-        text = client
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        text = metrics_text(&client, &base).await;
         if text.contains("zarrgate_requests_in_flight 1\n") {
             break;
         }
@@ -488,29 +481,16 @@ async fn a_body_being_sent_keeps_its_connection() {
 /// hour). The same on a keep-alive connection whose first request was answered at once.
 #[tokio::test]
 async fn a_request_whose_client_hangs_up_is_dropped() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    use tokio::io::AsyncWriteExt;
     let mut config = config_with(&[]);
     config.limits.max_concurrent_requests = 1;
-    let (_, state, _) = slow_listing_app(dir.path(), config, std::time::Duration::from_secs(3600));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(zarrgate::run(listener, state, async {
-        let _ = stopped.await;
-    }));
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, stop, server) = serve_slow_listing(dir.path(), config, std::time::Duration::from_secs(3600)).await;
     let client = reqwest::Client::new();
     let mounts = || client.get(format!("http://{addr}/api/v1/mounts")).send();
+    let base = format!("http://{addr}");
     let aborted = || async {
-        let text = client
-            .get(format!("http://{addr}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = metrics_text(&client, &base).await;
         let line = text
             .lines()
             .find(|l| l.starts_with("zarrgate_responses_aborted_total{route=\"zom\"}"))
@@ -522,16 +502,7 @@ async fn a_request_whose_client_hangs_up_is_dropped() {
         let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
         if answered_first {
             // A keep-alive connection that has already had a request answered.
-            conn.write_all(b"GET /api/v1/mounts HTTP/1.1\r\nHost: x\r\n\r\n")
-                .await
-                .unwrap();
-            let mut buf = vec![0u8; 4096];
-            let n = conn.read(&mut buf).await.unwrap();
-            assert!(
-                buf[..n].starts_with(b"HTTP/1.1 200"),
-                "{:?}",
-                String::from_utf8_lossy(&buf[..n])
-            );
+            healthz_over(&mut conn).await;
         }
         conn.write_all(b"GET /api/v1/list/m HTTP/1.1\r\nHost: x\r\n\r\n")
             .await
@@ -572,16 +543,9 @@ async fn a_request_whose_client_hangs_up_is_dropped() {
 #[tokio::test]
 async fn a_request_pipelined_behind_a_slow_one_is_no_hang_up() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
     let delay = std::time::Duration::from_millis(300);
-    let (_, state, _) = slow_listing_app(dir.path(), config_with(&[]), delay);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(zarrgate::run(listener, state, async {
-        let _ = stopped.await;
-    }));
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, stop, server) = serve_slow_listing(dir.path(), config_with(&[]), delay).await;
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     let start = std::time::Instant::now();
     conn.write_all(b"GET /api/v1/list/m HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -612,4 +576,32 @@ async fn a_request_pipelined_behind_a_slow_one_is_no_hang_up() {
     );
     stop.send(()).unwrap();
     stopped_within(server, 10, "the server stops").await;
+}
+
+/// zarrgate serving, on a free port of 127.0.0.1, a mount `m` of an empty v2 group in `dir`
+/// whose listing waits `list_delay` on the store; stopped by sending on the sender.
+async fn serve_slow_listing(
+    dir: &std::path::Path,
+    config: zarrgate::config::Config,
+    list_delay: std::time::Duration,
+) -> (
+    std::net::SocketAddr,
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    std::fs::write(dir.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
+    let (_, state, _) = slow_listing_app(dir, config, list_delay);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(zarrgate::run(listener, state, async {
+        let _ = stopped.await;
+    }));
+    (addr, stop, server)
+}
+
+/// The text of `GET {base}/metrics`.
+async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
+    let response = client.get(format!("{base}/metrics")).send().await.unwrap();
+    response.text().await.unwrap()
 }
