@@ -710,7 +710,7 @@ pub async fn serve_with(
             let (app, activity) = (app.clone(), activity.clone());
             hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 let under_way = Activity::begin(&activity);
-                let served = app.clone().serve(request.map(axum::body::Body::new), Some(under_way));
+                let served = app.clone().serve(request.map(body_of), Some(under_way));
                 // Not `async move { Ok(served.await) }`: that future holds `served` twice over
                 // (as captured, and as awaited), and hyper moves it whole for every request.
                 futures::FutureExt::map(served, Ok::<_, std::convert::Infallible>)
@@ -809,6 +809,15 @@ pub async fn serve_with(
             tracing::warn!(seconds = drain.as_secs_f64(), "closing the connections still open after the shutdown signal");
             Ok(())
         }
+    }
+}
+
+/// A request's body as the handlers take it. A request without one (a GET, as nearly all are)
+/// gets the empty body, which takes no allocation; hyper's would be boxed.
+fn body_of(incoming: hyper::body::Incoming) -> axum::body::Body {
+    match http_body::Body::is_end_stream(&incoming) {
+        true => axum::body::Body::empty(),
+        false => axum::body::Body::new(incoming),
     }
 }
 

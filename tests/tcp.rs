@@ -605,3 +605,25 @@ async fn metrics_text(client: &reqwest::Client, base: &str) -> String {
     let response = client.get(format!("{base}/metrics")).send().await.unwrap();
     response.text().await.unwrap()
 }
+
+/// A request's body reaches its handler over a real connection (requests without one are given
+/// the empty body, which takes no allocation): a schema posted to /api/v1/validate is read,
+/// and one that the node does not meet is answered so; an empty body is no JSON Schema.
+#[tokio::test]
+async fn request_bodies_reach_their_handler() {
+    let served = serve(config_with(&[("fx", &fixtures())])).await;
+    let url = format!("{}/api/v1/validate/fx/v3/group_nested", served.base);
+    let client = reqwest::Client::new();
+    let post = |body: &'static str| client.post(&url).body(body).send();
+    let r = post(r#"{"type": "object", "required": ["node_type"]}"#).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["valid"], true);
+    let r = post(r#"{"type": "object", "required": ["no such member"]}"#)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["valid"], false);
+    let r = post("").await.unwrap();
+    assert_eq!(r.status(), 400);
+    served.stop().await.unwrap();
+}
