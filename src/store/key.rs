@@ -48,12 +48,26 @@ impl StoreKey {
 
     /// Refuses what [`StoreKey::new`] refuses.
     ///
-    /// One pass over the bytes (every request's path comes through here), refusing in this
-    /// order: a NUL anywhere, a backslash anywhere, then the first bad segment (empty, `.` or
-    /// `..`, or holding a control character).
+    /// Every request's path comes through here. Refuses in this order: a NUL anywhere, a
+    /// backslash anywhere, then the first bad segment (empty, `.` or `..`, or holding a control
+    /// character).
     fn check(key: &str) -> Result<(), KeyError> {
         if key.is_empty() {
             return Ok(());
+        }
+        // Nearly every key holds no byte that could be refused in itself (a control byte, a
+        // backslash, DEL, or 0xC2, which leads the C1 controls): then only its segments are
+        // looked at, without the full pass's bookkeeping for every byte.
+        let suspect = key
+            .bytes()
+            .fold(false, |s, b| s | (b < 0x20) | (b == b'\\') | (b == 0x7f) | (b == 0xc2));
+        if !suspect {
+            let bad = key.split('/').find_map(|segment| match segment {
+                "" => Some(KeyError::EmptySegment),
+                "." | ".." => Some(KeyError::DotSegment),
+                _ => None,
+            });
+            return bad.map_or(Ok(()), Err);
         }
         let (mut nul, mut backslash, mut bad) = (false, false, None);
         for segment in key.as_bytes().split(|&b| b == b'/') {
