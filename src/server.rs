@@ -911,12 +911,7 @@ impl Drop for UnderWay {
     }
 }
 
-/// Watches a connection's socket for its client hanging up (or shutting its sending side, which
-/// hyper took for the same), while a request waits for its answer: through a second descriptor
-/// of the socket, registered with the runtime for that time only (a request answered at its
-/// first poll, a cached tile, costs nothing). A request whose head is answered and whose body
-/// is under way finds a hang-up when its body is next written. Where sockets cannot be watched
-/// so (not unix), hyper's own check is on and this is never ready.
+/// Not unix: hyper's own check for a client hanging up is on, and this is never ready.
 #[cfg(not(unix))]
 struct HangUp;
 
@@ -931,6 +926,11 @@ impl HangUp {
     }
 }
 
+/// Watches a connection's socket for its client hanging up (or shutting its sending side, which
+/// hyper took for the same), while a request waits for its answer: through a second descriptor
+/// of the socket, registered with the runtime for that time only (a request answered at its
+/// first poll, a cached tile, costs nothing). A request whose head is answered and whose body
+/// is under way finds a hang-up when its body is next written.
 #[cfg(unix)]
 struct HangUp {
     /// The connection's socket, owned by hyper's connection.
