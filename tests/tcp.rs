@@ -627,3 +627,49 @@ async fn request_bodies_reach_their_handler() {
     assert_eq!(r.status(), 400);
     served.stop().await.unwrap();
 }
+
+/// Over HTTP/2, frames that arrive while a request waits for its answer are no hang-up either:
+/// a quick request sent on the same connection while a slow listing (300 ms) waits is answered
+/// first, and the listing after it.
+#[tokio::test]
+async fn http2_requests_beside_a_slow_one_are_no_hang_up() {
+    let delay = std::time::Duration::from_millis(300);
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, stop, server) = serve_slow_listing(dir.path(), config_with(&[]), delay).await;
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let get = |path: &str| {
+        let request = axum::http::Request::get(format!("http://{addr}{path}"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let mut send = send.clone();
+        async move {
+            let response = send.send_request(request).await.unwrap();
+            let status = response.status();
+            let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap();
+            (status, body.to_bytes(), std::time::Instant::now())
+        }
+    };
+    let start = std::time::Instant::now();
+    let listing = tokio::spawn(get("/api/v1/list/m"));
+    tokio::time::sleep(delay / 3).await;
+    let (status, body, health_at) = get("/healthz").await;
+    assert_eq!(
+        (status, &body[..]),
+        (axum::http::StatusCode::OK, &br#"{"status":"ok"}"#[..])
+    );
+    let (status, body, listing_at) = tokio::time::timeout(std::time::Duration::from_secs(5), listing)
+        .await
+        .expect("the listing is answered")
+        .unwrap();
+    assert_eq!(status, 200);
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["children"], serde_json::json!([]));
+    assert!(health_at < listing_at && listing_at - start >= delay);
+    stop.send(()).unwrap();
+    stopped_within(server, 10, "the server stops").await;
+}
