@@ -962,27 +962,27 @@ impl HangUp {
         if self.unwatchable {
             return Poll::Pending;
         }
-        if self.watch.is_none() {
-            // SAFETY: `socket` is the descriptor of the connection's TcpStream, which hyper's
-            // connection owns and keeps open while it is pending, as it is whenever this is
-            // polled; it is only duplicated here, never closed.
-            let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket) };
-            let watch = socket.try_clone_to_owned().and_then(|fd| {
-                // SAFETY: the OwnedFd, which the AsyncFd owns, keeps its descriptor open.
-                unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
-                    .map_err(std::io::Error::from)
-            });
-            match watch {
-                Ok(watch) => self.watch = Some(watch),
-                Err(e) => {
-                    tracing::debug!(error = %e, "cannot watch a connection for its client hanging up");
-                    self.unwatchable = true;
-                    return Poll::Pending;
+        let watch = match &mut self.watch {
+            Some(watch) => watch,
+            None => {
+                // SAFETY: `socket` is the descriptor of the connection's TcpStream, which
+                // hyper's connection owns and keeps open while it is pending, as it is whenever
+                // this is polled; it is only duplicated here, never closed.
+                let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.socket) };
+                let watch = socket.try_clone_to_owned().and_then(|fd| {
+                    // SAFETY: the OwnedFd, which the AsyncFd owns, keeps its descriptor open.
+                    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+                        .map_err(std::io::Error::from)
+                });
+                match watch {
+                    Ok(watch) => self.watch.insert(watch),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "cannot watch a connection for its client hanging up");
+                        self.unwatchable = true;
+                        return Poll::Pending;
+                    }
                 }
             }
-        }
-        let Some(watch) = &self.watch else {
-            return Poll::Pending;
         };
         // Bytes that arrive (an HTTP/2 frame, a pipelined request) are no hang-up: their
         // readiness is cleared, and the next event waited for.
