@@ -62,11 +62,9 @@ impl StoreKey {
             .bytes()
             .fold(false, |s, b| s | (b < 0x20) | (b == b'\\') | (b == 0x7f) | (b == 0xc2));
         if !suspect {
-            let bad = key.split('/').find_map(|segment| match segment {
-                "" => Some(KeyError::EmptySegment),
-                "." | ".." => Some(KeyError::DotSegment),
-                _ => None,
-            });
+            let bad = key
+                .split('/')
+                .find_map(|segment| Self::bad_segment(segment.as_bytes(), false));
             return bad.map_or(Ok(()), Err);
         }
         let (mut nul, mut backslash, mut bad) = (false, false, None);
@@ -82,12 +80,7 @@ impl StoreKey {
                 previous = b;
             }
             if bad.is_none() {
-                bad = match segment {
-                    b"" => Some(KeyError::EmptySegment),
-                    b"." | b".." => Some(KeyError::DotSegment),
-                    _ if control => Some(KeyError::Control),
-                    _ => None,
-                };
+                bad = Self::bad_segment(segment, control);
             }
         }
         match (nul, backslash, bad) {
@@ -95,6 +88,17 @@ impl StoreKey {
             (_, true, _) => Err(KeyError::Backslash),
             (_, _, Some(e)) => Err(e),
             _ => Ok(()),
+        }
+    }
+
+    /// What is wrong with a segment in itself, if anything (`control`: it holds a control
+    /// character).
+    fn bad_segment(segment: &[u8], control: bool) -> Option<KeyError> {
+        match segment {
+            b"" => Some(KeyError::EmptySegment),
+            b"." | b".." => Some(KeyError::DotSegment),
+            _ if control => Some(KeyError::Control),
+            _ => None,
         }
     }
 
