@@ -15,7 +15,11 @@ struct Served {
 }
 
 async fn serve(config: zarrgate::config::Config) -> Served {
-    let state = zarrgate::AppState::from_config(config).unwrap();
+    serve_state(zarrgate::AppState::from_config(config).unwrap()).await
+}
+
+/// zarrgate serving `state` as [`serve`] does.
+async fn serve_state(state: zarrgate::AppState) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
@@ -485,10 +489,10 @@ async fn a_request_whose_client_hangs_up_is_dropped() {
     let mut config = config_with(&[]);
     config.limits.max_concurrent_requests = 1;
     let dir = tempfile::tempdir().unwrap();
-    let (addr, stop, server) = serve_slow_listing(dir.path(), config, std::time::Duration::from_secs(3600)).await;
+    let served = serve_slow_listing(dir.path(), config, std::time::Duration::from_secs(3600)).await;
+    let (addr, base) = (served.addr, served.base.clone());
     let client = reqwest::Client::new();
-    let mounts = || client.get(format!("http://{addr}/api/v1/mounts")).send();
-    let base = format!("http://{addr}");
+    let mounts = || client.get(format!("{base}/api/v1/mounts")).send();
     let aborted = || async {
         let text = metrics_text(&client, &base).await;
         let line = text
@@ -533,8 +537,7 @@ async fn a_request_whose_client_hangs_up_is_dropped() {
         }
         assert_eq!(aborted().await, Some(round), "round {round}");
     }
-    stop.send(()).unwrap();
-    stopped_within(server, 10, "the server stops").await;
+    served.stop().await.unwrap();
 }
 
 /// Bytes that arrive while a request waits for its answer are no hang-up: a request pipelined
@@ -545,8 +548,8 @@ async fn a_request_pipelined_behind_a_slow_one_is_no_hang_up() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let delay = std::time::Duration::from_millis(300);
     let dir = tempfile::tempdir().unwrap();
-    let (addr, stop, server) = serve_slow_listing(dir.path(), config_with(&[]), delay).await;
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let served = serve_slow_listing(dir.path(), config_with(&[]), delay).await;
+    let mut conn = tokio::net::TcpStream::connect(served.addr).await.unwrap();
     let start = std::time::Instant::now();
     conn.write_all(b"GET /api/v1/list/m HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
@@ -574,30 +577,19 @@ async fn a_request_pipelined_behind_a_slow_one_is_no_hang_up() {
         listing.is_some() && health.is_some() && listing < health,
         "the listing, then the health check: {text}"
     );
-    stop.send(()).unwrap();
-    stopped_within(server, 10, "the server stops").await;
+    served.stop().await.unwrap();
 }
 
 /// zarrgate serving, on a free port of 127.0.0.1, a mount `m` of an empty v2 group in `dir`
-/// whose listing waits `list_delay` on the store; stopped by sending on the sender.
+/// whose listing waits `list_delay` on the store.
 async fn serve_slow_listing(
     dir: &std::path::Path,
     config: zarrgate::config::Config,
     list_delay: std::time::Duration,
-) -> (
-    std::net::SocketAddr,
-    oneshot::Sender<()>,
-    tokio::task::JoinHandle<std::io::Result<()>>,
-) {
+) -> Served {
     std::fs::write(dir.join(".zgroup"), br#"{"zarr_format": 2}"#).unwrap();
     let (_, state, _) = slow_listing_app(dir, config, list_delay);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(zarrgate::run(listener, state, async {
-        let _ = stopped.await;
-    }));
-    (addr, stop, server)
+    serve_state(state).await
 }
 
 /// The text of `GET {base}/metrics`.
@@ -635,7 +627,8 @@ async fn request_bodies_reach_their_handler() {
 async fn http2_requests_beside_a_slow_one_are_no_hang_up() {
     let delay = std::time::Duration::from_millis(300);
     let dir = tempfile::tempdir().unwrap();
-    let (addr, stop, server) = serve_slow_listing(dir.path(), config_with(&[]), delay).await;
+    let served = serve_slow_listing(dir.path(), config_with(&[]), delay).await;
+    let addr = served.addr;
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (send, connection) =
         hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), hyper_util::rt::TokioIo::new(tcp))
@@ -670,6 +663,5 @@ async fn http2_requests_beside_a_slow_one_are_no_hang_up() {
     let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(doc["children"], serde_json::json!([]));
     assert!(health_at < listing_at && listing_at - start >= delay);
-    stop.send(()).unwrap();
-    stopped_within(server, 10, "the server stops").await;
+    served.stop().await.unwrap();
 }
