@@ -652,34 +652,26 @@ pub fn check_unit(ctx: &ReadContext, meta: &ArrayMeta) -> Result<(), ReadError> 
 }
 
 /// The decode unit (chunk, or inner chunk of a shard) that holds every element of a selection.
-#[derive(Debug, PartialEq, Eq)]
-struct OneUnit {
-    /// Its grid coordinates (in units).
-    coords: Vec<u64>,
-    /// The selection is exactly the whole unit, in the same order.
-    whole: bool,
-}
-
-/// The one decode unit a non-empty selection lies in; `None` when it spans several.
-fn one_unit(meta: &ArrayMeta, sel: &Selection) -> Option<OneUnit> {
+/// Whether a non-empty selection lies in one decode unit, whose grid coordinates (in units)
+/// it writes to `coords` (one a dimension of the array): `Some(true)` when the selection is
+/// exactly that whole unit, in the same order; `None` when it spans several.
+fn one_unit(meta: &ArrayMeta, sel: &Selection, coords: &mut [u64]) -> Option<bool> {
     let unit = unit_shape(meta);
-    if sel.0.len() != unit.len() || unit.len() != meta.shape.len() || sel.is_empty() {
+    if sel.0.len() != unit.len() || unit.len() != meta.shape.len() || coords.len() != unit.len() || sel.is_empty() {
         return None;
     }
     let mut whole = true;
-    let coords = sel
-        .0
-        .iter()
-        .zip(unit.iter().zip(&meta.shape))
-        .map(|(d, (&u, &n))| {
-            let (start, step, count) = d.span();
-            let last = start.checked_add(count.checked_sub(1)?.checked_mul(step)?)?;
-            let cell = start.checked_div(u)?;
-            whole &= count == u && (step == 1 || u == 1) && start % u == 0 && start.checked_add(u)? <= n;
-            (last / u == cell).then_some(cell)
-        })
-        .collect::<Option<Vec<u64>>>()?;
-    Some(OneUnit { coords, whole })
+    for ((d, (&u, &n)), coord) in sel.0.iter().zip(unit.iter().zip(&meta.shape)).zip(coords) {
+        let (start, step, count) = d.span();
+        let last = start.checked_add(count.checked_sub(1)?.checked_mul(step)?)?;
+        let cell = start.checked_div(u)?;
+        whole &= count == u && (step == 1 || u == 1) && start % u == 0 && start.checked_add(u)? <= n;
+        if last / u != cell {
+            return None;
+        }
+        *coord = cell;
+    }
+    Some(whole)
 }
 
 /// A decoded fixed-size chunk shared as bytes (its little-endian C-order elements).
@@ -705,12 +697,15 @@ pub async fn read_region_bytes(
 ) -> Result<Bytes, ReadError> {
     // A selection inside one unit (a viewer's tile, a whole chunk) needs no assembly: it is
     // copied straight out of the decoded unit, or is the unit itself.
-    if let (Some(one), FillValue::Fixed(fill)) = (one_unit(&meta, sel), &meta.fill) {
+    // Its coordinates, on the stack for the usual few dimensions.
+    let (mut stack, mut heap) = ([0u64; STACK_DIMS], Vec::new());
+    let coords = scratch(&mut stack, &mut heap, sel.0.len());
+    if let (Some(whole), FillValue::Fixed(fill)) = (one_unit(&meta, sel, coords), &meta.fill) {
         check_unit(ctx, &meta)?;
         let unit = unit_shape(&meta);
-        match read_unit(ctx, path, &meta, &one.coords).await? {
+        match read_unit(ctx, path, &meta, coords).await? {
             Some(block) => match block.elements() {
-                Elements::Fixed(_) if one.whole => return Ok(Bytes::from_owner(SharedFixed(block))),
+                Elements::Fixed(_) if whole => return Ok(Bytes::from_owner(SharedFixed(block))),
                 Elements::Fixed(src) => {
                     // Per dimension: the start in the unit, the step, the count, and a zero
                     // (where the block goes in the result), on the stack for the usual few
@@ -767,14 +762,21 @@ async fn read_unit(
     let Some(codec) = meta.chain.sharding() else {
         return load_chunk(ctx, &chunk_key(coords)?, meta).await;
     };
-    let mut shard = Vec::with_capacity(coords.len());
-    let mut number = 0u64;
-    for (&c, per_shard) in coords.iter().zip(codec.inner_per_dim(&meta.chunk_shape)) {
+    // The shard's coordinates, on the stack for the usual few dimensions.
+    let (mut stack, mut heap) = ([0u64; STACK_DIMS], Vec::new());
+    let shard = scratch(&mut stack, &mut heap, coords.len());
+    let (mut number, mut rank) = (0u64, 0);
+    for ((&c, per_shard), s) in coords
+        .iter()
+        .zip(codec.inner_per_dim(&meta.chunk_shape))
+        .zip(shard.iter_mut())
+    {
         let per_shard = per_shard.max(1);
-        shard.push(c / per_shard);
+        *s = c / per_shard;
         number = number * per_shard + c % per_shard;
+        rank += 1;
     }
-    let key = chunk_key(&shard)?;
+    let key = chunk_key(&shard[..rank])?;
     let n = codec.inner_count(&meta.chunk_shape);
     again_if_changed(|| async {
         let Some(index) = shard_index(ctx, meta, &key, codec, n).await? else {
@@ -1591,7 +1593,11 @@ mod tests {
             "compressor": null, "fill_value": 0, "order": "C", "filters": null
         });
         let meta = parse_v2(&doc, None).unwrap();
-        let unit = |coords: Vec<u64>, whole| Some(OneUnit { coords, whole });
+        let one_unit = |meta: &ArrayMeta, sel: &Selection| {
+            let mut coords = vec![0; sel.0.len()];
+            one_unit(meta, sel, &mut coords).map(|whole| (coords, whole))
+        };
+        let unit = |coords: Vec<u64>, whole| Some((coords, whole));
         assert_eq!(one_unit(&meta, &sel(&[(4, 1, 4), (3, 1, 1)])), unit(vec![1, 3], true));
         // An integer on a dimension of chunk length 1 is that chunk too.
         let s = Selection(vec![
