@@ -7,7 +7,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::http::header::Entry;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, header};
 use axum::response::IntoResponse;
 use axum::response::Response;
 use axum::routing::{any, get, post};
@@ -293,8 +294,7 @@ struct Front {
     routes: Router,
     /// No origins, no CORS headers at all (nor answers to preflights).
     cors: Option<CorsLayer>,
-    /// The `Vary` and `Access-Control-Expose-Headers` values of every answer but preflights.
-    cors_vary: HeaderValue,
+    /// The `Access-Control-Expose-Headers` value of every answer but preflights.
     cors_exposed: HeaderValue,
     /// Requests reading mounts, at most `limits.max_concurrent_requests`; one past it is
     /// refused (503).
@@ -377,7 +377,6 @@ fn build(state: AppState, routes: Router, direct: bool) -> App {
     let limits = &state.config.limits;
     App(std::sync::Arc::new(Front {
         cors: (!server.cors_origins.is_empty()).then(|| cors(&server.cors_origins)),
-        cors_vary: HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers"),
         cors_exposed: HeaderValue::from_str(&EXPOSED.join(",")).unwrap_or(HeaderValue::from_static("")),
         turns: RequestTurns {
             taken: 0.into(),
@@ -422,6 +421,28 @@ where
     }
 }
 
+/// The `Vary` of every answer but preflights, as tower-http's CORS layer writes it.
+const CORS_VARY: HeaderValue =
+    HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers");
+
+/// [`CORS_VARY`] after an answer's own `Vary: accept` (a slice's), as one value.
+const ACCEPT_AND_CORS_VARY: HeaderValue =
+    HeaderValue::from_static("accept, origin, access-control-request-method, access-control-request-headers");
+
+/// Adds [`CORS_VARY`] to an answer's `Vary`. An answer that varies on `Accept` alone (a slice)
+/// gets one value naming both: a second value makes the header map allocate room for it.
+fn vary_as_cors(headers: &mut HeaderMap) {
+    match headers.entry(header::VARY) {
+        Entry::Occupied(mut vary) if vary.iter().count() == 1 && vary.get() == "accept" => {
+            vary.insert(ACCEPT_AND_CORS_VARY);
+        }
+        Entry::Occupied(mut vary) => vary.append(CORS_VARY),
+        Entry::Vacant(vary) => {
+            vary.insert(CORS_VARY);
+        }
+    }
+}
+
 impl Front {
     /// The answer to `request`, with CORS headers when origins are configured.
     ///
@@ -459,7 +480,7 @@ impl Front {
         let allowed = self.allowed(request.headers().get(header::ORIGIN));
         let mut response = self.guarded(request).await;
         let headers = response.headers_mut();
-        headers.append(header::VARY, self.cors_vary.clone());
+        vary_as_cors(headers);
         if let Some(origin) = allowed {
             headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         }

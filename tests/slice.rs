@@ -154,10 +154,11 @@ async fn bin_and_npy_are_the_bytes_zarr_python_read() {
         )
         .await;
         assert_eq!(r.status, 200);
-        // The body depends on Accept: caches are told (beside CORS's own Vary).
+        // The body depends on Accept: caches are told (beside CORS's own Vary), in one line.
         let vary = vary_tokens(&r);
         assert!(vary.contains(&"accept".to_owned()), "{vary:?}");
         assert!(vary.contains(&"origin".to_owned()), "{vary:?}");
+        assert_eq!(r.headers.get_all("vary").iter().count(), 1);
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), &r.body).unwrap();
         let back = load_npy(file.path());
