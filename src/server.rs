@@ -213,26 +213,34 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
     scheme.eq_ignore_ascii_case(b"bearer").then(|| token.trim_ascii())
 }
 
-/// Finishes an answer as axum's router finishes those of its routes: `Content-Length` from the
-/// body's exact size when it has none, and no body for HEAD. Answers the front makes itself
-/// (401, 414, 503, 504) and the handlers it calls directly need it: over HTTP/2, hyper sends
-/// a HEAD answer's body, and clients refuse the stream. A HEAD answer with no body already
-/// (the router's, a handler's own HEAD answer) is left as it is: its empty body says nothing of
-/// the GET's length.
+/// Finishes an answer to HEAD as axum's router finishes those of its routes: `Content-Length`
+/// from the body's exact size when it has none ([`state_length`]), and no body. Answers the
+/// front makes itself (401, 414, 503, 504) and the handlers it calls directly need it: over
+/// HTTP/2, hyper sends a HEAD answer's body, and clients refuse the stream. A HEAD answer with
+/// no body already (the router's, a handler's own HEAD answer) is left as it is: its empty body
+/// says nothing of the GET's length.
+///
+/// Other answers are left as they are: a connection states the exact size of a body without
+/// `Content-Length` itself (hyper writes it into the response head, over HTTP/1 and HTTP/2),
+/// with no header value to make. [`app`]'s service, which no connection serves, states it.
 fn finish(response: &mut Response, head: bool) {
-    let exact = http_body::Body::size_hint(response.body()).exact();
-    if head && exact == Some(0) {
+    if !head || http_body::Body::size_hint(response.body()).exact() == Some(0) {
         return;
     }
-    if !response.headers().contains_key(header::CONTENT_LENGTH)
-        && let Some(length) = exact
-    {
+    state_length(response);
+    *response.body_mut() = axum::body::Body::empty();
+}
+
+/// Adds `Content-Length` to an answer of exact size that has none, as axum's router does to its
+/// routes' answers.
+fn state_length<B: http_body::Body>(response: &mut axum::http::Response<B>) {
+    if response.headers().contains_key(header::CONTENT_LENGTH) {
+        return;
+    }
+    if let Some(length) = http_body::Body::size_hint(response.body()).exact() {
         response
             .headers_mut()
             .insert(header::CONTENT_LENGTH, HeaderValue::from(length));
-    }
-    if head {
-        *response.body_mut() = axum::body::Body::empty();
     }
 }
 
@@ -416,8 +424,16 @@ where
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
+        let head = request.method() == Method::HEAD;
         let served = self.clone().serve(request.map(axum::body::Body::new), None);
-        Box::pin(async move { Ok(served.await.map(axum::body::Body::new)) })
+        Box::pin(async move {
+            let mut response = served.await;
+            // What a connection states (answers to HEAD are finished).
+            if !head {
+                state_length(&mut response);
+            }
+            Ok(response.map(axum::body::Body::new))
+        })
     }
 }
 

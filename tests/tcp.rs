@@ -665,3 +665,78 @@ async fn http2_requests_beside_a_slow_one_are_no_hang_up() {
     assert!(health_at < listing_at && listing_at - start >= delay);
     served.stop().await.unwrap();
 }
+
+/// What a client reads of an answer (`method` on `path`) over a connection of its own, HTTP/1 or
+/// HTTP/2: status, headers, body.
+async fn over(
+    addr: std::net::SocketAddr,
+    http2: bool,
+    method: &str,
+    path: &str,
+) -> (axum::http::StatusCode, axum::http::HeaderMap, bytes::Bytes) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let tcp = TokioIo::new(tokio::net::TcpStream::connect(addr).await.unwrap());
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("host", addr.to_string())
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let response = if http2 {
+        let (mut send, connection) = hyper::client::conn::http2::handshake(TokioExecutor::new(), tcp)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        send.send_request(request).await.unwrap()
+    } else {
+        let (mut send, connection) = hyper::client::conn::http1::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        send.send_request(request).await.unwrap()
+    };
+    let (head, body) = response.into_parts();
+    let body = http_body_util::BodyExt::collect(body).await.unwrap().to_bytes();
+    (head.status, head.headers, body)
+}
+
+/// Answers of exact size state it over HTTP/1 and HTTP/2, though no handler or layer writes
+/// `Content-Length` for them (the connection does, from the body's size): a tile, a JSON
+/// answer, an error; a HEAD states the GET's. A slice's `Vary` is one line, naming `Accept`
+/// and what CORS varies on.
+#[tokio::test]
+async fn answers_state_their_length_over_http1_and_http2() {
+    let served = serve(config_with(&[("fx", &fixtures())])).await;
+    let tile = "/api/v1/slice/fx/v2/compressor_zstd_i4?select=1:3,2:5&format=bin";
+    for http2 in [false, true] {
+        for (path, status) in [
+            (tile, 200),
+            ("/api/v1/slice/fx/v2/compressor_zstd_i4?select=1:3,2:5&format=npy", 200),
+            ("/healthz", 200),
+            ("/api/v1/slice/fx/v2/compressor_zstd_i4?select=99", 400),
+        ] {
+            let (got, headers, body) = over(served.addr, http2, "GET", path).await;
+            assert_eq!(got.as_u16(), status, "{path} http2={http2}");
+            assert!(!body.is_empty(), "{path}");
+            let length = body.len().to_string();
+            assert_eq!(
+                headers.get_all("content-length").iter().collect::<Vec<_>>(),
+                [length.as_str()],
+                "{path} http2={http2}"
+            );
+            let (got, headers, head_body) = over(served.addr, http2, "HEAD", path).await;
+            assert_eq!(
+                (got.as_u16(), head_body.len()),
+                (status, 0),
+                "HEAD {path} http2={http2}"
+            );
+            assert_eq!(headers["content-length"], length.as_str(), "HEAD {path} http2={http2}");
+        }
+        let (_, headers, body) = over(served.addr, http2, "GET", tile).await;
+        assert_eq!(body.len(), 2 * 3 * 4);
+        assert_eq!(
+            headers.get_all("vary").iter().collect::<Vec<_>>(),
+            ["accept, origin, access-control-request-method, access-control-request-headers"],
+            "http2={http2}"
+        );
+    }
+    served.stop().await.unwrap();
+}

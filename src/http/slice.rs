@@ -292,12 +292,12 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
             Format::Npy => Bytes::from(bin::npy_header(&meta.dtype, &sel.shape())),
             _ => Bytes::new(),
         };
+        if header.is_empty() {
+            // A body of exact size: the connection states its length.
+            return response.body(Body::from(data)).map_err(|_| ApiError::Internal);
+        }
         let length = header.len() + data.len();
-        let body = if header.is_empty() {
-            Body::from(data)
-        } else {
-            Body::from_stream(stream::iter([Ok::<Bytes, std::io::Error>(header), Ok(data)]))
-        };
+        let body = Body::from_stream(stream::iter([Ok::<Bytes, std::io::Error>(header), Ok(data)]));
         super::append(&mut response, header::CONTENT_LENGTH, length_header(length as u64));
         return response.body(body).map_err(|_| ApiError::Internal);
     }
