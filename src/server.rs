@@ -437,6 +437,52 @@ where
     }
 }
 
+/// A request's answer under way ([`Front::routed`]): the handler's future and, for a request
+/// reading mounts, its turn and deadline.
+struct Routed<'a> {
+    answer: futures::future::BoxFuture<'static, Response>,
+    limit: Option<Limit<'a>>,
+}
+
+/// The turn ([`RequestTurns`]) and the deadline (`limits.request_timeout_s`) of a request
+/// reading mounts.
+struct Limit<'a> {
+    _turn: RequestTurn<'a>,
+    deadline: tokio::time::Instant,
+    /// Made when the answer first waits. Most answers (a cached tile) are ready at their first
+    /// poll: they need no timer, whose making and dropping clones and drops the runtime's
+    /// handle. The deadline is set before, as if the timer had been.
+    timer: Option<std::pin::Pin<Box<tokio::task::coop::Unconstrained<tokio::time::Sleep>>>>,
+    /// `limits.request_timeout_s` as written (the `Duration` is rounded to nanoseconds).
+    seconds: f64,
+}
+
+impl Future for Routed<'_> {
+    type Output = Response;
+
+    /// The answer, or 504 once the deadline has passed. The timer is polled outside tokio's
+    /// cooperative budget (as `tokio::time::timeout` polls its own once the future it guards
+    /// has used the budget up): an answer that keeps using it up does not keep the timeout
+    /// from firing.
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Response> {
+        let this = &mut *self;
+        if let std::task::Poll::Ready(answer) = this.answer.as_mut().poll(cx) {
+            return std::task::Poll::Ready(answer);
+        }
+        let Some(limit) = &mut this.limit else {
+            return std::task::Poll::Pending;
+        };
+        let deadline = limit.deadline;
+        let timer = limit
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::task::coop::unconstrained(tokio::time::sleep_until(deadline))));
+        timer
+            .as_mut()
+            .poll(cx)
+            .map(|()| ApiError::Timeout(limit.seconds).into_response())
+    }
+}
+
 /// The `Vary` of every answer but preflights, as tower-http's CORS layer writes it.
 const CORS_VARY: HeaderValue =
     HeaderValue::from_static("origin, access-control-request-method, access-control-request-headers");
@@ -465,43 +511,58 @@ impl Front {
     /// tower-http's CORS layer answers preflights. The headers of other answers are written
     /// here, as that layer writes them (checked by tests), from values made once: the layer
     /// builds a header map, a `Vary` value and a future of its own for every request.
-    async fn answer(&self, request: Request) -> Response {
-        let Some(cors) = &self.cors else {
-            return self.guarded(request).await;
-        };
-        if request.method() == Method::OPTIONS {
-            if request.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
-                // The layer answers a preflight itself; the service below is never called.
-                let preflight = cors.clone().layer(tower::service_fn(|_: Request| async {
-                    Ok::<_, std::convert::Infallible>(Response::default())
-                }));
-                return Box::pin(preflight.oneshot(request))
-                    .await
-                    .unwrap_or_else(|e| match e {});
-            }
-            // An OPTIONS that is no preflight goes to the routes (204 with Allow); its answer
-            // is a response like any other: with the origin allowed, a page reads it.
-            let origin = request.headers().get(header::ORIGIN).cloned();
-            let mut response = self.guarded(request).await;
-            if let Some(allowed) = origin.and_then(|o| self.allowed(Some(&o))) {
-                let headers = response.headers_mut();
-                if !self.any_origin() {
-                    headers.append(header::VARY, HeaderValue::from_static("origin"));
+    ///
+    /// It is [`Front::guarded`]'s future with the headers added to its answer, not an `async`
+    /// function: that would hold the request twice over (as its argument, and in the future it
+    /// awaits), and hyper moves the whole for every request.
+    fn answer(&self, request: Request) -> impl Future<Output = Response> + Send + '_ {
+        /// The CORS headers an answer gets, decided from its request.
+        enum Cors {
+            None,
+            /// An OPTIONS that is no preflight, from an origin allowed or not.
+            Options(Option<HeaderValue>),
+            /// Any other request, from an origin allowed or not.
+            Other(Option<HeaderValue>),
+        }
+        let origin = request.headers().get(header::ORIGIN);
+        let cors = match &self.cors {
+            None => Cors::None,
+            Some(cors) if request.method() == Method::OPTIONS => {
+                if request.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
+                    // The layer answers a preflight itself; the service below is never called.
+                    let preflight = cors.clone().layer(tower::service_fn(|_: Request| async {
+                        Ok::<_, std::convert::Infallible>(Response::default())
+                    }));
+                    let answered = Box::pin(preflight.oneshot(request));
+                    return futures::future::Either::Right(answered.map(|r| r.unwrap_or_else(|e| match e {})));
                 }
-                headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
-                headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.cors_exposed.clone());
+                // An OPTIONS that is no preflight goes to the routes (204 with Allow); its
+                // answer is a response like any other: with the origin allowed, a page reads it.
+                Cors::Options(origin.and_then(|o| self.allowed(Some(o))))
             }
-            return response;
-        }
-        let allowed = self.allowed(request.headers().get(header::ORIGIN));
-        let mut response = self.guarded(request).await;
-        let headers = response.headers_mut();
-        vary_as_cors(headers);
-        if let Some(origin) = allowed {
-            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
-        }
-        headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.cors_exposed.clone());
-        response
+            Some(_) => Cors::Other(self.allowed(origin)),
+        };
+        futures::future::Either::Left(self.guarded(request).map(move |mut response| {
+            let headers = response.headers_mut();
+            match cors {
+                Cors::None | Cors::Options(None) => {}
+                Cors::Options(Some(allowed)) => {
+                    if !self.any_origin() {
+                        headers.append(header::VARY, HeaderValue::from_static("origin"));
+                    }
+                    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+                    headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.cors_exposed.clone());
+                }
+                Cors::Other(allowed) => {
+                    vary_as_cors(headers);
+                    if let Some(origin) = allowed {
+                        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+                    }
+                    headers.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, self.cors_exposed.clone());
+                }
+            }
+            response
+        }))
     }
 
     /// The `Access-Control-Allow-Origin` of a request from `origin`: `*` when every origin is,
@@ -523,47 +584,50 @@ impl Front {
 
     /// [`Front::routed`], a panic of which is answered as [`panicked`] says (with CORS
     /// headers as any answer, so that a page can read it).
-    async fn guarded(&self, request: Request) -> Response {
-        let answered = std::panic::AssertUnwindSafe(self.routed(request)).catch_unwind().await;
-        answered.unwrap_or_else(|panic| panicked(panic.as_ref()))
+    fn guarded(&self, request: Request) -> impl Future<Output = Response> + Send + '_ {
+        std::panic::AssertUnwindSafe(self.routed(request))
+            .catch_unwind()
+            .map(|answered| answered.unwrap_or_else(|panic| panicked(panic.as_ref())))
     }
 
     /// Refuses what must not reach a handler: overlong URLs (414) and requests without the
     /// bearer token a protected mount or /metrics needs (401); then routes, mount reads
     /// within the limits. Tokens are never logged.
-    async fn routed(&self, request: Request) -> Response {
+    fn routed(&self, request: Request) -> futures::future::Either<futures::future::Ready<Response>, Routed<'_>> {
+        use futures::future::{Either, ready};
         if let Err(refused) = self.admits(&request) {
-            return refused.into_response();
+            return Either::Left(ready(refused.into_response()));
         }
         let path = request.uri().path();
         if path == "/healthz" || path == "/metrics" {
-            return Box::pin(self.routes.clone().oneshot(request))
-                .await
-                .unwrap_or_else(|e| match e {});
+            let answer = self.routes.clone().oneshot(request);
+            return Either::Right(Routed {
+                answer: answer.map(|r| r.unwrap_or_else(|e| match e {})).boxed(),
+                limit: None,
+            });
         }
-        let Some(_turn) = self.turns.take() else {
-            return ApiError::Overloaded.into_response();
+        let Some(turn) = self.turns.take() else {
+            return Either::Left(ready(ApiError::Overloaded.into_response()));
         };
-        // Most answers (a cached tile) are ready at the first poll: they need no timer, whose
-        // making and dropping clones and drops the runtime's handle. The deadline is set before,
-        // as if the timer had been.
-        let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut dispatched = std::pin::pin!(self.dispatch(request));
-        if let std::task::Poll::Ready(answered) = futures::poll!(dispatched.as_mut()) {
-            return answered;
-        }
-        match tokio::time::timeout_at(deadline, dispatched).await {
-            Ok(answered) => answered,
-            // The configured value as written (the Duration is rounded to nanoseconds).
-            Err(_) => ApiError::Timeout(self.state.config.limits.request_timeout_s).into_response(),
-        }
+        Either::Right(Routed {
+            answer: self.dispatch(request),
+            limit: Some(Limit {
+                _turn: turn,
+                deadline: tokio::time::Instant::now() + self.timeout,
+                timer: None,
+                seconds: self.state.config.limits.request_timeout_s,
+            }),
+        })
     }
 
     /// The handler's answer. Slices and raw keys, the requests viewers make by the thousand,
     /// go to their handlers directly; the rest through the router (which matches the same
     /// paths to the same handlers, and clones and boxes more). Every answer is then finished
     /// as the router finishes its own ([`finish`]).
-    async fn dispatch(&self, request: Request) -> Response {
+    ///
+    /// Each handler's future is a box of its own: the futures above it stay small, and hyper
+    /// moves them for every request.
+    fn dispatch(&self, request: Request) -> futures::future::BoxFuture<'static, Response> {
         let method = request.method();
         let path = request.uri().path();
         let direct = if !self.direct {
@@ -576,17 +640,16 @@ impl Front {
             None
         };
         let Some(direct) = direct else {
-            return Box::pin(self.routes.clone().oneshot(request))
-                .await
-                .unwrap_or_else(|e| match e {});
+            let answer = self.routes.clone().oneshot(request);
+            return answer.map(|r| r.unwrap_or_else(|e| match e {})).boxed();
         };
         let (parts, _) = request.into_parts();
         let state = State(self.state.clone());
         match direct {
-            Direct::Raw => Box::pin(raw::raw_key(state, parts.method, parts.uri, parts.headers))
-                .await
-                .into_response(),
-            Direct::Slice => Box::pin(slice::slice(state, parts.method, parts.uri, parts.headers)).await,
+            Direct::Raw => raw::raw_key(state, parts.method, parts.uri, parts.headers)
+                .map(IntoResponse::into_response)
+                .boxed(),
+            Direct::Slice => slice::slice(state, parts.method, parts.uri, parts.headers).boxed(),
         }
     }
 
