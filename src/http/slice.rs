@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use futures::{StreamExt, stream};
+use futures::{FutureExt, StreamExt, stream};
 
 use crate::array::selection::cells;
 use crate::array::{
@@ -156,11 +156,21 @@ fn length_header(n: u64) -> HeaderValue {
 
 /// The handler. An error depends on Accept too (the format it chose may be the one refused),
 /// so it says so as a response does.
-pub async fn slice(State(state): State<AppState>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
-    answer(state, method, uri, headers).await.unwrap_or_else(|e| {
-        let mut response = e.into_response();
-        response.headers_mut().append(header::VARY, VARY_ACCEPT);
-        response
+///
+/// [`answer`]'s future mapped, not an `async` function: that would hold the request's parts
+/// twice over (as its arguments, and in the future it awaits).
+pub fn slice(
+    State(state): State<AppState>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> impl Future<Output = Response> + Send {
+    answer(state, method, uri, headers).map(|answered| {
+        answered.unwrap_or_else(|e| {
+            let mut response = e.into_response();
+            response.headers_mut().append(header::VARY, VARY_ACCEPT);
+            response
+        })
     })
 }
 
