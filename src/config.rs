@@ -110,6 +110,10 @@ pub struct ServerConfig {
     /// Most threads reading local files and decoding chunks at once (tokio's blocking pool);
     /// more work waits for a free thread. Bounds the memory of work in flight.
     pub blocking_threads: usize,
+    /// Threads serving connections, each a runtime of its own that keeps the connections it
+    /// is given ([`crate::workers`]); 0 serves them on the caller's runtime. One a core by
+    /// default.
+    pub workers: usize,
     /// Seconds the responses under way may take to finish after SIGTERM (or Ctrl-C) before the
     /// connections still open are closed; 0 closes them at once.
     pub drain_s: f64,
@@ -136,6 +140,7 @@ impl Default for ServerConfig {
             cors_origins: vec!["*".into()],
             metrics_token: None,
             blocking_threads: 64,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             drain_s: 30.0,
             log_format: LogFormat::Text,
         }
@@ -202,6 +207,8 @@ pub fn redact(url: &str) -> String {
 
 /// The longest timeout (`limits.request_timeout_s`, a mount's `timeout_s`): a day.
 pub const MAX_TIMEOUT_S: f64 = 86_400.0;
+/// Most `server.workers`: a thread each.
+pub const MAX_WORKERS: usize = 1024;
 /// The shortest timeout: a millisecond (less would time out nearly every request).
 pub const MIN_TIMEOUT_S: f64 = 0.001;
 /// The smallest `limits.max_url_bytes`: the server's own routes and a modest key fit.
@@ -695,6 +702,11 @@ impl Config {
         if self.server.blocking_threads == 0 {
             return Err(ConfigError::Invalid("server.blocking_threads must be positive".into()));
         }
+        if self.server.workers > MAX_WORKERS {
+            return Err(ConfigError::Invalid(format!(
+                "server.workers must be between 0 and {MAX_WORKERS}"
+            )));
+        }
         if !(MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&l.request_timeout_s) {
             return Err(ConfigError::Invalid(format!(
                 "limits.request_timeout_s must be between {MIN_TIMEOUT_S} s and {MAX_TIMEOUT_S} s (a day)"
@@ -870,6 +882,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("server.blocking_threads"), "{err}");
+    }
+
+    #[test]
+    fn workers_are_one_a_core_by_default_and_bounded() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(parse("").unwrap().server.workers, cores);
+        for n in [0, 3, MAX_WORKERS] {
+            let c = parse(&format!("[server]\nworkers = {n}\n")).unwrap();
+            assert_eq!(c.server.workers, n);
+            c.validate().unwrap();
+        }
+        let err = parse(&format!("[server]\nworkers = {}\n", MAX_WORKERS + 1))
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.workers"), "{err}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! zarrgate: an HTTP array server for Zarr.
 //!
 //! Layout (a request flows down this list):
-//! - [`server`]: the router (`app`), middleware (CORS, access log) and the serve loop (`run`).
+//! - [`server`]: the router (`app`), middleware (CORS, access log) and the serve loop (`run`),
+//!   which hands each connection to one of the [`workers`], threads with a runtime each.
 //! - [`http`]: one module per route family (raw keys, slices, mounts/health/metrics).
 //! - [`state`]: the mounts, caches and configuration shared by handlers.
 //! - [`format`]: slice output encoders (json, bin, npy, csv, png).
@@ -29,6 +30,7 @@ pub mod metrics;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod workers;
 pub mod zarr;
 
 pub use server::{App, app, run};

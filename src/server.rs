@@ -728,8 +728,9 @@ pub async fn run(
 /// [`run`], letting responses under way finish for up to `drain` after `shutdown`, then
 /// returning whether or not they have: a client reading a large body slowly, or a request
 /// waiting on a store that does not answer, does not keep the caller waiting. The connections
-/// still open are tasks of the caller's runtime, which ends them when it shuts down (`main`
-/// does so right after).
+/// still open are then ended with the workers serving them (`server.workers`); with none, they
+/// are tasks of the caller's runtime, which ends them when it shuts down (`main` does so right
+/// after).
 pub async fn run_draining(
     listener: TcpListener,
     state: AppState,
@@ -782,6 +783,11 @@ pub async fn serve_with(
         .keep_alive_timeout(header_read)
         .max_header_list_size(u32::try_from(header_list).unwrap_or(u32::MAX));
     let builder = std::sync::Arc::new(builder);
+    // Connections are served by the workers, or on this runtime when there are none.
+    let mut workers = match open.config.server.workers {
+        0 => None,
+        n => Some(crate::workers::Workers::start(n, open.config.server.blocking_threads).await?),
+    };
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -805,6 +811,14 @@ pub async fn serve_with(
             () = &mut shutdown => break,
         };
         tune_connection(&mut tcp);
+        // Given to its worker's runtime: there it is registered anew.
+        let tcp = match tcp.into_std() {
+            Ok(tcp) => tcp,
+            Err(e) => {
+                tracing::warn!(error = %e, "handing an accepted connection over failed");
+                continue;
+            }
+        };
         let activity = std::sync::Arc::new(Activity::new());
         let service = {
             let (app, activity) = (app.clone(), activity.clone());
@@ -818,8 +832,12 @@ pub async fn serve_with(
         };
         let (builder, mut stopping) = (builder.clone(), stopping.clone());
         let open = OpenConnection::new(open.clone(), turn);
-        tokio::spawn(async move {
+        let connection = async move {
             let _open = open;
+            let Ok(tcp) = tokio::net::TcpStream::from_std(tcp) else {
+                tracing::warn!("registering a connection with its worker's runtime failed");
+                return;
+            };
             // A connection that sends nothing is closed after `header_read` too (telling
             // HTTP/1 from HTTP/2 waits for its first bytes, before hyper's timer), and at once
             // on shutdown.
@@ -895,7 +913,13 @@ pub async fn serve_with(
                     }
                 }
             }
-        });
+        };
+        match &mut workers {
+            Some(workers) => workers.spawn(connection),
+            None => {
+                tokio::spawn(connection);
+            }
+        }
     }
     // Nothing more is accepted; the responses under way get `drain` to finish: until every
     // connection has given its turn back.
