@@ -62,9 +62,12 @@ impl StoreKey {
             .bytes()
             .fold(false, |s, b| s | (b < 0x20) | (b == b'\\') | (b == 0x7f) | (b == 0xc2));
         if !suspect {
+            // Cut at a byte: splitting on a `char` sets up a search for each segment, more work
+            // than the segments' few bytes.
             let bad = key
-                .split('/')
-                .find_map(|segment| Self::bad_segment(segment.as_bytes(), false));
+                .as_bytes()
+                .split(|&b| b == b'/')
+                .find_map(|segment| Self::bad_segment(segment, false));
             return bad.map_or(Ok(()), Err);
         }
         let (mut nul, mut backslash, mut bad) = (false, false, None);
