@@ -111,8 +111,8 @@ pub struct ServerConfig {
     /// more work waits for a free thread. Bounds the memory of work in flight.
     pub blocking_threads: usize,
     /// Threads serving connections, each a runtime of its own that keeps the connections it
-    /// is given ([`crate::workers`]); 0 serves them on the caller's runtime. One a core by
-    /// default.
+    /// is given, all sharing the blocking pool ([`crate::workers`]); 0 serves them on the
+    /// caller's runtime. One a core by default.
     pub workers: usize,
     /// Seconds the responses under way may take to finish after SIGTERM (or Ctrl-C) before the
     /// connections still open are closed; 0 closes them at once.

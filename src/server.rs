@@ -221,8 +221,10 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
 /// says nothing of the GET's length.
 ///
 /// Other answers are left as they are: a connection states the exact size of a body without
-/// `Content-Length` itself (hyper writes it into the response head, over HTTP/1 and HTTP/2),
-/// with no header value to make. [`app`]'s service, which no connection serves, states it.
+/// `Content-Length` itself, with no header value to make (hyper writes it into the response
+/// head: over HTTP/1 for every status that has a body, over HTTP/2 for a body that is not
+/// empty, whose end the headers frame marks otherwise). [`app`]'s service, which no connection
+/// serves, states it as axum's router does.
 fn finish(response: &mut Response, head: bool) {
     if !head || http_body::Body::size_hint(response.body()).exact() == Some(0) {
         return;
@@ -583,11 +585,18 @@ impl Front {
     }
 
     /// [`Front::routed`], a panic of which is answered as [`panicked`] says (with CORS
-    /// headers as any answer, so that a page can read it).
+    /// headers as any answer, so that a page can read it): one in the checks and routing done
+    /// as its future is made, or one while it is polled.
     fn guarded(&self, request: Request) -> impl Future<Output = Response> + Send + '_ {
-        std::panic::AssertUnwindSafe(self.routed(request))
-            .catch_unwind()
-            .map(|answered| answered.unwrap_or_else(|panic| panicked(panic.as_ref())))
+        use futures::future::{Either, ready};
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.routed(request))) {
+            Ok(routed) => Either::Left(
+                std::panic::AssertUnwindSafe(routed)
+                    .catch_unwind()
+                    .map(|answered| answered.unwrap_or_else(|panic| panicked(panic.as_ref()))),
+            ),
+            Err(panic) => Either::Right(ready(panicked(panic.as_ref()))),
+        }
     }
 
     /// Refuses what must not reach a handler: overlong URLs (414) and requests without the

@@ -7,15 +7,41 @@
 //! each other and parked. With a runtime per thread, a warm tile took 4-11% less CPU a request
 //! at 64 connections, and was served 8-15% more times a second (bench/README.md).
 //!
-//! What a worker does not share: a request's async work runs on its connection's worker, where
-//! a long poll holds up the other connections of that worker rather than being stolen around.
-//! The heavy work is not done there: decoding, large encodings and local file reads go to the
-//! worker's blocking pool, and the blocking threads (`server.blocking_threads`) are shared out
-//! among the workers. A new connection goes to the worker with the fewest open.
+//! What a worker does not share: a request's async work runs on its connection's worker (the
+//! streams of an HTTP/2 connection too), where a long poll holds up the worker's other
+//! connections rather than being stolen by an idle thread. The heavy work is not done there:
+//! decoding, copying, encoding and opening local files go to one blocking pool shared by every
+//! worker ([`spawn_blocking`]: the runtime that started them, with `server.blocking_threads`), so
+//! one request decodes on as many threads as before. A worker's own blocking pool only runs what
+//! tokio and the crates below do there themselves (streamed reads of large local files, name
+//! lookups). A new connection goes to the worker with the fewest open.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+/// Threads of a worker's own blocking pool, at least: streamed reads of large local files (one
+/// 256 KiB buffer each) run there, as tokio runs a file's reads.
+const OWN_BLOCKING_THREADS: usize = 8;
+
+thread_local! {
+    /// In a worker's thread, the runtime whose blocking pool the workers share.
+    static SHARED_POOL: std::cell::OnceCell<tokio::runtime::Handle> = const { std::cell::OnceCell::new() };
+}
+
+/// Runs `work` on the blocking pool: the one the workers share when called on a worker (the
+/// pool of the runtime that started them, `server.blocking_threads`), else the current
+/// runtime's, as `tokio::task::spawn_blocking` does.
+pub fn spawn_blocking<F, R>(work: F) -> tokio::task::JoinHandle<R>
+where
+    F: FnOnce() -> R + Send + 'static,
+    R: Send + 'static,
+{
+    match SHARED_POOL.with(|pool| pool.get().cloned()) {
+        Some(pool) => pool.spawn_blocking(work),
+        None => tokio::task::spawn_blocking(work),
+    }
+}
 
 /// Running workers; they stop when this is dropped, ending the tasks still on them (their
 /// blocking work gets a second to finish, as `main` gives its own runtime's).
@@ -44,19 +70,24 @@ impl Drop for Open {
 }
 
 impl Workers {
-    /// Starts `count` workers (at least one), sharing `blocking_threads` out among their
-    /// blocking pools (at least one thread each).
+    /// Starts `count` workers (at least one) sharing the current runtime's blocking pool; their
+    /// own pools have `blocking_threads` shared out among them (at least
+    /// [`OWN_BLOCKING_THREADS`] each).
     pub async fn start(count: usize, blocking_threads: usize) -> std::io::Result<Self> {
         let count = count.max(1);
-        let blocking = blocking_threads.div_ceil(count).max(1);
+        let blocking = blocking_threads.div_ceil(count).max(OWN_BLOCKING_THREADS);
+        let shared = tokio::runtime::Handle::current();
         let (stop, stopped) = tokio::sync::watch::channel(());
         let mut workers = Vec::with_capacity(count);
         for i in 0..count {
             let (started, handle) = tokio::sync::oneshot::channel();
-            let mut stopped = stopped.clone();
+            let (mut stopped, shared) = (stopped.clone(), shared.clone());
             std::thread::Builder::new()
                 .name(format!("zarrgate-worker-{i}"))
                 .spawn(move || {
+                    SHARED_POOL.with(|pool| {
+                        let _ = pool.set(shared);
+                    });
                     let runtime = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .max_blocking_threads(blocking)
@@ -171,17 +202,24 @@ mod tests {
         }
         assert_eq!(runs_on(&mut workers, &rest).await, "zarrgate-worker-2");
         assert_eq!(runs_on(&mut workers, &rest).await, "zarrgate-worker-0");
-        // Blocking work of a worker's task runs on that worker's blocking pool.
+        // Blocking work of a worker's task runs on the shared pool (this test's runtime's), and
+        // what tokio runs there itself on the worker's own.
         let (tx, rx) = tokio::sync::oneshot::channel();
         workers.spawn(async move {
-            let name = tokio::task::spawn_blocking(|| std::thread::current().name().map(str::to_owned));
-            let _ = tx.send(name.await.unwrap());
+            let name = || std::thread::current().name().unwrap_or("").to_owned();
+            let shared = spawn_blocking(name).await.unwrap();
+            let own = tokio::task::spawn_blocking(name).await.unwrap();
+            let _ = tx.send((shared, own));
         });
-        let name = rx.await.unwrap().unwrap_or_default();
+        let (shared, own) = rx.await.unwrap();
+        assert!(!shared.starts_with("zarrgate-worker-"), "{shared}");
         assert!(
-            name.starts_with("zarrgate-worker-") && name.ends_with("-blocking"),
-            "{name}"
+            own.starts_with("zarrgate-worker-") && own.ends_with("-blocking"),
+            "{own}"
         );
+        // Off the workers, it is the current runtime's pool.
+        let here = spawn_blocking(|| std::thread::current().name().unwrap_or("").to_owned());
+        assert!(!here.await.unwrap().starts_with("zarrgate-worker-"));
         drop(release_rest);
     }
 

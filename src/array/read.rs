@@ -926,7 +926,7 @@ async fn decode(
 ) -> Result<Arc<Decoded>, ReadError> {
     let decoder = Decoder::new(ctx, meta, key, inner);
     let _turn = decode_turn(ctx).await;
-    tokio::task::spawn_blocking(move || {
+    crate::workers::spawn_blocking(move || {
         decoder.decode(|chain, shape, fill, limit| chain.decode_bytes(bytes, shape, fill, limit))
     })
     .await
@@ -1095,7 +1095,7 @@ async fn copy_out(
         return output.copy(&block, &shape, &parts, key);
     }
     let (output, key) = (output.clone(), key.clone());
-    tokio::task::spawn_blocking(move || output.copy(&block, &shape, &parts, &key))
+    crate::workers::spawn_blocking(move || output.copy(&block, &shape, &parts, &key))
         .await
         .map_err(|e| ReadError::Internal(format!("copy task failed: {e}")))?
 }

@@ -374,7 +374,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     let (body, dtype, range) = if sel.len() <= INLINE_ENCODE_ELEMENTS && text_bytes <= INLINE_ENCODE_BYTES {
         encode()?
     } else {
-        tokio::task::spawn_blocking(encode)
+        crate::workers::spawn_blocking(encode)
             .await
             .map_err(|_| ApiError::Internal)??
     };
@@ -792,7 +792,7 @@ fn text_pieces(
     stream::iter(pieces)
         .map(move |piece| {
             let (band, text) = (band.clone(), text.clone());
-            tokio::task::spawn_blocking(move || {
+            crate::workers::spawn_blocking(move || {
                 let bytes = band.write_part(&piece.ranges).map_err(broken)?;
                 let written = match piece.part {
                     None => {

@@ -112,7 +112,7 @@ async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, Store
         Ok(None) => false,
     };
     if large {
-        tokio::task::spawn_blocking(release_freed_memory);
+        crate::workers::spawn_blocking(release_freed_memory);
     }
     walked
 }
@@ -161,7 +161,7 @@ async fn tree_work<T: Send + 'static>(
     work: impl FnOnce(&Tree) -> T + Send + 'static,
 ) -> Result<T, tokio::task::JoinError> {
     if tree.node_count() > 100 {
-        tokio::task::spawn_blocking(move || work(&tree)).await
+        crate::workers::spawn_blocking(move || work(&tree)).await
     } else {
         Ok(work(&tree))
     }
@@ -548,7 +548,7 @@ pub async fn validate(
     // times out or is dropped while its work runs on does not let another start beside it.
     let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
     let validator = joined(
-        tokio::task::spawn_blocking(move || {
+        crate::workers::spawn_blocking(move || {
             let _turn = turn;
             jsonschema::validator_for(&schema)
         })
@@ -557,7 +557,7 @@ pub async fn validate(
     .map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
     let zom = zom_value(&state, mount, &path, None).await?;
     let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
-    let errors = tokio::task::spawn_blocking(move || {
+    let errors = crate::workers::spawn_blocking(move || {
         let _turn = turn;
         validator
             .iter_errors(&zom)

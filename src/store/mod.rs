@@ -320,7 +320,7 @@ async fn read_blocking(
     range: Option<ByteRange>,
 ) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
     let key = key.clone();
-    tokio::task::spawn_blocking(move || {
+    crate::workers::spawn_blocking(move || {
         Ok(SpareBuffer::read(&*reader, &key, range, u64::MAX)?.map(|(buf, meta)| (Bytes::from_owner(buf), meta)))
     })
     .await
@@ -471,7 +471,7 @@ impl Store {
     ) -> Result<Option<R>, StoreError> {
         if let Some(reader) = self.0.blocking_reader() {
             let key = key.clone();
-            return tokio::task::spawn_blocking(move || {
+            return crate::workers::spawn_blocking(move || {
                 Ok(SpareBuffer::read(&*reader, &key, range, most)?.map(|(buf, meta)| work(&buf.0, &meta)))
             })
             .await
@@ -482,7 +482,7 @@ impl Store {
         };
         let meta = object.meta.clone();
         let bytes = object.bytes().await?;
-        tokio::task::spawn_blocking(move || Some(work(&bytes, &meta)))
+        crate::workers::spawn_blocking(move || Some(work(&bytes, &meta)))
             .await
             .map_err(joined)
     }

@@ -294,7 +294,7 @@ impl LocalFiles {
             return Ok(found.map(|(meta, _)| meta));
         }
         let (root, beneath, key) = (self.root.clone(), self.nowait.clone(), key.clone());
-        let found = tokio::task::spawn_blocking(move || open_local_key(&root, beneath.as_deref(), &key))
+        let found = crate::workers::spawn_blocking(move || open_local_key(&root, beneath.as_deref(), &key))
             .await
             .map_err(joined)??;
         Ok(match found {
@@ -314,7 +314,7 @@ impl LocalFiles {
             }));
         }
         let (root, beneath, key) = (self.root.clone(), self.nowait.clone(), key.clone());
-        let opened = tokio::task::spawn_blocking(move || -> Result<LocalRead, StoreError> {
+        let opened = crate::workers::spawn_blocking(move || -> Result<LocalRead, StoreError> {
             let Some((meta, range, mut file)) = open_local_range(&root, beneath.as_deref(), &key, range)? else {
                 return Ok(None);
             };
@@ -644,7 +644,7 @@ impl Backend for ObjectStoreBackend {
         }
         if let Some(root) = self.local_root() {
             let (root, dir) = (root.to_owned(), root.join(prefix.as_str()));
-            return tokio::task::spawn_blocking(move || list_local(&root, &dir))
+            return crate::workers::spawn_blocking(move || list_local(&root, &dir))
                 .await
                 .map_err(joined)?;
         }

@@ -644,7 +644,7 @@ fn inflate_range(
     body_stream(stream::unfold(Some(inflating), |state| async move {
         let mut inflating = state?;
         loop {
-            let stepped = tokio::task::spawn_blocking(move || {
+            let stepped = crate::workers::spawn_blocking(move || {
                 let step = inflating.step();
                 (inflating, step)
             })
@@ -816,7 +816,7 @@ impl ZipBackend {
                     // the path meanwhile; replaced since the directory was read, it is read
                     // through its new directory (as read_at finds).
                     let key = self.key.clone();
-                    let opened = tokio::task::spawn_blocking(move || reader.open_range(&key, span))
+                    let opened = crate::workers::spawn_blocking(move || reader.open_range(&key, span))
                         .await
                         .map_err(super::joined)?;
                     match opened {

@@ -554,7 +554,7 @@ const PARSED_INLINE_BYTES: usize = 1 << 20;
 /// run.
 pub(crate) async fn parse_document_off(bytes: bytes::Bytes, mark: &'static str) -> serde_json::Result<Value> {
     let parsed = if bytes.len() > PARSED_INLINE_BYTES {
-        tokio::task::spawn_blocking(move || parse_document(&bytes, mark))
+        crate::workers::spawn_blocking(move || parse_document(&bytes, mark))
             .await
             .unwrap_or_else(|e| {
                 // A panic or cancellation of the task: the log has it; the reason stays plain.
