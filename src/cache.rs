@@ -153,7 +153,7 @@ pub fn detach<T: Send + 'static>(
         state: state.clone(),
         orphans,
     };
-    let handle = tokio::spawn(async move {
+    let handle = crate::workers::spawn(async move {
         let _finish = finish;
         work.await
     });

@@ -11,8 +11,10 @@
 //! streams of an HTTP/2 connection too), where a long poll holds up the worker's other
 //! connections rather than being stolen by an idle thread. The heavy work is not done there:
 //! decoding, copying, encoding and opening local files go to one blocking pool shared by every
-//! worker ([`spawn_blocking`]: the runtime that started them, with `server.blocking_threads`), so
-//! one request decodes on as many threads as before. A worker's own blocking pool only runs what
+//! worker ([`spawn_blocking`]: the runtime that started them, with `server.blocking_threads`), and
+//! a request's loads (a chunk's read and decode, a band of a large region, a hierarchy walk) are
+//! tasks of that runtime, whose threads steal work from each other ([`spawn`]): one large
+//! request still uses every core. A worker's own blocking pool only runs what
 //! tokio and the crates below do there themselves (streamed reads of large local files, name
 //! lookups). A new connection goes to the worker with the fewest open.
 
@@ -25,8 +27,25 @@ use std::time::Duration;
 const OWN_BLOCKING_THREADS: usize = 8;
 
 thread_local! {
-    /// In a worker's thread, the runtime whose blocking pool the workers share.
-    static SHARED_POOL: std::cell::OnceCell<tokio::runtime::Handle> = const { std::cell::OnceCell::new() };
+    /// In a worker's thread, the runtime the workers share: its blocking pool, and its threads
+    /// for loads ([`spawn`]).
+    static SHARED: std::cell::OnceCell<tokio::runtime::Handle> = const { std::cell::OnceCell::new() };
+}
+
+/// Runs `work` as a task of its own on the runtime the workers share when called on a worker
+/// (the runtime that started them, whose threads steal work from each other), else on the
+/// current runtime, as `tokio::spawn` does. For a request's loads (a chunk's read and decode, a
+/// band of a large region, a walk of a hierarchy): the many loads of one large request then run
+/// on every core, not on its connection's worker alone.
+pub fn spawn<F>(work: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match SHARED.with(|shared| shared.get().cloned()) {
+        Some(shared) => shared.spawn(work),
+        None => tokio::spawn(work),
+    }
 }
 
 /// Runs `work` on the blocking pool: the one the workers share when called on a worker (the
@@ -37,7 +56,7 @@ where
     F: FnOnce() -> R + Send + 'static,
     R: Send + 'static,
 {
-    match SHARED_POOL.with(|pool| pool.get().cloned()) {
+    match SHARED.with(|pool| pool.get().cloned()) {
         Some(pool) => pool.spawn_blocking(work),
         None => tokio::task::spawn_blocking(work),
     }
@@ -85,7 +104,7 @@ impl Workers {
             std::thread::Builder::new()
                 .name(format!("zarrgate-worker-{i}"))
                 .spawn(move || {
-                    SHARED_POOL.with(|pool| {
+                    SHARED.with(|pool| {
                         let _ = pool.set(shared);
                     });
                     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -209,10 +228,13 @@ mod tests {
             let name = || std::thread::current().name().unwrap_or("").to_owned();
             let shared = spawn_blocking(name).await.unwrap();
             let own = tokio::task::spawn_blocking(name).await.unwrap();
-            let _ = tx.send((shared, own));
+            // A load runs on the shared runtime too.
+            let loaded = spawn(async move { name() }).await.unwrap();
+            let _ = tx.send((shared, own, loaded));
         });
-        let (shared, own) = rx.await.unwrap();
+        let (shared, own, loaded) = rx.await.unwrap();
         assert!(!shared.starts_with("zarrgate-worker-"), "{shared}");
+        assert!(!loaded.starts_with("zarrgate-worker-"), "{loaded}");
         assert!(
             own.starts_with("zarrgate-worker-") && own.ends_with("-blocking"),
             "{own}"

@@ -839,7 +839,7 @@ async fn stream_bands(
             let (ctx, path, meta) = (ctx.ranked(rank), path.clone(), meta.clone());
             // Aborted when dropped: a client that leaves stops the bands still loading (the
             // chunk loads they started run on to be cached, within ORPHANED_LOADS).
-            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
+            tokio_util::task::AbortOnDropHandle::new(crate::workers::spawn(async move {
                 (first, load_region(&ctx, &path, meta, &band).await)
             }))
         })

@@ -65,7 +65,7 @@ pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Op
             None if walking.len() >= MAX_PENDING_WALKS => return Err(ApiError::Overloaded),
             None => {
                 caches.hierarchy_counters.record(true);
-                let task = tokio::spawn(walk_and_cache(caches.clone(), mount.store.clone(), key.clone()));
+                let task = crate::workers::spawn(walk_and_cache(caches.clone(), mount.store.clone(), key.clone()));
                 let failed = || Err(HierarchyError::Store(StoreError::Io("the walk's task failed".into())));
                 let pending = async move { task.await.unwrap_or_else(|_| failed()) }.boxed().shared();
                 // Inserted before the lock is let go: the task takes it to remove the walk.
