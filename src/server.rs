@@ -820,13 +820,16 @@ pub async fn serve_with(
             () = &mut shutdown => break,
         };
         tune_connection(&mut tcp);
-        // Given to its worker's runtime: there it is registered anew.
-        let tcp = match tcp.into_std() {
-            Ok(tcp) => tcp,
-            Err(e) => {
-                tracing::warn!(error = %e, "handing an accepted connection over failed");
-                continue;
-            }
+        // Given to a worker, it is registered anew with the worker's runtime.
+        let tcp = match &workers {
+            None => Accepted::Here(tcp),
+            Some(_) => match tcp.into_std() {
+                Ok(tcp) => Accepted::HandedOver(tcp),
+                Err(e) => {
+                    tracing::warn!(error = %e, "handing an accepted connection over failed");
+                    continue;
+                }
+            },
         };
         let activity = std::sync::Arc::new(Activity::new());
         let service = {
@@ -843,9 +846,15 @@ pub async fn serve_with(
         let open = OpenConnection::new(open.clone(), turn);
         let connection = async move {
             let _open = open;
-            let Ok(tcp) = tokio::net::TcpStream::from_std(tcp) else {
-                tracing::warn!("registering a connection with its worker's runtime failed");
-                return;
+            let tcp = match tcp {
+                Accepted::Here(tcp) => tcp,
+                Accepted::HandedOver(tcp) => match tokio::net::TcpStream::from_std(tcp) {
+                    Ok(tcp) => tcp,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "registering a connection with its worker's runtime failed");
+                        return;
+                    }
+                },
             };
             // A connection that sends nothing is closed after `header_read` too (telling
             // HTTP/1 from HTTP/2 waits for its first bytes, before hyper's timer), and at once
@@ -943,6 +952,12 @@ pub async fn serve_with(
             Ok(())
         }
     }
+}
+
+/// An accepted connection, on the runtime that accepted it or handed over to a worker's.
+enum Accepted {
+    Here(tokio::net::TcpStream),
+    HandedOver(std::net::TcpStream),
 }
 
 /// A request's body as the handlers take it. A request without one (a GET, as nearly all are)
