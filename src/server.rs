@@ -609,9 +609,8 @@ impl Front {
         }
         let path = request.uri().path();
         if path == "/healthz" || path == "/metrics" {
-            let answer = self.routes.clone().oneshot(request);
             return Either::Right(Routed {
-                answer: answer.map(|r| r.unwrap_or_else(|e| match e {})).boxed(),
+                answer: self.through_router(request),
                 limit: None,
             });
         }
@@ -649,8 +648,7 @@ impl Front {
             None
         };
         let Some(direct) = direct else {
-            let answer = self.routes.clone().oneshot(request);
-            return answer.map(|r| r.unwrap_or_else(|e| match e {})).boxed();
+            return self.through_router(request);
         };
         let (parts, _) = request.into_parts();
         let state = State(self.state.clone());
@@ -660,6 +658,12 @@ impl Front {
                 .boxed(),
             Direct::Slice => slice::slice(state, parts.method, parts.uri, parts.headers).boxed(),
         }
+    }
+
+    /// The router's answer to `request`, boxed.
+    fn through_router(&self, request: Request) -> futures::future::BoxFuture<'static, Response> {
+        let answer = self.routes.clone().oneshot(request);
+        answer.map(|r| r.unwrap_or_else(|e| match e {})).boxed()
     }
 
     /// Whether `request` may reach a handler: its URL is not too long, and it presents the

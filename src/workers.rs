@@ -161,16 +161,6 @@ impl Workers {
             task.await;
         });
     }
-
-    /// The workers' count.
-    pub fn len(&self) -> usize {
-        self.workers.len()
-    }
-
-    /// Whether there are none (never: there is at least one).
-    pub fn is_empty(&self) -> bool {
-        self.workers.is_empty()
-    }
 }
 
 #[cfg(test)]
@@ -195,7 +185,7 @@ mod tests {
     #[tokio::test]
     async fn tasks_go_to_the_least_busy_worker_and_stay_on_its_thread() {
         let mut workers = Workers::start(3, 5).await.unwrap();
-        assert_eq!(workers.len(), 3);
+        assert_eq!(workers.workers.len(), 3);
         let (release_first, first) = tokio::sync::watch::channel(());
         let (release_rest, rest) = tokio::sync::watch::channel(());
         let mut names = Vec::new();
