@@ -160,17 +160,23 @@ impl AppState {
         })
     }
 
-    /// The mount of that name, or a 404.
     /// The mount named by a URL's mount segment, percent-decoded once as the rest of the path
-    /// is (`/zarr/f%78/` is `/zarr/fx/`).
+    /// is (`/zarr/f%78/` is `/zarr/fx/`), or a 404. A segment the rest of the path would be
+    /// refused for (`.`, `..`, a backslash, NUL or another control character, bytes that are
+    /// not UTF-8) is a 400, as it is there: no mount has such a name, and the message does not
+    /// repeat it.
     pub fn mount(&self, segment: &str) -> Result<&Mount, ApiError> {
         let name = match segment.contains('%') {
-            true => percent_encoding::percent_decode_str(segment).decode_utf8_lossy(),
+            true => percent_encoding::percent_decode_str(segment)
+                .decode_utf8()
+                .map_err(|_| store::KeyError::NotUtf8)?,
             false => segment.into(),
         };
-        self.mounts
-            .get(name.as_ref())
-            .ok_or_else(|| ApiError::UnknownMount(name.into_owned()))
+        if let Some(mount) = self.mounts.get(name.as_ref()) {
+            return Ok(mount);
+        }
+        StoreKey::new(&name)?;
+        Err(ApiError::UnknownMount(name.into_owned()))
     }
 }
 

@@ -365,6 +365,66 @@ async fn unsafe_paths_are_400() {
     assert_eq!(&r.body[..], &chunk_bytes()[..]);
 }
 
+/// A mount segment the rest of a path would be refused for is refused as it would be (400,
+/// `invalid_path`) on every route that names a mount, and its bytes are not repeated in the
+/// message; a well-formed name that no mount has is a 404.
+#[tokio::test]
+async fn unsafe_mount_segments_are_400() {
+    let app = fixture_app();
+    for segment in ["..", ".", "%2e%2e", "%2E", "f%5Cx", "f%00x", "f%01x", "%ff"] {
+        for uri in [
+            format!("/zarr/{segment}/fx/v2/.zgroup"),
+            format!("/api/v1/slice/{segment}/v2/compressor_zlib_i4?select=0"),
+            format!("/api/v1/zom/{segment}/v2"),
+            format!("/api/v1/list/{segment}/v2"),
+        ] {
+            let r = get(&app, &uri, &[]).await;
+            assert_eq!(
+                (r.status.as_u16(), r.error_code().as_str()),
+                (400, "invalid_path"),
+                "{uri}"
+            );
+            let message = r.json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+            assert!(
+                !message.contains('\0') && !message.contains('\u{1}'),
+                "{uri}: {message}"
+            );
+        }
+    }
+    for segment in ["nope", "f%78x", "a.b", "f%2Fx"] {
+        let r = get(&app, &format!("/zarr/{segment}/v2/.zgroup"), &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code().as_str()),
+            (404, "unknown_mount"),
+            "{segment}"
+        );
+    }
+}
+
+/// Query strings on raw keys are ignored (cache-busters, signatures): the key is served as it
+/// is without one, parameters the slice API would refuse included.
+#[tokio::test]
+async fn raw_keys_ignore_query_strings() {
+    let app = fixture_app();
+    let plain = get(&app, "/zarr/fx/v2/compressor_zstd_i4/0.0", &[]).await;
+    assert_eq!(plain.status, 200);
+    for query in ["?x=1", "?select=0&format=png", "?", "?%ff=%00", "?t=1&t=2"] {
+        let r = get(&app, &format!("/zarr/fx/v2/compressor_zstd_i4/0.0{query}"), &[]).await;
+        assert_eq!(r.status, 200, "{query}");
+        assert_eq!(r.body, plain.body, "{query}");
+        let r = request(
+            &app,
+            "HEAD",
+            &format!("/zarr/fx/v2/compressor_zstd_i4/.zarray{query}"),
+            &[],
+        )
+        .await;
+        assert_eq!(r.status, 200, "{query}");
+    }
+    let r = get(&app, "/zarr/fx/v2/nothing_here?x=1", &[]).await;
+    assert_eq!(r.status, 404);
+}
+
 /// A root with a secret next to it, and symlinks pointing in and out.
 fn symlink_tree() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
