@@ -315,6 +315,62 @@ impl Metrics {
     }
 }
 
+/// Whether an `Accept` header asks for OpenMetrics (`application/openmetrics-text` with a
+/// quality above 0), as Prometheus's does; anything else (curl's `*/*`, no header, older
+/// scrapers' `text/plain`) gets the Prometheus text format 0.0.4.
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|accept| {
+        accept.split(',').any(|range| {
+            let mut parts = range.split(';');
+            let media = parts.next().unwrap_or("").trim();
+            let refused = parts.any(|p| {
+                p.split_once('=').is_some_and(|(k, v)| {
+                    k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
+                })
+            });
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        })
+    })
+}
+
+/// An OpenMetrics exposition (as [`Metrics::render`] writes it) in the Prometheus text format
+/// 0.0.4: a counter's `# HELP` and `# TYPE` name its samples (`x_total`, not the family `x`),
+/// help texts escape no quotes, and there are no `# UNIT` or `# EOF` lines. Samples are the
+/// same in both.
+pub fn prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len() + 16 * counters.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let described = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|tag| Some((tag, line.strip_prefix(tag)?)));
+        match described {
+            Some((tag, rest)) => {
+                let (family, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                out.push_str(tag);
+                out.push_str(family);
+                if counters.contains(family) {
+                    out.push_str("_total");
+                }
+                out.push(' ');
+                match tag {
+                    "# HELP " => out.push_str(&tail.replace("\\\"", "\"")),
+                    _ => out.push_str(tail),
+                }
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,6 +427,54 @@ mod tests {
         assert!(!text.contains("status=\"206\""), "{text}");
         assert!(
             !text.contains("zarrgate_request_duration_seconds_count{route=\"raw\"}"),
+            "{text}"
+        );
+    }
+
+    /// Prometheus's `Accept` gets OpenMetrics; curl's, none, plain text, or OpenMetrics at
+    /// quality 0 get the text format 0.0.4.
+    #[test]
+    fn openmetrics_only_when_asked_for() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(wants_openmetrics(Some(prometheus)));
+        assert!(wants_openmetrics(Some(
+            "text/plain, Application/OpenMetrics-Text ; q=0.2"
+        )));
+        for accept in [
+            None,
+            Some("*/*"),
+            Some("text/plain;version=0.0.4"),
+            Some("application/openmetrics-text;q=0"),
+            Some("application/openmetrics-textual"),
+        ] {
+            assert!(!wants_openmetrics(accept), "{accept:?}");
+        }
+    }
+
+    /// The text format names a counter by its samples, and has no `# EOF` or `# UNIT`; the rest
+    /// is as OpenMetrics has it.
+    #[test]
+    fn prometheus_text_names_counters_by_their_samples() {
+        let open = "# HELP a_things Things \\\"quoted\\\".\n# TYPE a_things counter\n# UNIT a_things things\na_things_total{x=\"1\"} 3\n# HELP b Level.\n# TYPE b gauge\nb 2\n# HELP c Time.\n# TYPE c histogram\nc_bucket{le=\"+Inf\"} 1\nc_sum 0.5\nc_count 1\n# EOF\n";
+        let text = prometheus_text(open);
+        assert_eq!(
+            text,
+            "# HELP a_things_total Things \"quoted\".\n# TYPE a_things_total counter\na_things_total{x=\"1\"} 3\n# HELP b Level.\n# TYPE b gauge\nb 2\n# HELP c Time.\n# TYPE c histogram\nc_bucket{le=\"+Inf\"} 1\nc_sum 0.5\nc_count 1\n"
+        );
+        let m = Metrics::new();
+        m.observe(route_index("/api/v1/slice/m/a"), 200, Duration::from_millis(2));
+        let text = prometheus_text(&m.render(&Caches::new(&crate::config::CacheConfig::default())));
+        for line in [
+            "# TYPE zarrgate_requests_total counter",
+            "zarrgate_requests_total{route=\"slice\",status=\"200\"} 1",
+            "# TYPE zarrgate_cache_hits_total counter",
+            "# TYPE zarrgate_cache_entries gauge",
+            "# TYPE zarrgate_request_duration_seconds histogram",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(
+            !text.contains("# EOF") && !text.contains("# TYPE zarrgate_requests counter"),
             "{text}"
         );
     }

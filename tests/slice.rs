@@ -1833,6 +1833,40 @@ async fn concurrent_identical_requests_decode_each_local_inner_chunk_once() {
     );
 }
 
+/// `/metrics` is the Prometheus text format 0.0.4 unless OpenMetrics is asked for, as
+/// Prometheus asks; both vary with `Accept`, and their samples are the same.
+#[tokio::test]
+async fn metrics_format_follows_accept() {
+    let app = fixture_app();
+    get(&app, "/zarr/fx/v2/compressor_none_i4/.zarray", &[]).await;
+    let sample = "zarrgate_requests_total{route=\"raw\",status=\"200\"} 1";
+    let plain = get(&app, "/metrics", &[]).await;
+    assert_eq!(plain.status, 200);
+    assert_eq!(
+        plain.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    let vary = plain.header("vary").unwrap_or_default();
+    assert!(vary.contains("accept"), "{vary}");
+    let text = String::from_utf8(plain.body.to_vec()).unwrap();
+    assert!(
+        text.lines().any(|l| l == "# TYPE zarrgate_requests_total counter"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l == sample), "{text}");
+    assert!(!text.contains("# EOF"), "{text}");
+    let accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let open = get(&app, "/metrics", &[("accept", accept)]).await;
+    assert_eq!(
+        open.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
+    let text = String::from_utf8(open.body.to_vec()).unwrap();
+    assert!(text.lines().any(|l| l == "# TYPE zarrgate_requests counter"), "{text}");
+    assert!(text.lines().any(|l| l == sample), "{text}");
+    assert!(text.ends_with("# EOF\n"), "{text}");
+}
+
 #[tokio::test]
 async fn metrics_count_requests_by_route() {
     let app = fixture_app();

@@ -359,7 +359,7 @@ async fn connections_beyond_the_limit_wait_for_one_to_close() {
     // One connection, kept open after its response.
     let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
     first
-        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n\r\n")
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\naccept: application/openmetrics-text\r\n\r\n")
         .await
         .unwrap();
     let mut seen = Vec::new();

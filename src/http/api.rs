@@ -22,18 +22,22 @@ pub async fn mounts(State(state): State<AppState>, headers: axum::http::HeaderMa
     ([(header::VARY, "authorization")], Json(json!({ "mounts": list })))
 }
 
-/// `GET /metrics`: OpenMetrics text (what the registry writes; Prometheus reads it).
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+/// `GET /metrics`: OpenMetrics text when the `Accept` header asks for it (Prometheus does),
+/// else the Prometheus text format 0.0.4 (curl, older scrapers).
+pub async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
     // Sizes and counts of the caches as of now (moka applies insertions and evictions in
     // batches).
     state.caches.settle().await;
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.render(&state.caches),
-    )
+    let text = state.metrics.render(&state.caches);
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, text) = match crate::metrics::wants_openmetrics(accept) {
+        true => ("application/openmetrics-text; version=1.0.0; charset=utf-8", text),
+        false => (
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::metrics::prometheus_text(&text),
+        ),
+    };
+    ([(header::CONTENT_TYPE, content_type), (header::VARY, "accept")], text)
 }
 
 /// `GET /healthz`

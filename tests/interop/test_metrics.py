@@ -1,25 +1,43 @@
-"""/metrics as Prometheus reads it: the exposition parses with the Prometheus client library's
-strict OpenMetrics parser (sample names match their families, the text ends with # EOF), under
-the content type it claims, and the families the README documents are there with their labels."""
+"""/metrics as Prometheus reads it: asked with Prometheus's Accept header, the exposition parses
+with the Prometheus client library's strict OpenMetrics parser (sample names match their
+families, the text ends with # EOF), under the content type it claims, and the families the
+README documents are there with their labels. Asked without it (curl, older scrapers), it is
+the text format 0.0.4, which the library's parser for that format reads into the same families."""
+import pytest
 import requests
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
+from prometheus_client.parser import text_string_to_metric_families as text_0_0_4_families
 
 from conftest import URL
 
 
-def families():
+# What Prometheus 2 and 3 send.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def families(openmetrics=True):
     # A few requests first, so that the labelled families have samples.
     requests.get(f"{URL}/api/v1/slice/demo/v2.zarr/counts?select=0:4", timeout=30).raise_for_status()
     requests.get(f"{URL}/zarr/demo/v2.zarr/.zgroup", timeout=30).raise_for_status()
-    r = requests.get(f"{URL}/metrics", timeout=30)
+    headers = {"Accept": PROMETHEUS_ACCEPT} if openmetrics else {}
+    r = requests.get(f"{URL}/metrics", headers=headers, timeout=30)
     r.raise_for_status()
-    return r, {f.name: f for f in text_string_to_metric_families(r.text)}
+    parse = text_string_to_metric_families if openmetrics else text_0_0_4_families
+    return r, {f.name: f for f in parse(r.text)}
 
 
-def test_metrics_parse_as_openmetrics():
-    r, found = families()
-    assert r.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
-    assert r.text.endswith("# EOF\n")
+@pytest.mark.parametrize("openmetrics", [True, False], ids=["openmetrics", "text-0.0.4"])
+def test_metrics_parse_as_claimed(openmetrics):
+    r, found = families(openmetrics)
+    if openmetrics:
+        assert r.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+        assert r.text.endswith("# EOF\n")
+    else:
+        assert r.headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert "# EOF" not in r.text
     kinds = {
         "zarrgate_requests": "counter",
         "zarrgate_request_duration_seconds": "histogram",
@@ -39,8 +57,9 @@ def test_metrics_parse_as_openmetrics():
     assert {name: found[name].type for name in kinds if name in found} == kinds
 
 
-def test_metrics_values_and_labels():
-    _, found = families()
+@pytest.mark.parametrize("openmetrics", [True, False], ids=["openmetrics", "text-0.0.4"])
+def test_metrics_values_and_labels(openmetrics):
+    _, found = families(openmetrics)
     caches = {s.labels["cache"] for s in found["zarrgate_cache_hits"].samples}
     assert caches == {"chunks", "shard_indexes", "metadata", "hierarchies", "consolidated"}
     slice_ok = [
