@@ -1,5 +1,5 @@
 //! numcodecs `delta` (v2 filter; v3 `numcodecs.delta`): stores differences of consecutive
-//! elements, optionally in a narrower `astype`; decoding is a running sum in `dtype`.
+//! elements, optionally in a narrower `astype`; decoding is a running sum, cast to `dtype`.
 //! Spec: <https://numcodecs.readthedocs.io/en/stable/filter/delta.html>
 
 use serde_json::Value;
@@ -39,15 +39,15 @@ impl BytesToBytes for Delta {
             return Err(CodecError::TooLarge { limit });
         }
         let mut out = vec![0u8; n * size];
+        // numcodecs decodes with `numpy.cumsum(enc, out=dec)`: the running sum is kept in the
+        // type both promote to, and each element is cast to `dtype` as it is written (a sum of
+        // int64 steps into float32 is not rounded to float32 along the way).
+        let sum = self.astype.promoted(&self.dtype);
         // The sum starts from the additive identity: for floats that is -0.0, which keeps the
         // sign of a first element of -0.0 (0.0 + -0.0 is 0.0).
-        let mut acc = if self.dtype.is_float() {
-            Num::Float(-0.0)
-        } else {
-            Num::Int(0)
-        };
+        let mut acc = if sum.is_float() { Num::Float(-0.0) } else { Num::Int(0) };
         for (src, dst) in input.chunks_exact(self.astype.size()).zip(out.chunks_exact_mut(size)) {
-            acc = self.dtype.add(acc, self.astype.read(src));
+            acc = sum.add(acc, self.astype.read(src));
             self.dtype.write(acc, dst);
         }
         Ok(out)
@@ -62,6 +62,19 @@ impl BytesToBytes for Delta {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The sum of float64 steps into float32 is kept in float64: NumPy gives [1e8, 1e8, 1].
+    #[test]
+    fn running_sum_in_the_promoted_type() {
+        let d = Delta::from_config(&json!({"id": "delta", "dtype": "<f4", "astype": "<f8"})).unwrap();
+        let enc: Vec<u8> = [1e8f64, 1.0, -1e8].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let dec = d.decode(&enc, 1 << 10).unwrap();
+        let got: Vec<f32> = dec
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [1e8, 1e8, 1.0]);
+    }
 
     #[test]
     fn running_sum_in_dtype() {

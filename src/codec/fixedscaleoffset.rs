@@ -1,11 +1,13 @@
 //! numcodecs `fixedscaleoffset`: stores `round((x - offset) * scale)` in `astype`; decodes as
-//! `enc / scale + offset` computed in float64, then cast to `dtype`.
+//! `enc / scale + offset`, computed in `astype` when that is a float and in float64 otherwise,
+//! then cast to `dtype`, as NumPy computes it.
 //! Spec: <https://numcodecs.readthedocs.io/en/stable/filter/fixedscaleoffset.html>
 
 use serde_json::Value;
 
-use super::numeric::{Num, Scalar, count};
+use super::numeric::{Num, Scalar, count, f16_from_f64};
 use super::{BytesToBytes, CodecError};
+use crate::zarr::dtype::Kind;
 
 /// The fixed scale/offset filter.
 #[derive(Debug, Clone)]
@@ -59,7 +61,17 @@ impl BytesToBytes for FixedScaleOffset {
             .chunks_exact(self.astype.size())
             .zip(out.chunks_exact_mut(self.dtype.size()))
         {
-            let x = self.astype.read(src).as_f64() / self.scale + self.offset;
+            let stored = self.astype.read(src).as_f64();
+            // NumPy computes `enc / scale + offset` in the stored type when that is a float
+            // (the Python numbers scale and offset do not widen it), in float64 otherwise.
+            let x = match self.astype.dtype().kind {
+                Kind::Float(4) => f64::from(stored as f32 / self.scale as f32 + self.offset as f32),
+                Kind::Float(2) => {
+                    let half = |x: f64| f16_from_f64(x).to_f64();
+                    half(half(stored / half(self.scale)) + half(self.offset))
+                }
+                _ => stored / self.scale + self.offset,
+            };
             self.dtype.write(Num::Float(x), dst);
         }
         Ok(out)

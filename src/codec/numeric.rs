@@ -26,6 +26,23 @@ impl Num {
     }
 }
 
+/// The float16 nearest `x` (ties to even), as NumPy rounds a float64 into a float16. Not
+/// `half::f16::from_f64`: with F16C it goes through a float32 first, and without it drops the
+/// low 32 bits of the mantissa; either way a value just past a tie (1 + 2^-11 + 2^-40) is
+/// rounded twice and lands on the wrong side. Here the float32 step rounds to odd (toward zero,
+/// then the last bit set when inexact), which no second rounding to 11 bits can be misled by.
+pub fn f16_from_f64(x: f64) -> half::f16 {
+    let mut near = x as f32;
+    if near.is_finite() && f64::from(near) != x {
+        if f64::from(near).abs() > x.abs() {
+            // One step toward zero: the magnitude's bits less one.
+            near = f32::from_bits(near.to_bits() - 1);
+        }
+        near = f32::from_bits(near.to_bits() | 1);
+    }
+    half::f16::from_f32(near)
+}
+
 /// A numeric element type as the filters declare it (`"<i4"`, `">f8"`, `"|u1"`, `"|b1"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scalar(DType);
@@ -94,8 +111,15 @@ impl Scalar {
         let size = self.size();
         let mut buf = [0u8; 8];
         match self.0.kind {
-            Kind::Float(2) => buf[..2].copy_from_slice(&half::f16::from_f64(value.as_f64()).to_le_bytes()),
-            Kind::Float(4) => buf[..4].copy_from_slice(&(value.as_f64() as f32).to_le_bytes()),
+            Kind::Float(2) => buf[..2].copy_from_slice(&f16_from_f64(value.as_f64()).to_le_bytes()),
+            // An integer is rounded once, straight to float32 (not through a float64 first).
+            Kind::Float(4) => {
+                let x = match value {
+                    Num::Int(i) => i as f32,
+                    Num::Float(f) => f as f32,
+                };
+                buf[..4].copy_from_slice(&x.to_le_bytes());
+            }
             Kind::Float(_) => buf.copy_from_slice(&value.as_f64().to_le_bytes()),
             Kind::Bool => {
                 buf[0] = match value {
@@ -131,13 +155,56 @@ impl Scalar {
         Ok(out)
     }
 
+    /// The type NumPy computes in when an operation mixes arrays of this type and `other`
+    /// (`numpy.result_type`): the wider of two floats or of two integers of one signedness; a
+    /// signed integer wide enough for both for mixed signedness (a float64 past int64); a float
+    /// that holds the integer exactly otherwise (float16 up to 8 bits, float32 up to 16, float64
+    /// beyond). The byte order is this type's.
+    pub fn promoted(&self, other: &Scalar) -> Scalar {
+        /// (float, signed, bytes) of a kind; bool is an unsigned integer of no width.
+        fn class(kind: &Kind) -> (bool, bool, usize) {
+            match *kind {
+                Kind::Float(n) => (true, true, n),
+                Kind::Int(n) => (false, true, n),
+                Kind::UInt(n) => (false, false, n),
+                _ => (false, false, 0),
+            }
+        }
+        let kind = match (class(&self.0.kind), class(&other.0.kind)) {
+            ((true, _, a), (true, _, b)) => Kind::Float(a.max(b)),
+            ((true, _, f), (false, _, i)) | ((false, _, i), (true, _, f)) => Kind::Float(match i {
+                0 => f,
+                1 => f.max(2),
+                2 => f.max(4),
+                _ => 8,
+            }),
+            ((false, sa, a), (false, sb, b)) if sa == sb => match (sa, a.max(b)) {
+                (_, 0) => Kind::Bool,
+                (true, n) => Kind::Int(n),
+                (false, n) => Kind::UInt(n),
+            },
+            ((false, sa, a), (false, _, b)) => {
+                let (signed, unsigned) = if sa { (a, b) } else { (b, a) };
+                match (signed, unsigned) {
+                    (s, u) if s > u => Kind::Int(s),
+                    (_, u) if u < 8 => Kind::Int(2 * u),
+                    _ => Kind::Float(8),
+                }
+            }
+        };
+        Scalar(DType {
+            kind,
+            big_endian: self.0.big_endian,
+        })
+    }
+
     /// Adds two values in this type's arithmetic (wrapping integers, float precision).
     pub fn add(&self, a: Num, b: Num) -> Num {
         if self.is_float() {
             let sum = a.as_f64() + b.as_f64();
             Num::Float(match self.0.kind {
                 Kind::Float(4) => sum as f32 as f64,
-                Kind::Float(2) => half::f16::from_f64(sum).to_f64(),
+                Kind::Float(2) => f16_from_f64(sum).to_f64(),
                 _ => sum,
             })
         } else {
@@ -195,5 +262,77 @@ mod tests {
         assert_eq!(sc("|u1").add(Num::Int(255), Num::Int(2)), Num::Int(1));
         assert!(Scalar::parse(&json!({"d": "<U3"}), "d").is_err());
         assert!(count(&[0; 3], &sc("<i2")).is_err());
+    }
+
+    /// `numpy.result_type` of each pair (NumPy 2.3).
+    #[test]
+    fn promotes_as_numpy() {
+        for (a, b, numpy) in [
+            ("i1", "u1", "<i2"),
+            ("u2", "i1", "<i4"),
+            ("u8", "i8", "<f8"),
+            ("i8", "f4", "<f8"),
+            ("i2", "f2", "<f4"),
+            ("u1", "f2", "<f2"),
+            ("f2", "f4", "<f4"),
+            ("i4", "u2", "<i4"),
+            ("b1", "i2", "<i2"),
+            ("b1", "f2", "<f2"),
+            ("u4", "u1", "<u4"),
+            ("b1", "b1", "|b1"),
+            ("u4", "i8", "<i8"),
+            ("i4", "f2", "<f8"),
+            ("u8", "u1", "<u8"),
+            ("b1", "u2", "<u2"),
+            ("f8", "f2", "<f8"),
+        ] {
+            let (a, b) = (sc(&format!("<{a}")), sc(&format!("<{b}")));
+            assert_eq!(a.promoted(&b).dtype().typestr(), numpy, "{a:?} {b:?}");
+            assert_eq!(b.promoted(&a).dtype().typestr(), numpy, "{b:?} {a:?}");
+        }
+    }
+
+    /// The float16 nearest a float64, ties to even, checked against the midpoints of
+    /// neighbouring float16s (exact in float64) around every finite float16.
+    #[test]
+    fn float64_to_float16_rounds_once() {
+        let h = |bits: u16| f64::from(half::f16::from_bits(bits));
+        let to = |x: f64| f16_from_f64(x).to_bits();
+        // Just past a tie, the tie, and the value through a float32 first would give.
+        assert_eq!(to(1.0 + 2f64.powi(-11) + 2f64.powi(-40)), 0x3c01);
+        assert_eq!(to(1.0 + 2f64.powi(-11)), 0x3c00);
+        assert_eq!(to(1.0 + 3.0 * 2f64.powi(-11)), 0x3c02);
+        assert_eq!(to(2049.0000001), half::f16::from_f64(2050.0).to_bits());
+        assert_eq!(to(2f64.powi(-25)), 0, "a tie with zero goes to zero");
+        assert_eq!(to(2f64.powi(-25) + 2f64.powi(-60)), 1);
+        assert_eq!(to(-0.0), 0x8000);
+        assert_eq!(to(65519.99), 0x7bff);
+        assert_eq!(to(65520.0), 0x7c00);
+        assert_eq!(to(-1e300), 0xfc00);
+        assert!(f16_from_f64(f64::NAN).is_nan());
+        for bits in (0u16..0x7bff).chain(0x8000..0xfbff) {
+            let (lo, hi) = (h(bits), h(bits + 1));
+            let mid = (lo + hi) / 2.0;
+            let even = if bits % 2 == 0 { bits } else { bits + 1 };
+            for (x, want) in [
+                (mid, even),
+                (mid.next_up(), if hi > lo { bits + 1 } else { bits }),
+                (mid.next_down(), if hi > lo { bits } else { bits + 1 }),
+                (lo, bits),
+            ] {
+                assert_eq!(to(x), want, "{x:e} between {lo:e} and {hi:e}");
+            }
+        }
+    }
+
+    /// An integer is rounded into a float32 once (through a float64, 2^53 + 1 + 2^29 would be
+    /// rounded twice).
+    #[test]
+    fn integers_round_into_float32_once() {
+        let mut f = [0u8; 4];
+        let n = (1i128 << 53) + (1 << 29) + 1;
+        sc("<f4").write(Num::Int(n), &mut f);
+        assert_eq!(f32::from_le_bytes(f), n as f32);
+        assert_ne!(n as f32, n as f64 as f32);
     }
 }

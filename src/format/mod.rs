@@ -271,12 +271,12 @@ pub(crate) fn shortest_half(x: f64) -> f64 {
                 let x = f64::from(half::f16::from_bits(bits));
                 (1..=5)
                     .filter_map(|digits| format!("{x:.*e}", digits - 1).parse::<f64>().ok())
-                    .find(|y| half::f16::from_f64(*y).to_bits() == bits)
+                    .find(|y| crate::codec::numeric::f16_from_f64(*y).to_bits() == bits)
                     .unwrap_or(x)
             })
             .collect()
     });
-    table[usize::from(half::f16::from_f64(x).to_bits())]
+    table[usize::from(crate::codec::numeric::f16_from_f64(x).to_bits())]
 }
 
 /// How a scalar is written in text formats.
@@ -423,7 +423,7 @@ mod tests {
                 continue;
             }
             let back: f64 = text(f64::from(x)).parse().unwrap();
-            assert_eq!(half::f16::from_f64(back).to_bits(), bits, "{x}");
+            assert_eq!(crate::codec::numeric::f16_from_f64(back).to_bits(), bits, "{x}");
         }
     }
 

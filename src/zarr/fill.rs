@@ -36,10 +36,28 @@ fn parse_float(value: &Value) -> Option<f64> {
             "NaN" => Some(f64::NAN),
             "Infinity" => Some(f64::INFINITY),
             "-Infinity" => Some(f64::NEG_INFINITY),
-            _ => None,
+            // Any other text Python's `float()` reads ("1.5", "inf", "nan", "1e3"), as
+            // zarr-python 3 reads it (`check_json_floatish_str`).
+            text => python_number(text)?.parse().ok(),
         },
         _ => None,
     }
+}
+
+/// `text` as Python's `int()` and `float()` read numbers: surrounding whitespace dropped, and
+/// underscores between digits ("1_000"); `None` for an underscore elsewhere.
+fn python_number(text: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let text = text.trim();
+    if !text.contains('_') {
+        return Some(text.into());
+    }
+    let bytes = text.as_bytes();
+    let between_digits =
+        |i: usize| i > 0 && bytes[i - 1].is_ascii_digit() && bytes.get(i + 1).is_some_and(u8::is_ascii_digit);
+    (0..bytes.len())
+        .filter(|&i| bytes[i] == b'_')
+        .all(between_digits)
+        .then(|| text.replace('_', "").into())
 }
 
 /// A float fill of `size` bytes; v3 also allows the bit pattern as a hex string. A pattern of
@@ -62,15 +80,18 @@ fn float_bytes(value: &Value, size: usize) -> Option<Vec<u8>> {
         None => parse_float(value)?,
     };
     Some(match size {
-        2 => half::f16::from_f64(x).to_le_bytes().to_vec(),
+        2 => crate::codec::numeric::f16_from_f64(x).to_le_bytes().to_vec(),
         4 => (x as f32).to_le_bytes().to_vec(),
         8 => x.to_le_bytes().to_vec(),
         _ => return None,
     })
 }
 
-fn int_bytes(value: &Value, size: usize, signed: bool) -> Option<Vec<u8>> {
+/// An integer fill: a JSON integer, a float with no fraction, or (`text`) a string Python's
+/// `int()` reads ("42"), as zarr-python 3 reads them (`check_json_intish_str`).
+fn int_bytes(value: &Value, size: usize, signed: bool, text: bool) -> Option<Vec<u8>> {
     let wide: i128 = match value {
+        Value::String(s) if text => python_number(s)?.parse().ok()?,
         Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
             (Some(i), _, _) => i as i128,
             (None, Some(u), _) => u as i128,
@@ -147,8 +168,8 @@ impl FillValue {
                 Value::Number(n) => vec![(n.as_f64().ok_or_else(bad)? != 0.0) as u8],
                 _ => return Err(bad()),
             },
-            Kind::Int(n) => int_bytes(value, *n, true).ok_or_else(bad)?,
-            Kind::UInt(n) => int_bytes(value, *n, false).ok_or_else(bad)?,
+            Kind::Int(n) => int_bytes(value, *n, true, true).ok_or_else(bad)?,
+            Kind::UInt(n) => int_bytes(value, *n, false, true).ok_or_else(bad)?,
             Kind::Float(n) => float_bytes(value, *n).ok_or_else(bad)?,
             Kind::Complex(n) => {
                 let half = n / 2;
@@ -167,7 +188,7 @@ impl FillValue {
             }
             Kind::DateTime(_) | Kind::TimeDelta(_) => match value {
                 Value::String(s) if s == "NaT" => i64::MIN.to_le_bytes().to_vec(),
-                v => int_bytes(v, 8, true).ok_or_else(bad)?,
+                v => int_bytes(v, 8, true, false).ok_or_else(bad)?,
             },
             Kind::FixedBytes(n) | Kind::Raw(n) => {
                 let mut raw = base64_or_bytes(value).ok_or_else(bad)?;
