@@ -551,12 +551,14 @@ fn valid_mount_name(name: &str) -> bool {
 /// file's text, for naming it in a parse error.
 fn mount_at(text: &str, at: usize) -> Option<String> {
     let before = text.get(..at)?;
-    // An error in a table header itself belongs to no table yet.
+    // An error spanning a table header (a field missing from the table, the table given twice)
+    // belongs to the table it opens, not to the one before it.
     let line_start = before.rfind('\n').map_or(0, |n| n + 1);
-    if text.get(line_start..)?.trim_start().starts_with('[') {
-        return None;
-    }
-    let header = before.lines().rev().map(str::trim).find(|l| l.starts_with('['))?;
+    let line = text.get(line_start..)?.lines().next().unwrap_or("").trim();
+    let header = match line.starts_with('[') {
+        true => line,
+        false => before.lines().rev().map(str::trim).find(|l| l.starts_with('['))?,
+    };
     let name = header
         .trim_start_matches('[')
         .trim_end_matches(']')
@@ -599,6 +601,9 @@ impl Config {
     /// healthcheck` needs is the address, not the mounts (whose directories or token variables
     /// may be missing in the shell that runs it while the server is fine).
     pub fn read(args: &ServeArgs, env: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        // Empty is unset, as `-e ZARRGATE_BIND=` in a container or compose file leaves it (and
+        // as `ZARRGATE_LOG` is read).
+        let env = |name: &str| env(name).filter(|value| !value.trim().is_empty());
         let cwd = std::env::current_dir().map_err(|e| ConfigError::Invalid(format!("no working directory: {e}")))?;
         let file = args
             .config
@@ -785,6 +790,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!err.contains("mount '"), "{err}");
+        // A field missing from a mount's table is an error at its header.
+        let text = "[mounts.foo]\nurl = \"/\"\n[mounts.bar]\nconsolidated = false\n";
+        let err = Config::from_toml(text, Path::new("e.toml"), Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("mount 'bar'") && err.contains("url"), "{err}");
     }
 
     #[test]
@@ -1124,6 +1135,33 @@ mod tests {
             ..args
         };
         assert_eq!(Config::load(&args, env).unwrap().server.bind, "127.0.0.1:3");
+    }
+
+    /// `ZARRGATE_CONFIG` names the file when `--config` does not (the container image relies on
+    /// it); `--config` wins over it; an empty variable is unset.
+    #[test]
+    fn the_config_file_may_come_from_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, port) in [("env.toml", 4), ("cli.toml", 5)] {
+            std::fs::write(
+                dir.path().join(name),
+                format!("[server]\nbind = \"127.0.0.1:{port}\"\n"),
+            )
+            .unwrap();
+        }
+        let from_env = dir.path().join("env.toml").display().to_string();
+        let env = |k: &str| (k == "ZARRGATE_CONFIG").then(|| from_env.clone());
+        let none = ServeArgs::default();
+        assert_eq!(Config::load(&none, env).unwrap().server.bind, "127.0.0.1:4");
+        let cli = ServeArgs {
+            config: Some(dir.path().join("cli.toml")),
+            ..Default::default()
+        };
+        assert_eq!(Config::load(&cli, env).unwrap().server.bind, "127.0.0.1:5");
+        let env = |k: &str| (k == "ZARRGATE_CONFIG" || k == "ZARRGATE_BIND").then(|| " ".to_string());
+        assert_eq!(Config::load(&cli, env).unwrap().server.bind, "127.0.0.1:5");
+        let missing = |k: &str| (k == "ZARRGATE_CONFIG").then(|| "/no/such/zarrgate.toml".to_string());
+        assert!(matches!(Config::load(&none, missing), Err(ConfigError::Read { .. })));
     }
 
     /// `--mount NAME=URL` for a mount of the file changes its URL only: a protected mount
