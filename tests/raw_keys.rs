@@ -148,6 +148,52 @@ async fn single_ranges() {
     }
 }
 
+/// HEAD ignores Range (RFC 9110 section 14.2: ranges are defined for GET only): it states
+/// the whole object, as the GET without a range, for a range it could serve and one it could
+/// not.
+#[tokio::test]
+async fn head_ignores_range() {
+    let app = fixture_app();
+    let n = chunk_bytes().len().to_string();
+    for range in ["bytes=0-9", "bytes=-7", "bytes=100000-"] {
+        for conditional in [None, Some(("if-modified-since", "Thu, 01 Jan 1970 00:00:00 GMT"))] {
+            let mut headers = vec![("range", range)];
+            headers.extend(conditional);
+            let r = request(&app, "HEAD", CHUNK, &headers).await;
+            assert_eq!(r.status, 200, "{range} {conditional:?}");
+            assert_eq!(r.header("content-length"), Some(n.as_str()), "{range}");
+            assert_eq!(r.header("content-range"), None, "{range}");
+            assert!(r.body.is_empty());
+        }
+    }
+    // GET still honours it.
+    assert_eq!(get(&app, CHUNK, &[("range", "bytes=0-9")]).await.status, 206);
+}
+
+/// A modification time still to come is stated as now (RFC 9110 section 8.8.2.1: never later
+/// than the response's date), so that a client revalidating by the date it was given gets the
+/// bytes of a later change rather than 304s until then.
+#[tokio::test]
+async fn modification_times_to_come_are_stated_as_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future");
+    std::fs::write(&path, b"old").unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3 * 365 * 86400);
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    let app = app_for(&[("t", dir.path())]);
+    for method in ["GET", "HEAD"] {
+        let r = request(&app, method, "/zarr/t/future", &[]).await;
+        assert_eq!(r.status, 200);
+        let stated = httpdate::parse_http_date(r.header("last-modified").unwrap()).unwrap();
+        assert!(stated <= std::time::SystemTime::now(), "{method}: {stated:?}");
+    }
+}
+
 #[tokio::test]
 async fn unsatisfiable_and_ignored_ranges() {
     let app = fixture_app();

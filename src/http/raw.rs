@@ -89,9 +89,12 @@ fn etag_matches(list: &str, etag: &str, weak: bool) -> bool {
 /// The last second an HTTP date can name: 9999-12-31T23:59:59Z.
 const LAST_HTTP_SECOND: u64 = 253_402_300_799;
 
-/// A modification time as HTTP dates carry it: whole seconds, and `None` past what an HTTP
-/// date can name (a file may claim any mtime).
+/// A modification time as HTTP dates carry it: whole seconds, no later than now (a file or
+/// an object may claim a time to come, from a clock ahead or a copy that kept it; RFC 9110
+/// section 8.8.2.1 has the origin send its `Date` instead, so that a client revalidating by
+/// date does not keep old bytes until then), and `None` past what an HTTP date can name.
 fn http_time(t: SystemTime) -> Option<SystemTime> {
+    let t = t.min(SystemTime::now());
     let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     (secs <= LAST_HTTP_SECOND).then(|| UNIX_EPOCH + Duration::from_secs(secs))
 }
@@ -290,9 +293,11 @@ async fn serve(
     .iter()
     .any(|h| headers.contains_key(h));
     let synthesizable = mount.consolidated && matches!(key.name(), ".zmetadata" | "zarr.json");
-    // Range is one field: two field lines of it make it invalid, and it is ignored.
+    // Range is one field: two field lines of it make it invalid, and it is ignored. So is a
+    // Range on HEAD: GET is the only method ranges are defined for (RFC 9110 section 14.2),
+    // and a HEAD states the whole object's length, as the GET without a range would.
     let requested = match headers.get_all(header::RANGE).iter().count() {
-        1 => header_str(headers, header::RANGE).and_then(parse_range),
+        1 if *method == Method::GET => header_str(headers, header::RANGE).and_then(parse_range),
         _ => None,
     };
     if *method == Method::GET
