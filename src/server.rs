@@ -493,6 +493,9 @@ const CORS_VARY: HeaderValue =
 const ACCEPT_AND_CORS_VARY: HeaderValue =
     HeaderValue::from_static("accept, origin, access-control-request-method, access-control-request-headers");
 
+/// The `Cache-Control` of answers that state none.
+const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
+
 /// Adds [`CORS_VARY`] to an answer's `Vary`. An answer that varies on `Accept` alone (a slice)
 /// gets one value naming both: a second value makes the header map allocate room for it.
 fn vary_as_cors(headers: &mut HeaderMap) {
@@ -546,6 +549,11 @@ impl Front {
         };
         futures::future::Either::Left(self.guarded(request).map(move |mut response| {
             let headers = response.headers_mut();
+            // An answer that does not say how it may be cached (a slice, a hierarchy, a listing)
+            // is `no-cache`, as raw keys and errors are: a shared cache would otherwise keep it
+            // for a heuristic lifetime of its own (CloudFront: a day), past the staleness bound
+            // the README states.
+            headers.entry(header::CACHE_CONTROL).or_insert(NO_CACHE);
             match cors {
                 Cors::None | Cors::Options(None) => {}
                 Cors::Options(Some(allowed)) => {

@@ -1833,6 +1833,34 @@ async fn concurrent_identical_requests_decode_each_local_inner_chunk_once() {
     );
 }
 
+/// Every answer says how it may be cached, once: `no-cache` (revalidate or fetch again), so that
+/// no shared cache keeps a slice or a listing past the staleness bound for a lifetime of its
+/// own choosing.
+#[tokio::test]
+async fn every_answer_is_no_cache() {
+    let app = fixture_app();
+    for uri in [
+        "/api/v1/slice/fx/v2/compressor_none_i4?select=0",
+        "/api/v1/slice/fx/v2/compressor_none_i4?format=npy",
+        "/api/v1/slice/fx/v2/compressor_none_i4?format=png",
+        "/api/v1/zom/fx/v2",
+        "/api/v1/list/fx/v2",
+        "/api/v1/mounts",
+        "/healthz",
+        "/metrics",
+        "/",
+        "/zarr/fx/v2/compressor_none_i4/.zarray",
+        "/zarr/fx/v2/nothing",
+        "/api/v1/slice/fx/v2/compressor_none_i4?select=99",
+    ] {
+        for method in ["GET", "HEAD"] {
+            let r = request(&app, method, uri, &[("origin", "http://example.org")]).await;
+            let values: Vec<_> = r.headers.get_all("cache-control").iter().collect();
+            assert_eq!(values, ["no-cache"], "{method} {uri} ({})", r.status);
+        }
+    }
+}
+
 /// `/metrics` is the Prometheus text format 0.0.4 unless OpenMetrics is asked for, as
 /// Prometheus asks; both vary with `Accept`, and their samples are the same.
 #[tokio::test]
