@@ -571,6 +571,14 @@ async fn formats_are_checked_before_reading() {
         assert_eq!(r.status, 200, "{accept} {select}: {:?}", r.body);
         assert_eq!(r.header("content-type"), Some(want), "{accept} {select}");
     }
+    // Accept on several lines is one list (RFC 9110 section 5.3): the best of them all wins.
+    let r = get(
+        &app,
+        "/api/v1/slice/m/cube?select=0",
+        &[("accept", "text/csv;q=0.1"), ("accept", "image/png")],
+    )
+    .await;
+    assert_eq!(r.header("content-type"), Some("image/png"));
     // One it cannot hold and nothing else: refused, saying why.
     let r = get(&app, "/api/v1/slice/m/cube", &[("accept", "text/csv")]).await;
     assert_eq!(r.status, 400);

@@ -123,6 +123,28 @@ pub(crate) fn joined<T>(outcome: Result<T, tokio::task::JoinError>) -> Result<T,
     }
 }
 
+/// A list-valued header (`Accept`, `If-Match`, `If-None-Match`) as one list: its field lines
+/// joined, as RFC 9110 section 5.3 reads repeated lines (one line as it is). `None` when it is
+/// absent.
+pub(crate) fn header_list(
+    headers: &axum::http::HeaderMap,
+    name: axum::http::HeaderName,
+) -> Option<std::borrow::Cow<'_, str>> {
+    let mut lines = headers.get_all(name).iter().filter_map(|v| v.to_str().ok());
+    let first = lines.next()?;
+    match lines.next() {
+        None => Some(first.into()),
+        Some(second) => {
+            let mut joined = [first, second].join(",");
+            for line in lines {
+                joined.push(',');
+                joined.push_str(line);
+            }
+            Some(joined.into())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;

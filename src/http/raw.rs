@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use bytes::Bytes;
 
+use super::header_list;
 use super::zom;
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
@@ -145,14 +146,6 @@ fn content_type(key: &StoreKey) -> HeaderValue {
 
 fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// A list-valued header (`If-Match`, `If-None-Match`) as one list: its field lines joined, as
-/// RFC 9110 section 5.3 reads repeated lines. `None` when it is absent.
-fn header_list(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
-    let mut lines = headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).peekable();
-    lines.peek()?;
-    Some(lines.collect::<Vec<_>>().join(","))
 }
 
 /// What a raw-key response serves: a stored object, or a document zarrgate synthesized.

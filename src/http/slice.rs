@@ -86,10 +86,8 @@ fn formats_taken(query: &SliceQuery, headers: &HeaderMap) -> Result<Cow<'static,
             .map(|f| Cow::Borrowed(f.alone()))
             .ok_or_else(|| ApiError::BadRequest(format!("unknown format '{name}' (json, bin, npy, csv, png)"))),
         None => {
-            let accepted = headers
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .map(Format::accepted)
+            let accepted = super::header_list(headers, header::ACCEPT)
+                .map(|accept| Format::accepted(&accept))
                 .unwrap_or_default();
             Ok(if accepted.is_empty() {
                 Cow::Borrowed(Format::Json.alone())
