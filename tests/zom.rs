@@ -1208,6 +1208,14 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
         v2(r#""O""#, r#"[{"id": "vlen-utf8"}]"#).as_bytes(),
     );
     write("obj2/field_alias/.zarray", v2(r#"[["a", "int32"]]"#, "null").as_bytes());
+    // Fields the v2 spec requires, which zarrgate defaults and zarr-python does not.
+    let without = |field: &str| {
+        let mut doc: Value = serde_json::from_str(&v2(r#""<i4""#, "null")).unwrap();
+        doc.as_object_mut().unwrap().remove(field);
+        doc.to_string()
+    };
+    write("obj2/no_fill/.zarray", without("fill_value").as_bytes());
+    write("obj2/no_order/.zarray", without("order").as_bytes());
     // Object arrays' fill values as zarr-python 3 reads them: zarr 2 wrote 0 by default, which
     // it reads as text ("0") and refuses as bytes (base64 text or null).
     for (name, codec, fill) in [
@@ -1244,6 +1252,19 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
         .unwrap()
         .replace(r#"{"name": "default"}"#, r#"{"name": "tiled"}"#);
     write("zep/keys/zarr.json", keys.as_bytes());
+    // Chains the spec does not allow: a second array->bytes codec, an array->array one after it.
+    for (name, codecs) in [
+        ("two_bytes", r#"[{"name": "bytes"}, {"name": "bytes"}]"#),
+        (
+            "transpose_after",
+            r#"[{"name": "bytes"}, {"name": "transpose", "configuration": {"order": [0]}}]"#,
+        ),
+    ] {
+        write(
+            &format!("zep/{name}/zarr.json"),
+            v3(r#""uint8""#, codecs, "0").as_bytes(),
+        );
+    }
     write(
         "zep/odd_group/zarr.json",
         br#"{"zarr_format": 3, "node_type": "group", "attributes": {}, "extra": {"must_understand": false}}"#,
@@ -1270,6 +1291,8 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
                 "plain_object",
                 "strings",
                 "sub",
+                "transpose_after",
+                "two_bytes",
                 "vlen_field",
             ],
         ),
@@ -1288,6 +1311,8 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
                 "json2",
                 "lt_u1",
                 "nested",
+                "no_fill",
+                "no_order",
                 "subarray",
                 "utf8",
                 "utf8_bool",

@@ -213,6 +213,13 @@ impl CodecChain {
             };
             let before_bytes = array_to_bytes.is_none();
             match name {
+                // A second array->bytes codec, or an array->array one after it: the spec allows
+                // neither (and zarr-python refuses the array), which is no codec missing here.
+                "transpose" | "bytes" | "endian" | "vlen-utf8" | "vlen-bytes" | "sharding_indexed" if !before_bytes => {
+                    return Err(MetaError::Invalid(format!(
+                        "codec '{name}' comes after the array->bytes codec"
+                    )));
+                }
                 "transpose" if before_bytes => {
                     let order = transpose::parse_order(config, stage_shape.len())?;
                     stage_shape = transpose::encoded_shape(&stage_shape, &order);

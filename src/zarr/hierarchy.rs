@@ -654,7 +654,11 @@ impl Node {
                 }
                 super::parse_v3(&doc)
             }
-            2 if !zarr_python_v2_type(&doc) => return false,
+            // Fields the v2 spec requires and zarr-python does not default (the parsing here
+            // takes a missing order as "C" and fill value as null).
+            2 if !zarr_python_v2_type(&doc) || doc.get("fill_value").is_none() || doc.get("order").is_none() => {
+                return false;
+            }
             2 => super::parse_v2(&doc, None),
             _ => return false,
         };
