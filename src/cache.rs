@@ -331,7 +331,7 @@ pub struct Caches {
     /// Whole hierarchies below a node, for ZOM and consolidation: what a walk found (`None`:
     /// no node there), or why it stopped when it will stop there again (too large, a store
     /// that cannot list).
-    pub hierarchies: Cache<(Arc<str>, StoreKey), Walked>,
+    pub hierarchies: Cache<WalkKey, Walked>,
     /// Turns to walk a hierarchy (whole, or to a ZOM request's depth), [`WALKS`] of them. A
     /// whole walk runs in a task of its own and ends even when its requests have gone (it is
     /// cached for the next one), so this, not the request limit, bounds the walks running and
@@ -399,7 +399,11 @@ pub type PendingWalk = futures::future::Shared<futures::future::BoxFuture<'stati
 
 /// The walks under way by (mount, path).
 #[derive(Default)]
-pub struct Walking(pub std::sync::Mutex<std::collections::HashMap<(Arc<str>, StoreKey), PendingWalk>>);
+pub struct Walking(pub std::sync::Mutex<std::collections::HashMap<WalkKey, PendingWalk>>);
+
+/// What a walk is of: a mount, a path in it, and the format its node is read as
+/// ([`crate::zarr::hierarchy::walk`]).
+pub type WalkKey = (Arc<str>, StoreKey, Option<u8>);
 
 impl std::fmt::Debug for Walking {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -549,7 +553,7 @@ impl Caches {
             .build_with_hasher(Default::default());
         let hierarchies = moka::future::Cache::builder()
             .max_capacity(config.hierarchy_bytes)
-            .weigher(|k: &(Arc<str>, StoreKey), v: &Walked| match v {
+            .weigher(|k: &WalkKey, v: &Walked| match v {
                 Ok(tree) => weight(k.1.as_str().len() + tree.as_ref().map_or(0, |t| t.heap_weight())),
                 Err(e) => weight(k.1.as_str().len() + e.to_string().len()),
             })

@@ -526,7 +526,7 @@ async fn a_slow_walk_finishes_for_the_next_request() {
     assert_eq!(r.status, 404);
     let waited = start.elapsed();
     assert!(waited < std::time::Duration::from_millis(1500), "{waited:?}");
-    let key = (std::sync::Arc::<str>::from("m"), zarrgate::store::StoreKey::root());
+    let key = (std::sync::Arc::<str>::from("m"), zarrgate::store::StoreKey::root(), None);
     while !state.caches.hierarchies.contains_key(&key) {
         assert!(start.elapsed().as_secs() < 20, "the walk did not finish");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
@@ -1370,6 +1370,63 @@ async fn members_are_of_the_group_s_format_and_consolidate_when_they_open() {
         assert_eq!(r.status, 200, "{group}");
         assert_eq!(keys(&r.json()["metadata"]), want, "{group}");
     }
+}
+
+/// A group with v3 metadata beside its v2 documents (as `zarr migrate v3` leaves it) is a v2
+/// group to v2 clients: its `.zmetadata` is synthesized from the v2 documents, and its
+/// `zarr.json` consolidates the v3 ones, each of its own format only.
+#[tokio::test]
+async fn groups_with_both_formats_consolidate_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: &str, bytes: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    };
+    let group2 = r#"{"zarr_format": 2}"#;
+    let group3 = r#"{"zarr_format": 3, "node_type": "group", "attributes": {}}"#;
+    let array2 = r#"{"zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "|u1", "fill_value": 0,
+        "order": "C", "filters": null, "compressor": null}"#;
+    let array3 = r#"{"zarr_format": 3, "node_type": "array", "shape": [2], "data_type": "uint8",
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2]}},
+        "chunk_key_encoding": {"name": "v2", "configuration": {"separator": "."}}, "fill_value": 0,
+        "codecs": [{"name": "bytes"}], "attributes": {}}"#;
+    for (path, doc) in [
+        ("g/.zgroup", group2),
+        ("g/zarr.json", group3),
+        ("g/.zattrs", r#"{"title": "v2"}"#),
+        ("g/arr/.zarray", array2),
+        ("g/arr/zarr.json", array3),
+        ("g/sub/.zgroup", group2),
+        ("g/sub/zarr.json", group3),
+        ("g/sub/only2/.zarray", array2),
+        ("g/only3/zarr.json", array3),
+    ] {
+        write(path, doc);
+    }
+    let app = app_for(&[("m", dir.path())]);
+    let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    for _ in 0..2 {
+        let r = get(&app, "/zarr/m/g/.zmetadata", &[]).await;
+        assert_eq!(r.status, 200, "{:?}", r.body);
+        assert_eq!(
+            keys(&r.json()["metadata"]),
+            [".zgroup", ".zattrs", "arr/.zarray", "sub/.zgroup", "sub/only2/.zarray"]
+        );
+        assert_eq!(r.json()["metadata"][".zattrs"], json!({"title": "v2"}));
+        let r = get(&app, "/zarr/m/g/zarr.json", &[]).await;
+        assert_eq!(
+            keys(&r.json()["consolidated_metadata"]["metadata"]),
+            ["arr", "only3", "sub"]
+        );
+        // The nested group too.
+        let r = get(&app, "/zarr/m/g/sub/.zmetadata", &[]).await;
+        assert_eq!(keys(&r.json()["metadata"]), [".zgroup", "only2/.zarray"]);
+    }
+    // A v3 group with no v2 documents has no `.zmetadata`.
+    assert_eq!(get(&app, "/zarr/m/g/only3/.zmetadata", &[]).await.status, 404);
+    let r = get(&app, "/api/v1/zom/m/g", &[]).await;
+    assert_eq!(r.json()["zarr_format"], 3);
 }
 
 /// A chain of groups 64 levels below the walk's start is walked: the limit is on levels of

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use super::{joined, own_task, query};
 use crate::cache::{
-    Caches, MAX_PENDING_WALKS, ORPHANED_LOADS, Rendered, Walked, Working, detach_working, fits, remembered,
+    Caches, MAX_PENDING_WALKS, ORPHANED_LOADS, Rendered, WalkKey, Walked, Working, detach_working, fits, remembered,
 };
 use crate::error::ApiError;
 use crate::state::{AppState, Mount};
@@ -49,7 +49,17 @@ impl From<HierarchyError> for ApiError {
 /// request, rather than a large walk being started over by every request. What the walk found
 /// is cached, and so is why it stopped when it would stop there again ([`remembered`]).
 pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
-    let key = (mount.name.clone(), path.clone());
+    tree_as(state, mount, path, None).await
+}
+
+/// [`tree`], its node read as `format` says ([`walk`]).
+async fn tree_as(
+    state: &AppState,
+    mount: &Mount,
+    path: &StoreKey,
+    format: Option<u8>,
+) -> Result<Option<Arc<Tree>>, ApiError> {
+    let key = (mount.name.clone(), path.clone(), format);
     let caches = &state.caches;
     if let Some(walked) = caches.hierarchies.get(&key).await {
         caches.hierarchy_counters.record(false);
@@ -80,8 +90,8 @@ pub async fn tree(state: &AppState, mount: &Mount, path: &StoreKey) -> Result<Op
 /// Walks the hierarchy at `key` in its turn ([`Caches::walks`]), caches what is
 /// [`remembered`], and then (or when the task ends otherwise) removes the walk from those
 /// under way.
-async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, StoreKey)) -> Walked {
-    struct Done(Arc<Caches>, (Arc<str>, StoreKey));
+async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: WalkKey) -> Walked {
+    struct Done(Arc<Caches>, WalkKey);
     impl Drop for Done {
         fn drop(&mut self) {
             self.0
@@ -95,7 +105,7 @@ async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: (Arc<str>, Store
     let done = Done(caches, key);
     let walked = {
         let _turn = done.0.walks.acquire().await.ok();
-        walk(&store, &done.1.1, None).await.map(|t| t.map(Arc::new))
+        walk(&store, &done.1.1, None, done.1.2).await.map(|t| t.map(Arc::new))
     };
     // Weighing serializes the tree's documents.
     let weight = match &walked {
@@ -142,10 +152,15 @@ fn synthesis_wait(state: &AppState) -> Duration {
     Duration::try_from_secs_f64(state.config.limits.request_timeout_s / 4.0).map_or(most, |d| d.min(most))
 }
 
-/// [`tree`] for synthesizing consolidated metadata: `Unsupported` when the walk takes longer
+/// [`tree_as`] for synthesizing consolidated metadata: `Unsupported` when the walk takes longer
 /// than [`synthesis_wait`].
-async fn synthesis_tree(state: &AppState, mount: &Mount, group: &StoreKey) -> Result<Option<Arc<Tree>>, ApiError> {
-    tokio::time::timeout(synthesis_wait(state), tree(state, mount, group))
+async fn synthesis_tree(
+    state: &AppState,
+    mount: &Mount,
+    group: &StoreKey,
+    format: Option<u8>,
+) -> Result<Option<Arc<Tree>>, ApiError> {
+    tokio::time::timeout(synthesis_wait(state), tree_as(state, mount, group, format))
         .await
         .unwrap_or_else(|_| {
             Err(ApiError::Unsupported(format!(
@@ -247,9 +262,17 @@ pub async fn synthesized_zmetadata(
     mount: &Mount,
     group: &StoreKey,
 ) -> Result<Option<Bytes>, ApiError> {
-    match synthesis_tree(state, mount, group).await? {
-        Some(t) if t.node.zarr_format == 2 && t.node.is_group => rendered(state, mount, group, t, None).await.map(Some),
-        _ => Ok(None),
+    let is_v2_group = |t: &Arc<Tree>| t.node.zarr_format == 2 && t.node.is_group;
+    let tree = match synthesis_tree(state, mount, group, None).await? {
+        Some(t) if is_v2_group(&t) => Some(t),
+        // v3 metadata beside a v2 group's (`zarr migrate v3` leaves both): the v2 clients that
+        // ask for `.zmetadata` see the v2 group, walked as such.
+        Some(t) if t.node.zarr_format == 3 => synthesis_tree(state, mount, group, Some(2)).await?.filter(is_v2_group),
+        _ => None,
+    };
+    match tree {
+        Some(t) => rendered(state, mount, group, t, None).await.map(Some),
+        None => Ok(None),
     }
 }
 
@@ -269,7 +292,7 @@ pub async fn synthesized_zarr_json(
     };
     // The group's document as stored now goes into the consolidated one, so that a change to
     // it (new attributes, say) shows at once rather than when the hierarchy is walked again.
-    match synthesis_tree(state, mount, group).await? {
+    match synthesis_tree(state, mount, group, None).await? {
         Some(t) => rendered(state, mount, group, t, Some(stored.doc)).await.map(Some),
         None => Ok(None),
     }
@@ -289,7 +312,11 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
     let tree = match depth {
         None => tree(state, mount, path).await?.ok_or_else(not_found)?,
         Some(d) => {
-            let cached = state.caches.hierarchies.get(&(mount.name.clone(), path.clone())).await;
+            let cached = state
+                .caches
+                .hierarchies
+                .get(&(mount.name.clone(), path.clone(), None))
+                .await;
             match cached {
                 Some(Ok(Some(t))) => Arc::new(pruned(&t, d)),
                 Some(Ok(None)) => return Err(not_found()),
@@ -298,7 +325,7 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
                 // as requests).
                 Some(Err(_)) | None => {
                     let _turn = state.caches.walks.acquire().await.ok();
-                    Arc::new(walk(&mount.store, path, Some(d)).await?.ok_or_else(not_found)?)
+                    Arc::new(walk(&mount.store, path, Some(d), None).await?.ok_or_else(not_found)?)
                 }
             }
         }

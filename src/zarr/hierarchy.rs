@@ -304,9 +304,21 @@ pub const MAX_WALK_DEPTH: u32 = 64;
 
 /// Walks the hierarchy at `path` down to `depth` levels of members (`None`: all of them), up
 /// to [`MAX_WALK_NODES`] nodes, [`MAX_WALK_DEPTH`] levels and [`MAX_WALK_DOCUMENT_BYTES`].
-pub async fn walk(store: &Store, path: &StoreKey, depth: Option<u32>) -> Result<Option<Tree>, HierarchyError> {
+/// The node at `path` is read as `format` says: `None` takes v3, then v2, then v1 (its members
+/// are of its format); `Some(2)` takes its v2 documents only, as a v2 client sees a group that
+/// also has v3 metadata beside them (`zarr migrate v3` leaves both).
+pub async fn walk(
+    store: &Store,
+    path: &StoreKey,
+    depth: Option<u32>,
+    format: Option<u8>,
+) -> Result<Option<Tree>, HierarchyError> {
     let reads = Reads::default();
-    let Some(node) = find_node(store, path, &reads).await? else {
+    let found = match format {
+        Some(format) => find_member(store, path, format, &reads).await?,
+        None => find_node(store, path, &reads).await?,
+    };
+    let Some(node) = found else {
         return Ok(None);
     };
     reads.nodes.store(1, Ordering::Relaxed);
