@@ -520,17 +520,26 @@ mod tests {
         assert_eq!(etag_of(&meta("W/\"abc\"")), "W/\"abc\"");
     }
 
+    /// Whole seconds, no later than now: a time to come (year 10000 too, which no HTTP date
+    /// names and formatting would panic on) is stated as now.
     #[test]
-    fn http_dates_are_whole_seconds_up_to_year_9999() {
+    fn http_dates_are_whole_seconds_up_to_now() {
         let at = |secs: u64, nanos: u32| UNIX_EPOCH + Duration::new(secs, nanos);
         assert_eq!(http_time(at(1_700_000_000, 999_999_999)), Some(at(1_700_000_000, 0)));
-        assert_eq!(http_time(at(LAST_HTTP_SECOND, 5)), Some(at(LAST_HTTP_SECOND, 0)));
         assert_eq!(
             httpdate::fmt_http_date(at(LAST_HTTP_SECOND, 0)),
             "Fri, 31 Dec 9999 23:59:59 GMT"
         );
-        // Year 10000 has no HTTP date (formatting it would panic): no Last-Modified.
-        assert_eq!(http_time(at(LAST_HTTP_SECOND + 1, 0)), None);
+        for later in [
+            at(LAST_HTTP_SECOND, 5),
+            at(LAST_HTTP_SECOND + 1, 0),
+            SystemTime::now() + Duration::from_secs(60),
+        ] {
+            let before = SystemTime::now() - Duration::from_secs(1);
+            let stated = http_time(later).unwrap();
+            assert!(stated >= before && stated <= SystemTime::now(), "{stated:?}");
+            assert_eq!(stated.duration_since(UNIX_EPOCH).unwrap().subsec_nanos(), 0);
+        }
         assert_eq!(http_time(UNIX_EPOCH - Duration::from_secs(5)), Some(UNIX_EPOCH));
     }
 
