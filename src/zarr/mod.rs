@@ -523,7 +523,22 @@ fn push_marked(out: &mut String, mark: &str, literal: &str) {
 /// `mark` and the literal ([`quote_non_finite`]); with a mark, the document's own strings that
 /// begin with it get it twice.
 pub(crate) fn parse_document(bytes: &[u8], mark: &str) -> serde_json::Result<Value> {
+    /// Whether a number of `value` is beyond a double's range (`1e400`): serde_json keeps its
+    /// digits (numbers are read as their text, so that integers past 64 bits keep theirs), where
+    /// Python reads an infinity.
+    fn overflows(value: &Value) -> bool {
+        match value {
+            Value::Number(n) => n.as_f64().is_none(),
+            Value::Array(items) => items.iter().any(overflows),
+            Value::Object(fields) => fields.values().any(overflows),
+            _ => false,
+        }
+    }
     match serde_json::from_slice::<Value>(bytes) {
+        Ok(value) if overflows(&value) => match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::from_str(&quote_non_finite(text, mark)),
+            Err(_) => Ok(value),
+        },
         Ok(mut value) => {
             if !mark.is_empty() {
                 let mark: String = serde_json::from_str(&format!("\"{mark}\""))?;
