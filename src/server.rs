@@ -493,6 +493,10 @@ const CORS_VARY: HeaderValue =
 const ACCEPT_AND_CORS_VARY: HeaderValue =
     HeaderValue::from_static("accept, origin, access-control-request-method, access-control-request-headers");
 
+/// Marks an HTTP/1.1 request that came with no `Host` field or with several.
+#[derive(Clone, Copy)]
+struct NoSingleHost;
+
 /// The `Cache-Control` of answers that state none.
 const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
 
@@ -677,6 +681,11 @@ impl Front {
     /// Whether `request` may reach a handler: its URL is not too long, and it presents the
     /// token its mount or /metrics needs.
     fn admits(&self, request: &Request) -> Result<(), ApiError> {
+        if request.extensions().get::<NoSingleHost>().is_some() {
+            return Err(ApiError::BadRequest(
+                "an HTTP/1.1 request has exactly one Host field".into(),
+            ));
+        }
         let max = self.state.config.limits.max_url_bytes;
         if request.uri().path_and_query().map_or(0, |pq| pq.as_str().len()) > max {
             return Err(ApiError::UriTooLong(max));
@@ -846,8 +855,17 @@ pub async fn serve_with(
         let activity = std::sync::Arc::new(Activity::new());
         let service = {
             let (app, activity) = (app.clone(), activity.clone());
-            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
                 let under_way = Activity::begin(&activity);
+                // RFC 9112 section 3.2: an HTTP/1.1 request with no Host field, or with more than
+                // one, is answered 400 (hyper serves it). Marked here, where the request came over
+                // a connection (one made in-process names no host), and refused by the front.
+                if request.version() == hyper::Version::HTTP_11 {
+                    let mut hosts = request.headers().get_all(header::HOST).iter();
+                    if hosts.next().is_none() || hosts.next().is_some() {
+                        request.extensions_mut().insert(NoSingleHost);
+                    }
+                }
                 let served = app.clone().serve(request.map(body_of), Some(under_way));
                 // Not `async move { Ok(served.await) }`: that future holds `served` twice over
                 // (as captured, and as awaited), and hyper moves it whole for every request.

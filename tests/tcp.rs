@@ -782,3 +782,39 @@ async fn connections_are_served_with_any_number_of_workers() {
         served.stop().await.unwrap();
     }
 }
+
+/// RFC 9112 section 3.2: an HTTP/1.1 request with no Host field, or with two, is a 400 (with
+/// the JSON error and CORS headers of any answer); one Host, or HTTP/1.0 without one, is
+/// served.
+#[tokio::test]
+async fn http1_requests_need_one_host() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let served = serve(config_with(&[("fx", &fixtures())])).await;
+    for (head, status) in [
+        ("GET /healthz HTTP/1.1\r\n", "400"),
+        ("GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n", "400"),
+        (
+            "GET /zarr/fx/v2/compressor_none_i4/.zarray HTTP/1.1\r\nOrigin: http://o\r\n",
+            "400",
+        ),
+        ("GET /healthz HTTP/1.1\r\nHost: a\r\n", "200"),
+        ("GET /healthz HTTP/1.0\r\n", "200"),
+    ] {
+        let mut conn = tokio::net::TcpStream::connect(served.addr).await.unwrap();
+        conn.write_all(format!("{head}Connection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        conn.read_to_end(&mut answer).await.unwrap();
+        let answer = String::from_utf8_lossy(&answer).to_lowercase();
+        assert!(answer[9..].starts_with(status), "{head:?}: {answer}");
+        if status == "400" {
+            assert!(
+                answer.contains("\"code\":\"bad_request\"") && answer.contains("host"),
+                "{answer}"
+            );
+            assert!(answer.contains("access-control-allow-origin: *"), "{answer}");
+        }
+    }
+    served.stop().await.unwrap();
+}

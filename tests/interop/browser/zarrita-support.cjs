@@ -39,6 +39,8 @@ function unsupportedReason(dir, zarrFormat, reader = "") {
       if (!V2_CODECS.has(f.id)) return `v2 filter/object codec '${f.id}': not in zarrita's codec registry`;
       // zarrita's DeltaCodec decodes with the array's dtype and ignores `astype`.
       if (f.id === "delta" && f.astype && f.astype !== meta.dtype) return "delta filter with astype != dtype: zarrita's DeltaCodec ignores astype";
+      // zarrita's scale_offset computes in float64; NumPy (numcodecs) in a float astype.
+      if (f.id === "fixedscaleoffset" && /^[<>|]?f[24]$/.test(f.astype || "")) return "fixedscaleoffset with a float32/float16 astype: zarrita computes enc / scale + offset in float64, NumPy in the astype";
       // zarrita's JsonCodec returns the chunk's nested lists as they are (no flattening).
       if (f.id === "json2" && meta.chunks.length > 1) return "json2 with N-d chunks (N > 1): zarrita's JsonCodec does not flatten the nested item lists";
     }
@@ -53,6 +55,9 @@ function unsupportedReason(dir, zarrFormat, reader = "") {
         !(meta.fill_value === null && reader.startsWith("zarr 2"))) {
       return "v2 object array with a fill_value that is not a string and a missing chunk: zarrita fills it as stored, zarr-python 3 as text";
     }
+    if (numericText(meta.fill_value) && /^[<>|]?f\d$/.test(meta.dtype)) {
+      return "float fill_value written as numeric text (' 1_000.5 '), which zarr-python reads: zarrita reads NaN";
+    }
     if (meta.compressor && !V2_CODECS.has(meta.compressor.id)) return `v2 compressor '${meta.compressor.id}': not in zarrita's codec registry`;
     if (meta.dtype === "|O" && !(meta.filters || []).some((f) => f.id === "vlen-utf8" || f.id === "json2")) {
       return "object array without a vlen-utf8/json2 object codec";
@@ -63,7 +68,17 @@ function unsupportedReason(dir, zarrFormat, reader = "") {
   const dt = meta.data_type;
   if (typeof dt !== "string") return `data type ${JSON.stringify(dt)}: extension data types are not supported by zarrita`;
   if (!V3_DTYPES.has(dt)) return `data type '${dt}': not supported by zarrita`;
+  if (/^float/.test(dt) && numericText(meta.fill_value) && !/^0x[0-9a-fA-F]+$/.test(meta.fill_value)) {
+    return "float fill_value written as numeric text ('-inf'), which zarr-python reads: zarrita reads NaN";
+  }
   return codecChainReason(meta.codecs || [], false);
+}
+
+/** A fill value that is a number written as text, other than the spec's own spellings. */
+function numericText(fill) {
+  if (typeof fill !== "string" || ["NaN", "Infinity", "-Infinity"].includes(fill)) return false;
+  const t = fill.trim().replace(/_/g, "");
+  return t !== "" && (!Number.isNaN(Number(t)) || /^[+-]?(inf|infinity|nan)$/i.test(t));
 }
 
 function hasMissingV2Chunk(dir, meta) {
