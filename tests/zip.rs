@@ -48,9 +48,17 @@ fn zarrita_zips_match_zarr_python() {
     assert!(total > 150);
 }
 
+/// Archives Python's zipfile wrote: deflated metadata and stored chunks, and every entry
+/// compressed with bzip2, and with LZMA (the methods zarr-python's ZipStore can write).
 #[tokio::test]
-async fn our_zip_serves_keys_slices_and_zom() {
-    let zip = repo().join("tests/fixtures/zips/fixtures.zip");
+async fn our_zips_serve_keys_slices_and_zom() {
+    for archive in ["fixtures.zip", "fixtures_bzip2.zip", "fixtures_lzma.zip"] {
+        our_zip_serves_keys_slices_and_zom(archive).await;
+    }
+}
+
+async fn our_zip_serves_keys_slices_and_zom(archive: &str) {
+    let zip = repo().join("tests/fixtures/zips").join(archive);
     let app = app_for(&[("z", &zip), ("fx", &fixtures())]);
     // Raw keys equal the files they were zipped from: deflated metadata and stored chunks.
     for key in [
@@ -61,11 +69,15 @@ async fn our_zip_serves_keys_slices_and_zom() {
     ] {
         let want = std::fs::read(fixtures().join(key)).unwrap();
         let r = get(&app, &format!("/zarr/z/{key}"), &[]).await;
-        assert_eq!(r.status, 200, "{key}");
-        assert_eq!(&r.body[..], &want[..], "{key}");
+        assert_eq!(r.status, 200, "{archive} {key}: {:?}", r.body);
+        assert_eq!(&r.body[..], &want[..], "{archive} {key}");
+        let r = common::request(&app, "HEAD", &format!("/zarr/z/{key}"), &[]).await;
+        assert_eq!(r.header("content-length"), Some(want.len().to_string().as_str()));
+        let r = get(&app, &format!("/zarr/z/{key}"), &[("range", "bytes=3-9")]).await;
+        assert_eq!(&r.body[..], &want[3..10], "{archive} {key}");
         let r = get(&app, &format!("/zarr/z/{key}"), &[("range", "bytes=-5")]).await;
         assert_eq!(r.status, 206);
-        assert_eq!(&r.body[..], &want[want.len() - 5..], "{key}");
+        assert_eq!(&r.body[..], &want[want.len() - 5..], "{archive} {key}");
         assert_eq!(
             r.header("content-range"),
             Some(format!("bytes {}-{}/{}", want.len() - 5, want.len() - 1, want.len()).as_str())
@@ -82,8 +94,8 @@ async fn our_zip_serves_keys_slices_and_zom() {
     ] {
         let from_zip = get(&app, &format!("/api/v1/{}", uri.replace("{}", "z")), &[]).await;
         let from_dir = get(&app, &format!("/api/v1/{}", uri.replace("{}", "fx")), &[]).await;
-        assert_eq!(from_zip.status, 200, "{uri}: {:?}", from_zip.body);
-        assert_eq!(from_zip.json(), from_dir.json(), "{uri}");
+        assert_eq!(from_zip.status, 200, "{archive} {uri}: {:?}", from_zip.body);
+        assert_eq!(from_zip.json(), from_dir.json(), "{archive} {uri}");
     }
     let mounts = get(&app, "/api/v1/mounts", &[]).await.json();
     assert_eq!(
@@ -131,7 +143,7 @@ fn zip_with_crc(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32) -> Vec<u8> 
     zip_written(files, crc, 8)
 }
 
-/// A zip of entries compressed with `method` (0 stored, 8 deflated), written by hand, with the
+/// A zip of entries compressed with `method` (0 stored, 8 deflated, 93 zstd), written by hand, with the
 /// CRC-32 `crc` gives each.
 fn zip_written(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32, method: u8) -> Vec<u8> {
     use std::io::Write;
@@ -139,12 +151,14 @@ fn zip_written(files: &[(&str, &[u8])], crc: impl Fn(&[u8]) -> u32, method: u8) 
     let mut zip = Vec::new();
     let mut cd = Vec::new();
     for (name, data) in files {
-        let packed = if method == 8 {
-            let mut gz = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
-            gz.write_all(data).unwrap();
-            gz.finish().unwrap()
-        } else {
-            data.to_vec()
+        let packed = match method {
+            8 => {
+                let mut gz = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+                gz.write_all(data).unwrap();
+                gz.finish().unwrap()
+            }
+            93 => zstd::encode_all(*data, 3).unwrap(),
+            _ => data.to_vec(),
         };
         let sizes = |out: &mut Vec<u8>| {
             out.extend(u32le(crc(data)));
@@ -669,16 +683,32 @@ fn a_stalled_inflating_read_holds_no_thread() {
     });
 }
 
-/// An entry compressed with a method zarrgate does not inflate is 422 on HEAD as on GET.
+/// Zstandard entries (method 93, which Python 3.14's zipfile writes) stream whole and in ranges.
+#[tokio::test]
+async fn zstd_entries_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    let path = dir.path().join("zstd.zip");
+    std::fs::write(&path, zip_written(&[("blob", &data)], crc32fast::hash, 93)).unwrap();
+    let app = app_for(&[("z", &path)]);
+    let r = get(&app, "/zarr/z/blob", &[]).await;
+    assert_eq!(r.status, 200, "{:?}", &r.body[..r.body.len().min(200)]);
+    assert!(r.body[..] == data[..]);
+    let r = get(&app, "/zarr/z/blob", &[("range", "bytes=100000-100009")]).await;
+    assert_eq!(&r.body[..], &data[100_000..100_010]);
+}
+
+/// An entry compressed with a method zarrgate does not read (PPMd, 98) is 422 on HEAD as on
+/// GET.
 #[tokio::test]
 async fn an_unsupported_method_is_422_on_head_and_get() {
     let dir = tempfile::tempdir().unwrap();
     let mut zip = deflated_zip("blob", &[7u8; 100]);
     // The method fields: at 8 in the local header, at 10 in the directory record.
     let cd = zip.len() - 22 - (46 + 4);
-    zip[8] = 12;
-    zip[cd + 10] = 12;
-    let path = dir.path().join("bzip2.zip");
+    zip[8] = 98;
+    zip[cd + 10] = 98;
+    let path = dir.path().join("ppmd.zip");
     std::fs::write(&path, zip).unwrap();
     let app = app_for(&[("z", &path)]);
     for method in ["HEAD", "GET"] {

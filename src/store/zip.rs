@@ -68,6 +68,14 @@ fn in_archive(e: StoreError) -> StoreError {
     }
 }
 
+/// Compression methods read here: those Python's zipfile writes (and so zarr-python's
+/// ZipStore, whose `compression` takes any of them), Zstandard from Python 3.14 on.
+const STORED: u16 = 0;
+const DEFLATED: u16 = 8;
+const BZIP2: u16 = 12;
+const LZMA: u16 = 14;
+const ZSTD: u16 = 93;
+
 /// Why an entry cannot be read at all, on HEAD as on GET: encrypted, compressed with a method
 /// not read here, or empty with another CRC-32 than that of nothing (0).
 fn refused(entry: &Entry) -> Option<StoreError> {
@@ -75,7 +83,7 @@ fn refused(entry: &Entry) -> Option<StoreError> {
         Some(corrupt("the entry does not match its CRC-32 (empty, expected another)"))
     } else if entry.encrypted {
         Some(StoreError::NotSupported("encrypted zip entries".into()))
-    } else if !matches!(entry.method, 0 | 8) {
+    } else if !matches!(entry.method, STORED | DEFLATED | BZIP2 | LZMA | ZSTD) {
         Some(StoreError::NotSupported(format!(
             "zip compression method {}",
             entry.method
@@ -158,7 +166,8 @@ fn parse_end(tail: &[u8], archive_size: u64) -> Result<End, StoreError> {
     let locator = pos
         .checked_sub(20)
         .filter(|&loc| u32_at(tail, loc) == Some(EOCD64_LOCATOR_SIG));
-    if cd_size == 0xFFFF_FFFF || cd_offset == 0xFFFF_FFFF || locator.is_some() {
+    let saturated = cd_size == 0xFFFF_FFFF || cd_offset == 0xFFFF_FFFF;
+    if saturated || locator.is_some() {
         let loc = locator.ok_or_else(|| corrupt("no zip64 locator"))?;
         let pointed = u64_at(tail, loc + 8)
             .and_then(|abs| abs.checked_sub(tail_start))
@@ -166,11 +175,19 @@ fn parse_end(tail: &[u8], archive_size: u64) -> Result<End, StoreError> {
         let rec = [pointed, loc.checked_sub(56)]
             .into_iter()
             .flatten()
-            .find(|&r| u32_at(tail, r) == Some(EOCD64_SIG))
-            .ok_or_else(|| corrupt("bad zip64 end record"))?;
-        cd_size = u64_at(tail, rec + 40).ok_or_else(|| corrupt("short zip64 end record"))?;
-        cd_offset = u64_at(tail, rec + 48).ok_or_else(|| corrupt("short zip64 end record"))?;
-        cd_end = tail_start + rec as u64;
+            .find(|&r| u32_at(tail, r) == Some(EOCD64_SIG));
+        match rec {
+            Some(rec) => {
+                cd_size = u64_at(tail, rec + 40).ok_or_else(|| corrupt("short zip64 end record"))?;
+                cd_offset = u64_at(tail, rec + 48).ok_or_else(|| corrupt("short zip64 end record"))?;
+                cd_end = tail_start + rec as u64;
+            }
+            // A locator's bytes with no ZIP64 record where it points (the last entry's comment
+            // may hold them): the end record's own values stand, as zipfile reads them, unless
+            // they say that only the ZIP64 record has the real ones.
+            None if !saturated => {}
+            None => return Err(corrupt("bad zip64 end record")),
+        }
     }
     // As Python's zipfile: what lies between where the directory should end and where it does
     // is data prepended to the archive.
@@ -219,6 +236,10 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
             .get(at + 46 + name_len..at + 46 + name_len + extra_len)
             .ok_or_else(short)?;
         // ZIP64 extra field: the 64-bit values present are those whose 32-bit field is all ones.
+        // Info-ZIP's Unicode Path field (0x7075): the name in UTF-8, for the one in the record
+        // (in a code page) whose CRC-32 it holds, as Python's zipfile reads it (3.12 on).
+        let (raw, mut utf8) = (name, flags & (1 << 11) != 0);
+        let mut name = raw;
         let mut e = 0;
         while e + 4 <= extra.len() {
             let (id, len) = (
@@ -236,13 +257,21 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
                         f += 8;
                     }
                 }
+            } else if id == 0x7075
+                && let Some(field_data) = extra.get(e + 4..e + 4 + len)
+                && field_data.first() == Some(&1)
+                && u32_at(field_data, 1) == Some(crc32fast::hash(raw))
+                && field_data.len() > 5
+                && std::str::from_utf8(&field_data[5..]).is_ok()
+            {
+                (name, utf8) = (&field_data[5..], true);
             }
             e += 4 + len;
         }
         if !name.ends_with(b"/") && !name.ends_with(b"\\") {
             out.push((
                 name,
-                flags & (1 << 11) != 0,
+                utf8,
                 Entry {
                     header_offset: header_offset
                         .checked_add(prepended)
@@ -581,15 +610,63 @@ const INFLATE_PIECE: u64 = 256 << 10;
 /// Most bytes before a range inflated and dropped in one trip to the blocking pool.
 const SKIP_PER_TRIP: u64 = 32 * INFLATE_PIECE;
 
-/// A deflated entry being inflated: what is left to skip before the range and to deliver of
-/// it.
+/// A compressed entry being decompressed: what is left to skip before the range and to deliver
+/// of it.
 struct Inflating<R: Read> {
-    decoder: flate2::read::DeflateDecoder<R>,
+    /// The compressed bytes, until the first step makes the decoder of them (on the blocking
+    /// pool: an LZMA entry's header is read first).
+    compressed: Option<(R, u16, u64)>,
+    decoder: Option<Box<dyn Read + Send>>,
     skip: u64,
     left: u64,
     /// The whole entry is read: after it, the stream must end.
     whole: bool,
 }
+
+/// The decoder of an entry compressed with `method` (deflate, bzip2, LZMA or Zstandard) whose data is
+/// `compressed`, `size` bytes once decompressed.
+fn decoder(
+    mut compressed: impl Read + Send + 'static,
+    method: u16,
+    size: u64,
+) -> Result<Box<dyn Read + Send>, StoreError> {
+    match method {
+        BZIP2 => Ok(Box::new(bzip2::read::BzDecoder::new(compressed))),
+        ZSTD => match zstd::stream::read::Decoder::new(compressed) {
+            Ok(decoder) => Ok(Box::new(decoder)),
+            Err(e) => Err(corrupt(format!("zstd: {e}"))),
+        },
+        LZMA => {
+            // The zip LZMA header (APPNOTE 5.8.8): a version (2 bytes), the size of the
+            // properties that follow (2 bytes, 5 for LZMA1), then the raw stream. liblzma reads
+            // it as a .lzma file: the properties and the decompressed size (which also
+            // decides where a stream without an end marker ends).
+            let mut head = [0u8; 4];
+            compressed
+                .read_exact(&mut head)
+                .map_err(|_| corrupt("lzma: the entry is shorter than its header"))?;
+            if u16::from_le_bytes([head[2], head[3]]) != 5 {
+                return Err(corrupt("lzma: properties of another size than LZMA1's 5 bytes"));
+            }
+            let mut alone = [0u8; 13];
+            compressed
+                .read_exact(&mut alone[..5])
+                .map_err(|_| corrupt("lzma: the entry is shorter than its header"))?;
+            alone[5..].copy_from_slice(&size.to_le_bytes());
+            let stream =
+                liblzma::stream::Stream::new_lzma_decoder(LZMA_MEMLIMIT).map_err(|e| corrupt(format!("lzma: {e}")))?;
+            Ok(Box::new(liblzma::read::XzDecoder::new_stream(
+                std::io::Read::chain(std::io::Cursor::new(alone), compressed),
+                stream,
+            )))
+        }
+        _ => Ok(Box::new(flate2::read::DeflateDecoder::new(compressed))),
+    }
+}
+
+/// The most memory an LZMA entry's dictionary may take (a larger one is refused as corrupt):
+/// what the lzma codec allows.
+const LZMA_MEMLIMIT: u64 = 256 << 20;
 
 /// What one step of [`Inflating`] gave.
 enum Inflated {
@@ -598,11 +675,16 @@ enum Inflated {
     End,
 }
 
-impl<R: Read> Inflating<R> {
+impl<R: Read + Send + 'static> Inflating<R> {
     fn step(&mut self) -> Result<Inflated, StoreError> {
+        let decoder = match (&mut self.decoder, self.compressed.take()) {
+            (Some(decoder), _) => decoder,
+            (None, Some((compressed, method, size))) => self.decoder.insert(decoder(compressed, method, size)?),
+            (None, None) => return Err(corrupt("the entry's decoder failed")),
+        };
         if self.skip > 0 {
             let step = self.skip.min(SKIP_PER_TRIP);
-            return match std::io::copy(&mut (&mut self.decoder).take(step), &mut std::io::sink()) {
+            return match std::io::copy(&mut decoder.take(step), &mut std::io::sink()) {
                 Ok(n) if n == step => {
                     self.skip -= step;
                     Ok(Inflated::Skipped)
@@ -612,13 +694,13 @@ impl<R: Read> Inflating<R> {
         }
         if self.left > 0 {
             let mut piece = vec![0u8; self.left.min(INFLATE_PIECE) as usize];
-            self.decoder
+            decoder
                 .read_exact(&mut piece)
                 .map_err(|e| corrupt(format!("inflate: {e}")))?;
             self.left -= piece.len() as u64;
             return Ok(Inflated::Piece(Bytes::from(piece)));
         }
-        if self.whole && self.decoder.read(&mut [0u8; 1]).map_or(true, |n| n > 0) {
+        if self.whole && decoder.read(&mut [0u8; 1]).map_or(true, |n| n > 0) {
             return Err(corrupt("inflate: the entry is longer than its directory record says"));
         }
         Ok(Inflated::End)
@@ -632,11 +714,13 @@ impl<R: Read> Inflating<R> {
 /// client has gone. A `whole` entry must end where its directory record says.
 fn inflate_range(
     compressed: impl Read + Send + 'static,
+    entry: &Entry,
     range: Range<u64>,
     whole: bool,
 ) -> BoxStream<'static, Result<Bytes, StoreError>> {
     let inflating = Inflating {
-        decoder: flate2::read::DeflateDecoder::new(compressed),
+        compressed: Some((compressed, entry.method, entry.size)),
+        decoder: None,
         skip: range.start,
         left: range.end - range.start,
         whole,
@@ -797,7 +881,7 @@ impl ZipBackend {
         };
         // A whole entry is checked against its CRC-32 as it streams.
         let whole = range == (0..entry.size);
-        let body = if entry.method == 0 {
+        let body = if entry.method == STORED {
             if entry.compressed != entry.size {
                 return Err(corrupt("a stored entry's sizes differ"));
             }
@@ -821,7 +905,7 @@ impl ZipBackend {
                         .map_err(super::joined)?;
                     match opened {
                         Ok(Some((now, file))) if now.same_object(&dir.archive) => {
-                            inflate_range(file, range.clone(), whole)
+                            inflate_range(file, entry, range.clone(), whole)
                         }
                         Ok(_) => return Ok(EntryRead::ArchiveChanged),
                         Err(StoreError::Range { size, .. }) if size != dir.archive.size => {
@@ -835,7 +919,12 @@ impl ZipBackend {
                         return Ok(EntryRead::ArchiveChanged);
                     };
                     let compressed = tokio_util::io::StreamReader::new(read.body.map_err(std::io::Error::other));
-                    inflate_range(tokio_util::io::SyncIoBridge::new(compressed), range.clone(), whole)
+                    inflate_range(
+                        tokio_util::io::SyncIoBridge::new(compressed),
+                        entry,
+                        range.clone(),
+                        whole,
+                    )
                 }
             }
         };
@@ -1012,6 +1101,48 @@ mod tests {
         tail.extend(eocd(1, u32::MAX - 1, 0, b""));
         let size = MAX_DIRECTORY_BYTES * 100;
         assert!(matches!(parse_end(&tail, size), Err(StoreError::NotSupported(_))));
+    }
+
+    /// Bytes of a ZIP64 locator right before the end record (the last entry's comment may end
+    /// with them) with no ZIP64 record where they point: the end record's values stand, as
+    /// zipfile reads them; unless those say the real ones are in a ZIP64 record.
+    #[test]
+    fn a_locator_without_its_record_leaves_the_end_record_standing() {
+        let mut tail = vec![0u8; 1000];
+        tail.extend(EOCD64_LOCATOR_SIG.to_le_bytes());
+        tail.extend([0u8; 12]);
+        tail.extend(1u32.to_le_bytes());
+        tail.extend(eocd(2, 100, 920, b""));
+        let size = tail.len() as u64;
+        let end = parse_end(&tail, size).unwrap();
+        assert_eq!((end.cd_offset, end.cd_size, end.prepended), (920, 100, 0));
+        let mut saturated = tail[..1020].to_vec();
+        saturated.extend(eocd(2, 100, u32::MAX, b""));
+        assert!(parse_end(&saturated, size).is_err());
+    }
+
+    /// Info-ZIP's Unicode Path field gives the name in UTF-8 for the record's own (here CP866)
+    /// when it holds that name's CRC-32; a field for another name, or of another version, is
+    /// ignored.
+    #[test]
+    fn unicode_path_fields_name_their_entry() {
+        let cp866 = b"\xa4\xa0\xad\xad\xeb\xa5"; // "данные"
+        let record = |field_crc: u32, version: u8| {
+            let mut r = central_record(cp866, 0);
+            let mut field = vec![version];
+            field.extend(field_crc.to_le_bytes());
+            field.extend("данные".as_bytes());
+            let mut extra = 0x7075u16.to_le_bytes().to_vec();
+            extra.extend((field.len() as u16).to_le_bytes());
+            extra.extend(field);
+            r[30..32].copy_from_slice(&(extra.len() as u16).to_le_bytes());
+            r.extend(extra);
+            r
+        };
+        let names = |cd: &[u8]| -> Vec<String> { parse_central(cd, 0).unwrap().into_iter().map(|(n, _)| n).collect() };
+        assert_eq!(names(&record(crc32fast::hash(cp866), 1)), ["данные"]);
+        assert_eq!(names(&record(crc32fast::hash(cp866), 2)), ["ñá¡¡δÑ"]);
+        assert_eq!(names(&record(7, 1)), ["ñá¡¡δÑ"]);
     }
 
     #[test]
