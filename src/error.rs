@@ -148,7 +148,9 @@ impl From<StoreError> for ApiError {
             StoreError::Timeout(_) => ApiError::UpstreamTimeout,
             StoreError::Io(_) | StoreError::Range { .. } => ApiError::Upstream,
             StoreError::NotSupported(m) => ApiError::Unsupported(m),
-            too_large @ StoreError::TooLarge { .. } => ApiError::TooLarge(too_large.to_string()),
+            too_large @ (StoreError::TooLarge { .. } | StoreError::TooManyValues { .. }) => {
+                ApiError::TooLarge(too_large.to_string())
+            }
         }
     }
 }

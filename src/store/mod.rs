@@ -50,6 +50,10 @@ pub enum StoreError {
     /// it; `size` is what was to be read.
     #[error("'{key}' is {size} bytes; at most {max} are read into memory for it")]
     TooLarge { key: String, size: u64, max: u64 },
+    /// A metadata document holds more JSON values than are parsed
+    /// ([`crate::zarr::MAX_DOCUMENT_VALUES`]): parsed, they would take gigabytes.
+    #[error("'{key}' holds more than {max} JSON values; at most {max} are parsed")]
+    TooManyValues { key: String, max: usize },
     /// The stored bytes are not what their container format says (a zip archive whose
     /// directory or entry is broken). `key` is the key that was asked for.
     #[error("'{key}' is corrupt: {message}")]
@@ -392,6 +396,14 @@ impl Store {
             size,
             max: MAX_DOCUMENT_BYTES,
         };
+        // Counted before anything parses it.
+        let whole = |bytes: Bytes| match crate::zarr::document_values(&bytes) > crate::zarr::MAX_DOCUMENT_VALUES {
+            true => Err(StoreError::TooManyValues {
+                key: key.to_string(),
+                max: crate::zarr::MAX_DOCUMENT_VALUES,
+            }),
+            false => Ok(Some(Ok(bytes))),
+        };
         if self.reads_locally() {
             // The first 64 KiB, and the object's size with them: most documents are whole in
             // one read, and one over the limit is known without reading more of it.
@@ -410,13 +422,11 @@ impl Store {
                 return Ok(Some(Err(meta.size)));
             }
             if bytes.len() as u64 == meta.size {
-                return Ok(Some(Ok(bytes)));
+                return whole(bytes);
             }
             return match self.fetch(key, Some(ByteRange::Bounded(0, MAX_DOCUMENT_BYTES))).await {
                 Ok(Some((_, now))) if now.size > MAX_DOCUMENT_BYTES => Err(too_large(now.size)),
-                Ok(Some((bytes, now))) if bytes.len() as u64 == now.size && now.size <= meta.size => {
-                    Ok(Some(Ok(bytes)))
-                }
+                Ok(Some((bytes, now))) if bytes.len() as u64 == now.size && now.size <= meta.size => whole(bytes),
                 // Not whole even within the limit, or larger than admitted (or gone): it changed
                 // between the two reads.
                 Ok(_) | Err(StoreError::Range { .. }) => {
@@ -430,7 +440,7 @@ impl Store {
         match self.get(key, None).await? {
             Some(object) if object.meta.size > MAX_DOCUMENT_BYTES => Err(too_large(object.meta.size)),
             Some(object) if !admit(object.meta.size) => Ok(Some(Err(object.meta.size))),
-            Some(object) => Ok(Some(Ok(object.bytes().await?))),
+            Some(object) => whole(object.bytes().await?),
             None => Ok(None),
         }
     }

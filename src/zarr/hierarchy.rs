@@ -807,10 +807,15 @@ impl Tree {
     }
 
     /// About the bytes the tree holds in memory: 1 KiB a node besides its documents, and the
-    /// documents (attributes can be megabytes) at a few times their JSON text.
+    /// documents (attributes can be megabytes) as they are parsed ([`super::parsed_weight`]).
     pub fn heap_weight(&self) -> usize {
-        let text = |m: &Map<String, Value>| serde_json::to_string(m).map_or(0, |t| t.len());
-        let own = super::document_weight(text(&self.node.doc) + self.node.attrs.as_ref().map_or(0, text));
+        let parsed = |m: &Map<String, Value>| {
+            m.iter()
+                .fold(0usize, |n, (k, v)| n.saturating_add(k.len() + super::parsed_weight(v)))
+        };
+        let own = 1024usize
+            .saturating_add(parsed(&self.node.doc))
+            .saturating_add(self.node.attrs.as_ref().map_or(0, parsed));
         self.members
             .values()
             .fold(own, |n, t| n.saturating_add(t.heap_weight()))

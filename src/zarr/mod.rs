@@ -117,9 +117,10 @@ pub struct ArrayMeta {
     /// what was decoded under one document (another dtype, chunk shape or codecs, after the
     /// array was rewritten) is never used with another.
     pub fingerprint: u64,
-    /// Bytes of the metadata documents it was parsed from (attributes included): what the
-    /// metadata cache weighs it by, with its fill value.
-    pub doc_bytes: usize,
+    /// About the bytes the metadata documents it was parsed from hold once parsed
+    /// ([`parsed_weight`], attributes included): what the metadata cache weighs it by, with
+    /// its fill value.
+    pub doc_weight: usize,
     /// Chunk keys.
     pub key_encoding: ChunkKeyEncoding,
     /// How one stored object decodes.
@@ -141,13 +142,13 @@ impl ArrayMeta {
     }
 }
 
-/// A stable hash of a metadata document, and the length of its text.
-fn fingerprint_of(doc: &Value) -> (u64, usize) {
+/// A stable hash of a metadata document.
+fn fingerprint_of(doc: &Value) -> u64 {
     use std::hash::{Hash, Hasher};
     let text = doc.to_string();
     let mut h = std::hash::DefaultHasher::new();
     text.hash(&mut h);
-    (h.finish(), text.len())
+    h.finish()
 }
 
 impl ArrayMeta {
@@ -160,15 +161,70 @@ impl ArrayMeta {
             FillValue::Bytes(b) => b.len(),
             FillValue::Object(v) => v.to_string().len(),
         };
-        document_weight(self.doc_bytes).saturating_add(fill)
+        1024usize.saturating_add(self.doc_weight).saturating_add(fill)
     }
 }
 
-/// About the bytes a node's parsed metadata holds in memory, from the length of its JSON text:
-/// 1 KiB besides, and the parsed values at four times their text (what the metadata and
-/// hierarchy caches weigh).
-pub fn document_weight(text_bytes: usize) -> usize {
-    1024usize.saturating_add(text_bytes.saturating_mul(4))
+/// What one parsed JSON value takes in memory besides its text, about: a `Value` (an ordered
+/// map's is the largest), its slot in the array or map holding it, and the room those grow by.
+const PARSED_VALUE_BYTES: usize = 96;
+
+/// About the bytes `value` holds in memory parsed (what the metadata and hierarchy caches weigh
+/// documents by): [`PARSED_VALUE_BYTES`] a value, and the text of its strings, keys and
+/// numbers. A document of many small values (`[[],[],...]`) takes some 30 times its text.
+pub fn parsed_weight(value: &Value) -> usize {
+    match value {
+        Value::String(s) => PARSED_VALUE_BYTES + s.len(),
+        Value::Number(n) => PARSED_VALUE_BYTES + n.as_str().len(),
+        Value::Array(items) => items
+            .iter()
+            .fold(PARSED_VALUE_BYTES, |n, v| n.saturating_add(parsed_weight(v))),
+        Value::Object(fields) => fields.iter().fold(PARSED_VALUE_BYTES, |n, (k, v)| {
+            n.saturating_add(k.len()).saturating_add(parsed_weight(v))
+        }),
+        _ => PARSED_VALUE_BYTES,
+    }
+}
+
+/// The most values a metadata document may hold (counted in its text before it is parsed):
+/// parsed, they take [`PARSED_VALUE_BYTES`] each, some 400 MiB for this many, where the
+/// document's text (at most [`crate::store::MAX_DOCUMENT_BYTES`]) could otherwise hold
+/// twenty million (`[],[],...`) and take gigabytes. Real documents hold far fewer: the
+/// consolidated metadata of 100,000 arrays, some two million.
+pub const MAX_DOCUMENT_VALUES: usize = 1 << 22;
+
+/// How many JSON values `text` holds (one, and for each container that is not empty one more
+/// than the commas in it), counted up to [`MAX_DOCUMENT_VALUES`] and one more.
+pub fn document_values(text: &[u8]) -> usize {
+    let (mut n, mut in_string, mut escaped, mut opened) = (1usize, false, false, false);
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if b.is_ascii_whitespace() {
+            continue;
+        }
+        // The first thing in a container: it holds a value unless this closes it.
+        if std::mem::take(&mut opened) && b != b']' && b != b'}' {
+            n += 1;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => opened = true,
+            b',' => n += 1,
+            _ => {}
+        }
+        if n > MAX_DOCUMENT_VALUES {
+            break;
+        }
+    }
+    n
 }
 
 fn field<'a>(doc: &'a Value, name: &str) -> Result<&'a Value, MetaError> {
@@ -249,7 +305,7 @@ pub fn parse_v2(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaErr
     let dtype = chain.dtype.clone();
     let fill = FillValue::parse(doc.get("fill_value").unwrap_or(&Value::Null), &stored, 2)?.for_decoded(&dtype);
     let attributes = attrs.and_then(Value::as_object).cloned().unwrap_or_default();
-    let (fingerprint, doc_bytes) = fingerprint_of(doc);
+    let fingerprint = fingerprint_of(doc);
     Ok(ArrayMeta {
         zarr_format: 2,
         key_encoding: ChunkKeyEncoding::V2 {
@@ -262,7 +318,7 @@ pub fn parse_v2(doc: &Value, attrs: Option<&Value>) -> Result<ArrayMeta, MetaErr
         fill,
         fill_declared: doc.get("fill_value").is_some_and(|v| !v.is_null()),
         fingerprint,
-        doc_bytes: doc_bytes + serde_json::to_string(&attributes).map_or(0, |t| t.len()),
+        doc_weight: parsed_weight(doc).saturating_add(attrs.map_or(0, parsed_weight)),
         chain,
         attributes,
     })
@@ -381,7 +437,7 @@ pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
         .get("dimension_names")
         .and_then(Value::as_array)
         .map(|names| names.iter().map(|n| n.as_str().map(str::to_owned)).collect());
-    let (fingerprint, doc_bytes) = fingerprint_of(doc);
+    let fingerprint = fingerprint_of(doc);
     Ok(ArrayMeta {
         zarr_format: 3,
         shape,
@@ -390,7 +446,7 @@ pub fn parse_v3(doc: &Value) -> Result<ArrayMeta, MetaError> {
         fill,
         fill_declared: doc.get("fill_value").is_some_and(|v| !v.is_null()),
         fingerprint,
-        doc_bytes,
+        doc_weight: parsed_weight(doc),
         key_encoding,
         chain,
         attributes: doc
@@ -761,5 +817,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Values counted in the text before parsing, as serde_json parses them: containers, the
+    /// values in them, keys not counted, strings' own brackets and commas not counted.
+    #[test]
+    fn documents_values_are_counted_before_parsing() {
+        fn parsed(text: &str) -> usize {
+            fn count(v: &Value) -> usize {
+                1 + match v {
+                    Value::Array(items) => items.iter().map(count).sum(),
+                    Value::Object(fields) => fields.values().map(count).sum(),
+                    _ => 0,
+                }
+            }
+            count(&serde_json::from_str(text).unwrap())
+        }
+        for text in [
+            "1",
+            "[]",
+            "{}",
+            "[1, 2, 3]",
+            "[[], [ ], {}]",
+            r#"{"a": [1, {"b": "x,[{"}], "c\"]": [[[]]]}"#,
+            r#" { "s" : "\\" , "t" : [ 1 ] } "#,
+        ] {
+            assert_eq!(document_values(text.as_bytes()), parsed(text), "{text}");
+        }
+        let many = format!("[{}[]]", "[],".repeat(MAX_DOCUMENT_VALUES + 5));
+        assert_eq!(document_values(many.as_bytes()), MAX_DOCUMENT_VALUES + 1);
+        // What a parsed value weighs: a value's share, and its text.
+        assert_eq!(parsed_weight(&serde_json::json!([])), PARSED_VALUE_BYTES);
+        assert_eq!(
+            parsed_weight(&serde_json::from_str(r#"{"key": "text", "n": 12}"#).unwrap()),
+            3 * PARSED_VALUE_BYTES + "key".len() + "text".len() + "n".len() + "12".len()
+        );
     }
 }
