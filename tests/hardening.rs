@@ -373,6 +373,11 @@ async fn corrupt_stored_data_is_a_named_error_never_a_crash() {
     let shard = copy_case(dir.path(), "v3/sharding_end_i4");
     let b = std::fs::read(shard.join("c/0/0")).unwrap();
     std::fs::write(shard.join("c/0/0"), &b[..b.len() / 3]).unwrap();
+    // Shards of no bytes at all, their index at the end and at the start.
+    for case in ["v3/sharding_end_i4", "v3/sharding_start_i4"] {
+        let empty = copy_case(&dir.path().join("empty"), case);
+        std::fs::write(empty.join("c/0/0"), b"").unwrap();
+    }
     // A decompression bomb: a 4-element int32 array whose chunk inflates to 64 MiB.
     let bytes_gzip = json!([{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "gzip", "configuration": {"level": 9}}]);
     write_v3_array(&dir.path().join("bomb"), &[4], &[4], "int32", json!(0), bytes_gzip);
@@ -407,6 +412,8 @@ async fn corrupt_stored_data_is_a_named_error_never_a_crash() {
         ("v3/zstd_checksum_f8", rel.as_str()),
         ("v3/crc32c_i4", "v3/crc32c_i4/c/0/0"),
         ("v3/sharding_end_i4", "v3/sharding_end_i4/c/0/0"),
+        ("empty/v3/sharding_end_i4", "empty/v3/sharding_end_i4/c/0/0"),
+        ("empty/v3/sharding_start_i4", "empty/v3/sharding_start_i4/c/0/0"),
         ("bomb", "bomb/c/0"),
         ("liar", "liar/c/0"),
     ] {

@@ -1200,15 +1200,20 @@ async fn load_index(
         IndexLocation::End => ByteRange::Suffix(size),
         IndexLocation::Start => ByteRange::Bounded(0, size),
     };
-    let Some((bytes, shard)) = ctx.store.get_range_bytes(key, range).await? else {
-        return Ok(None);
+    let smaller = |shard_len: u64| ReadError::Corrupt {
+        key: key.to_string(),
+        message: format!("shard of {shard_len} bytes is smaller than its {size}-byte index"),
+    };
+    let (bytes, shard) = match ctx.store.get_range_bytes(key, range).await {
+        Ok(Some(found)) => found,
+        Ok(None) => return Ok(None),
+        // An empty shard has no bytes for any range to name.
+        Err(StoreError::Range { size: shard_len, .. }) => return Err(smaller(shard_len)),
+        Err(e) => return Err(e.into()),
     };
     let shard_len = shard.size;
     if shard_len < size || bytes.len() as u64 != size {
-        return Err(ReadError::Corrupt {
-            key: key.to_string(),
-            message: format!("shard of {shard_len} bytes is smaller than its {size}-byte index"),
-        });
+        return Err(smaller(shard_len));
     }
     let index = codec.decode_index(&bytes, n).map_err(|e| ReadError::codec(key, e))?;
     Ok(Some(Arc::new((index, shard))))
