@@ -25,6 +25,15 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
             limit / TEXT_SHARE
         )));
     }
+    // Counted before parsing, at what each takes parsed: a chunk of empty lists (`[],[],...`)
+    // holds a value in three bytes of text. Twice the limit, for a count that also has the
+    // trailer and the rows of an n-d chunk: the items are held to the limit itself below.
+    let values = crate::zarr::document_values(input);
+    if values.saturating_mul(VALUE_BYTES) > limit.saturating_mul(2) {
+        return Err(CodecError::OverLimit(format!(
+            "json2: {values} values or more would take more than twice the limit of {limit} bytes parsed"
+        )));
+    }
     let text = std::str::from_utf8(input).map_err(|_| CodecError::Corrupt("json2: not UTF-8".into()))?;
     let value: Value = serde_json::from_str(&crate::zarr::quote_non_finite(text, ""))
         .map_err(|e| CodecError::Corrupt(format!("json2: not JSON ({e})")))?;
@@ -114,5 +123,12 @@ mod tests {
         let err = decode(many.as_bytes(), 20000, held - 1).unwrap_err();
         assert!(err.to_string().contains("bytes parsed, more than the limit"), "{err}");
         assert!(decode(many.as_bytes(), 20000, held).is_ok());
+        // Empty lists, a value in three bytes: refused from their count, before parsing.
+        let empty = format!("[{}\"|O\",[20000]]", "[],".repeat(20000));
+        let err = decode(empty.as_bytes(), 20000, 20000 * VALUE_BYTES / 2).unwrap_err();
+        assert!(
+            err.to_string().contains("values or more would take more than twice"),
+            "{err}"
+        );
     }
 }

@@ -12,8 +12,9 @@ fn u32_at(input: &[u8], pos: usize) -> Result<usize, CodecError> {
         .ok_or_else(|| CodecError::Corrupt("vlen: truncated".into()))
 }
 
-/// Splits a vlen buffer into its `expected` items.
-fn items(input: &[u8], expected: usize) -> Result<Vec<&[u8]>, CodecError> {
+/// Splits a vlen buffer into its `expected` items, refusing a count whose elements alone would
+/// take more than `limit` decoded before anything is reserved for them.
+fn items<'a>(input: &'a [u8], expected: usize, codec: &str, limit: usize) -> Result<Vec<&'a [u8]>, CodecError> {
     let n = u32_at(input, 0)?;
     if n != expected {
         return Err(CodecError::Corrupt(format!(
@@ -28,6 +29,7 @@ fn items(input: &[u8], expected: usize) -> Result<Vec<&[u8]>, CodecError> {
             input.len()
         )));
     }
+    check_decoded(codec, n, 0, limit)?;
     let mut out = Vec::with_capacity(n);
     let mut pos = 4;
     for _ in 0..n {
@@ -72,12 +74,12 @@ pub(crate) fn utf8_items(items: Vec<&[u8]>, codec: &str, limit: usize) -> Result
 
 /// Decodes `vlen-utf8`, up to `limit` bytes decoded.
 pub fn decode_utf8(input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
-    utf8_items(items(input, expected)?, "vlen-utf8", limit)
+    utf8_items(items(input, expected, "vlen-utf8", limit)?, "vlen-utf8", limit)
 }
 
 /// Decodes `vlen-bytes`, up to `limit` bytes decoded.
 pub fn decode_bytes(input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
-    bytes_items(items(input, expected)?, "vlen-bytes", limit)
+    bytes_items(items(input, expected, "vlen-bytes", limit)?, "vlen-bytes", limit)
 }
 
 /// Items as byte-string elements, checked against `limit` (see [`check_decoded`]).
@@ -132,5 +134,10 @@ mod tests {
         assert!(decode_utf8(&empty, 1000, 24_000).is_ok());
         let err = decode_bytes(&empty, 1000, 23_999).unwrap_err().to_string();
         assert!(err.contains("more than the limit of 23999 bytes"), "{err}");
+        // A count whose elements alone are over the limit is refused from the count, before
+        // anything is reserved for the items (of one byte each here).
+        let ones = encode(&[&b"x"[..]; 1000]);
+        let err = decode_utf8(&ones, 1000, 1000).unwrap_err().to_string();
+        assert!(err.contains("1000 elements of 0 bytes"), "{err}");
     }
 }

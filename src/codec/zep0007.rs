@@ -6,7 +6,9 @@
 use super::CodecError;
 use crate::zarr::elements::Elements;
 
-fn split(input: &[u8], n: usize) -> Result<Vec<&[u8]>, CodecError> {
+fn split(input: &[u8], n: usize, limit: usize) -> Result<Vec<&[u8]>, CodecError> {
+    // The elements alone, before anything is reserved for their offsets.
+    super::vlen::check_decoded("zep0007", n, 0, limit)?;
     let header = (n + 1)
         .checked_mul(4)
         .ok_or_else(|| CodecError::Corrupt("zep0007: too many items".into()))?;
@@ -32,7 +34,7 @@ fn split(input: &[u8], n: usize) -> Result<Vec<&[u8]>, CodecError> {
 /// Decodes a chunk of `n` strings (`binary == false`) or byte strings, up to `limit` bytes
 /// decoded.
 pub fn decode(input: &[u8], n: usize, binary: bool, limit: usize) -> Result<Elements, CodecError> {
-    let items = split(input, n)?;
+    let items = split(input, n, limit)?;
     if binary {
         return super::vlen::bytes_items(items, "zep0007", limit);
     }
@@ -72,5 +74,8 @@ mod tests {
         let mut bad = encode(&["abc"]);
         bad[4..8].copy_from_slice(&100i32.to_le_bytes());
         assert!(decode(&bad, 1, false, 1 << 20).is_err());
+        // A count whose elements alone are over the limit: refused before its offsets are read.
+        let err = decode(&buf, 20, true, 20 * 24 - 1).unwrap_err().to_string();
+        assert!(err.contains("20 elements of 0 bytes"), "{err}");
     }
 }
