@@ -803,6 +803,10 @@ pub async fn serve_with(
     // loop watches for it instead, and only while a request waits for its answer ([`HangUp`]).
     #[cfg(unix)]
     builder.http1().half_close(true);
+    // A request head is at most a URL of `limits.max_url_bytes` and 16 KiB of fields, as over
+    // HTTP/2 below: a longer one is a 431 from hyper. Its default buffer, ~400 KiB, let each
+    // connection hold that much of a head that never ends (400 MB at `max_connections`).
+    builder.http1().max_buf_size(header_list.max(8192));
     // HTTP/2 refuses a request whose headers exceed the list size with a bare 431 (16 KiB by
     // default, less than `limits.max_url_bytes` may allow): a URL over that limit by up to
     // 16 KiB gets the JSON 414 that HTTP/1 gives.

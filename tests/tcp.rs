@@ -818,3 +818,28 @@ async fn http1_requests_need_one_host() {
     }
     served.stop().await.unwrap();
 }
+
+/// A request head longer than a URL of `limits.max_url_bytes` and 16 KiB of fields (give or
+/// take hyper's reads) is refused (431) rather than buffered: hyper's default let each
+/// connection hold ~400 KiB of it.
+#[tokio::test]
+async fn request_heads_past_their_bound_are_431() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = config_with(&[("fx", &fixtures())]);
+    let bound = config.limits.max_url_bytes + (16 << 10);
+    let served = serve(config).await;
+    for (field, status) in [(bound / 2, "200"), (4 * bound, "431")] {
+        let mut conn = tokio::net::TcpStream::connect(served.addr).await.unwrap();
+        let head = format!(
+            "GET /healthz HTTP/1.1\r\nHost: a\r\nX-Long: {}\r\nConnection: close\r\n\r\n",
+            "a".repeat(field)
+        );
+        // The server may answer (and close) before the whole head is sent.
+        let _ = conn.write_all(head.as_bytes()).await;
+        let mut answer = Vec::new();
+        let _ = conn.read_to_end(&mut answer).await;
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.get(9..12) == Some(status), "{field}: {answer}");
+    }
+    served.stop().await.unwrap();
+}
