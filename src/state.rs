@@ -63,6 +63,19 @@ pub struct StateInner {
     /// holding a few bands of decoded chunks (or itself) while its client reads: this bounds how
     /// many do at once.
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// Mebibytes that slice answers built whole over a band's size (images, text of
+    /// variable-length elements) may hold at once: their region and its encoding, held from
+    /// before the region is read until the body is sent (or its encoding, which goes on when
+    /// its client leaves, ends). [`whole_budget_mib`] of them.
+    pub whole_mib: Arc<tokio::sync::Semaphore>,
+}
+
+/// The mebibytes slice answers built whole may hold at once: four times
+/// `limits.max_slice_bytes`, at least 64 MiB. The turns of [`AppState::streams`] bound how many
+/// are sent at once, but one image of a region at the limit holds some 330 MB (the region, its
+/// pixels and the image), and 32 of them held 10 GiB.
+pub fn whole_budget_mib(max_slice_bytes: u64) -> u32 {
+    u32::try_from((max_slice_bytes.saturating_mul(4) >> 20).max(64)).unwrap_or(u32::MAX >> 4)
 }
 
 /// How many streamed (or large whole) slice responses are sent at once; more are refused
@@ -104,6 +117,7 @@ impl AppState {
 
     /// State over ready-made mounts (tests use this with wrapped stores).
     pub fn with_mounts(config: Config, mounts: Vec<Mount>) -> Self {
+        let whole_mib = whole_budget_mib(config.limits.max_slice_bytes);
         let mounts = mounts.into_iter().map(|m| (m.name.to_string(), m)).collect();
         let caches = Arc::new(Caches::new(&config.cache));
         let metrics_token = config
@@ -125,6 +139,7 @@ impl AppState {
             metrics: Metrics::new(),
             read_options,
             streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+            whole_mib: Arc::new(tokio::sync::Semaphore::new(whole_mib as usize)),
         }))
     }
 

@@ -1841,6 +1841,42 @@ async fn concurrent_identical_requests_decode_each_local_inner_chunk_once() {
     );
 }
 
+/// An image over a band's size takes its share of the memory budget for answers built whole
+/// before its region is read: with the budget held, it is 503 at once; freed, it is served.
+/// A small one takes none.
+#[tokio::test]
+async fn large_images_take_their_share_of_the_whole_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = json!([{"name": "bytes", "configuration": {"endian": "little"}}]);
+    // No chunk is stored: the region reads as fill, 16 MiB of float32.
+    write_v3_array(
+        &dir.path().join("a"),
+        &[2048, 2048],
+        &[512, 512],
+        "float32",
+        json!(1.5),
+        raw,
+    );
+    let state = zarrgate::AppState::from_config(config_with(&[("m", dir.path())])).unwrap();
+    let app = zarrgate::app(state.clone());
+    let all = state.whole_mib.available_permits() as u32;
+    let held = state.whole_mib.clone().try_acquire_many_owned(all).unwrap();
+    let image = "/api/v1/slice/m/a?format=png&vmin=0&vmax=2";
+    let r = get(&app, image, &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
+    assert_eq!(
+        get(&app, "/api/v1/slice/m/a?select=0:64,0:64&format=png", &[])
+            .await
+            .status,
+        200
+    );
+    drop(held);
+    let r = get(&app, image, &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.starts_with(b"\x89PNG"));
+    assert_eq!(state.whole_mib.available_permits() as u32, all);
+}
+
 /// Every answer says how it may be cached, once: `no-cache` (revalidate or fetch again), so that
 /// no shared cache keeps a slice or a listing past the staleness bound for a lifetime of its
 /// own choosing.

@@ -317,9 +317,13 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         Format::Png => asked.max(pixels.saturating_mul(4)),
         _ => asked,
     };
-    let turn = match whole > BAND_BYTES {
-        true => Some(stream_turn(&state)?),
-        false => None,
+    let (turn, held) = match whole > BAND_BYTES {
+        // The region and its encoding, at once: the encoding's share of the memory budget.
+        true => (
+            Some(stream_turn(&state)?),
+            Some(whole_share(&state, asked.saturating_add(whole))?),
+        ),
+        false => (None, None),
     };
     let elements = read_region(&ctx, &path, meta.clone(), &sel).await?;
     let variable = crate::format::variable_bytes(&elements, format);
@@ -339,11 +343,18 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
             _ => None,
         },
     };
-    // The body, its dtype, and for PNG the value range the colours span.
-    type Encoded = (Vec<u8>, Cow<'static, str>, Option<(f64, f64)>);
+    // The body, its dtype, for PNG the value range the colours span, and the share of the
+    // memory budget held (by the encoding itself: one on the blocking pool goes on when its
+    // request has gone, and holds the memory until it ends).
+    type Encoded = (
+        Vec<u8>,
+        Cow<'static, str>,
+        Option<(f64, f64)>,
+        Option<tokio::sync::OwnedSemaphorePermit>,
+    );
     let encode = move || -> Result<Encoded, ApiError> {
         let typestr = region.dtype.typestr();
-        Ok(match format {
+        let (body, typestr, range) = match format {
             Format::Json => (json::encode(&region), typestr, None),
             Format::Csv => (csv::encode(&region)?, typestr, None),
             Format::Png => {
@@ -358,7 +369,8 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
                 let (dtype, data) = bin::encode_npy(region)?;
                 (data, dtype.typestr(), None)
             }
-        })
+        };
+        Ok((body, typestr, range, held))
     };
     // Small results are encoded here; larger ones on the blocking pool, off the async workers.
     // Small by their bytes too: a few long strings are as much work as many numbers.
@@ -369,7 +381,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         0
     };
     let text_bytes = variable.unwrap_or(asked).max(json_lists);
-    let (body, dtype, range) = if sel.len() <= INLINE_ENCODE_ELEMENTS && text_bytes <= INLINE_ENCODE_BYTES {
+    let (body, dtype, range, held) = if sel.len() <= INLINE_ENCODE_ELEMENTS && text_bytes <= INLINE_ENCODE_BYTES {
         encode()?
     } else {
         crate::workers::spawn_blocking(encode)
@@ -401,8 +413,22 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     response
         .header(X_ZARR_DTYPE, dtype_header(dtype)?)
         .header(header::CONTENT_LENGTH, length_header(length as u64))
-        .body(whole_body(&state, Bytes::from(body), turn)?)
+        .body(whole_body(&state, Bytes::from(body), turn, held)?)
         .map_err(|_| ApiError::Internal)
+}
+
+/// The share of [`AppState::whole_mib`] an answer built whole holds for `bytes` (at most all
+/// of it, so that one larger than the budget may run alone); 503 when the rest is held.
+fn whole_share(state: &AppState, bytes: u64) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    let budget = crate::state::whole_budget_mib(state.config.limits.max_slice_bytes);
+    let mib = u32::try_from(bytes.div_ceil(1 << 20))
+        .unwrap_or(u32::MAX)
+        .clamp(1, budget);
+    state
+        .whole_mib
+        .clone()
+        .try_acquire_many_owned(mib)
+        .map_err(|_| ApiError::Overloaded)
 }
 
 /// The body of a response encoded whole (png, variable-length elements, text of small
@@ -414,6 +440,7 @@ fn whole_body(
     state: &AppState,
     body: Bytes,
     turn: Option<tokio::sync::OwnedSemaphorePermit>,
+    held: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Body, ApiError> {
     if body.len() as u64 <= BAND_BYTES {
         return Ok(Body::from(body));
@@ -425,7 +452,8 @@ fn whole_body(
     let piece = PIECE_BYTES as usize;
     let pieces = (0..body.len().div_ceil(piece))
         .map(move |i| Ok::<Bytes, std::io::Error>(body.slice(i * piece..((i + 1) * piece).min(body.len()))));
-    Ok(holding(stream::iter(pieces), turn))
+    // The body holds its share of the memory budget until it is sent, as its turn.
+    Ok(holding(stream::iter(pieces), (turn, held)))
 }
 
 /// A turn to send a streamed (or large whole) body ([`AppState::streams`]); 503 when none is
@@ -441,7 +469,7 @@ fn stream_turn(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, Ap
 /// A body of `pieces` that holds `turn` until it is sent or dropped.
 fn holding(
     pieces: impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
-    turn: tokio::sync::OwnedSemaphorePermit,
+    turn: impl Send + 'static,
 ) -> Body {
     Body::from_stream(pieces.map(move |piece| {
         let _sending = &turn;
@@ -871,6 +899,29 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Answers built whole share a budget of four times `limits.max_slice_bytes`: shares are
+    /// refused (503) once it is held, and free again when dropped; one larger than the whole
+    /// budget takes all of it, alone.
+    #[tokio::test]
+    async fn whole_answers_share_a_memory_budget() {
+        let mut config = crate::config::Config::default();
+        config.limits.max_slice_bytes = 64 << 20;
+        let state = AppState::from_config(config).unwrap();
+        assert_eq!(state.whole_mib.available_permits(), 256);
+        let first = whole_share(&state, 100 << 20).unwrap();
+        let second = whole_share(&state, (100 << 20) + 1).unwrap();
+        assert_eq!(state.whole_mib.available_permits(), 55);
+        assert!(matches!(whole_share(&state, 56 << 20), Err(ApiError::Overloaded)));
+        let small = whole_share(&state, 10).unwrap();
+        assert!(matches!(whole_share(&state, 1 << 40), Err(ApiError::Overloaded)));
+        drop((first, second, small));
+        let all = whole_share(&state, 1 << 40).unwrap();
+        assert_eq!(state.whole_mib.available_permits(), 0);
+        drop(all);
+        // The budget is at least 64 MiB.
+        assert_eq!(crate::state::whole_budget_mib(1 << 20), 64);
+    }
 
     #[test]
     fn saturated_counts_are_not_printed_as_numbers() {
