@@ -340,8 +340,8 @@ pub struct Caches {
     /// The walks under way or waiting for a turn, at most [`MAX_PENDING_WALKS`]; requests for
     /// the same hierarchy share one.
     pub walking: Walking,
-    /// Consolidated metadata synthesized for a group (`.zmetadata`, or `zarr.json` with
-    /// `consolidated_metadata`: the flag says which), with the walked tree it was rendered from.
+    /// Documents rendered from a walked hierarchy (consolidated metadata synthesized for a
+    /// group, a hierarchy's ZOM), with the walked tree each was rendered from.
     pub consolidated: Cache<ConsolidatedKey, Rendered>,
     /// The renderings of consolidated documents under way: requests for the same document
     /// wait for one rather than each rendering its own copy.
@@ -412,8 +412,17 @@ impl std::fmt::Debug for Walking {
     }
 }
 
-/// A synthesized consolidated document's key: (mount, group, whether it is a v3 `zarr.json`).
-pub type ConsolidatedKey = (Arc<str>, StoreKey, bool);
+/// A document rendered from a walked hierarchy: a v2 `.zmetadata`, a v3 `zarr.json` with
+/// `consolidated_metadata`, or the hierarchy's Zarr Object Model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Document {
+    Zmetadata,
+    ZarrJson,
+    Zom,
+}
+
+/// A rendered document's key: (mount, node, which document).
+pub type ConsolidatedKey = (Arc<str>, StoreKey, Document);
 
 /// A place where the requests for one consolidated document take turns to render it; holds
 /// the last one rendered while requests still wait there.
@@ -563,7 +572,7 @@ impl Caches {
         let consolidated_counters = CacheCounters::default();
         let consolidated = moka::future::Cache::builder()
             .max_capacity(CONSOLIDATED_BYTES)
-            .weigher(|k: &(Arc<str>, StoreKey, bool), v: &Rendered| weight(k.1.as_str().len() + v.bytes.len()))
+            .weigher(|k: &ConsolidatedKey, v: &Rendered| weight(k.1.as_str().len() + v.bytes.len()))
             .time_to_live(ttl)
             .eviction_listener(evictions_listener(consolidated_counters.evictions.clone()))
             .build_with_hasher(Default::default());
@@ -595,8 +604,8 @@ mod tests {
     #[test]
     fn render_slots_leave_with_their_last_holder() {
         let rendering = Rendering::default();
-        let key: RenderKey = ((Arc::from("m"), StoreKey::root(), false), 1);
-        let other: RenderKey = ((Arc::from("m"), StoreKey::root(), false), 2);
+        let key: RenderKey = ((Arc::from("m"), StoreKey::root(), Document::Zmetadata), 1);
+        let other: RenderKey = ((Arc::from("m"), StoreKey::root(), Document::Zmetadata), 2);
         let slots = |r: &Rendering| r.slots().len();
         let a = rendering.enter(key.clone());
         let b = rendering.enter(key.clone());

@@ -755,6 +755,33 @@ async fn consolidated_documents_are_rendered_once_and_caches_weigh_documents() {
     assert!(meta > 200_000.0, "{meta}");
 }
 
+/// A whole hierarchy's ZOM is rendered once per walked tree and shared by the requests for it
+/// (each built its own JSON before: 85 MB for 20,000 nodes); one to a depth is its own.
+#[tokio::test]
+async fn whole_zoms_are_rendered_once() {
+    let dir = tempfile::tempdir().unwrap();
+    v2_group_of_arrays(&dir.path().join("g"), 3, Some(r#"{"units": "m", "scale": NaN}"#));
+    let app = app_for(&[("m", dir.path())]);
+    let hits = "zarrgate_cache_hits_total{cache=\"consolidated\"}";
+    let misses = "zarrgate_cache_misses_total{cache=\"consolidated\"}";
+    let first = get(&app, "/api/v1/zom/m/g", &[]).await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.header("content-type"), Some("application/json"));
+    let zom = first.json();
+    assert_eq!(zom["members"].as_object().unwrap().len(), 3);
+    assert_eq!(
+        zom["members"]["a0"]["attributes"],
+        json!({"units": "m", "scale": "NaN"})
+    );
+    assert_eq!((metric(&app, hits).await, metric(&app, misses).await), (0.0, 1.0));
+    let second = get(&app, "/api/v1/zom/m/g", &[]).await;
+    assert_eq!(second.body, first.body);
+    assert_eq!((metric(&app, hits).await, metric(&app, misses).await), (1.0, 1.0));
+    let shallow = get(&app, "/api/v1/zom/m/g?depth=0", &[]).await.json();
+    assert!(shallow.get("members").is_none_or(|m| m == &json!({})), "{shallow}");
+    assert_eq!((metric(&app, hits).await, metric(&app, misses).await), (1.0, 1.0));
+}
+
 /// A v2 group at `g` of `n` small arrays `a0`, `a1`, ..., each with `attrs` if given.
 fn v2_group_of_arrays(g: &Path, n: usize, attrs: Option<&str>) {
     std::fs::create_dir_all(g).unwrap();
