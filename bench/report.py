@@ -208,7 +208,7 @@ def main():
     w("")
     w(f"`GET /api/v1/zom/bench/hier/tree.zarr` ({meta.get('zom_nodes', '?')} nodes, "
       f"{int(meta.get('zom_bytes', '0')) / 1e6:.1f} MB of JSON). Cold: restarted server, page cache dropped "
-      "(if permitted). Warm: the walked hierarchy is cached; the JSON is rendered per request.")
+      "(if permitted). Warm: the walked hierarchy and its rendered JSON are cached (from be66f22; rendered per request before).")
     w("")
     w("| case | seconds |")
     w("|---|---|")
