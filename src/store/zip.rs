@@ -239,7 +239,8 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
         // Info-ZIP's Unicode Path field (0x7075): the name in UTF-8, for the one in the record
         // (in a code page) whose CRC-32 it holds, as Python's zipfile reads it (3.12 on).
         let (raw, mut utf8) = (name, flags & (1 << 11) != 0);
-        let mut name = raw;
+        // A name ends at its first NUL byte, as zipfile reads it.
+        let mut name = until_nul(raw);
         let mut e = 0;
         while e + 4 <= extra.len() {
             let (id, len) = (
@@ -264,7 +265,7 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
                 && field_data.len() > 5
                 && std::str::from_utf8(&field_data[5..]).is_ok()
             {
-                (name, utf8) = (&field_data[5..], true);
+                (name, utf8) = (until_nul(&field_data[5..]), true);
             }
             e += 4 + len;
         }
@@ -297,6 +298,11 @@ fn parse_central(cd: &[u8], prepended: u64) -> Result<Vec<(String, Entry)>, Stor
         .into_iter()
         .map(|(name, flagged, entry)| (entry_name(name, flagged || unflagged_utf8).replace('\\', "/"), entry))
         .collect())
+}
+
+/// `name` up to its first NUL byte, if it has one.
+fn until_nul(name: &[u8]) -> &[u8] {
+    name.split(|&b| b == 0).next().unwrap_or(name)
 }
 
 /// An entry's name as text, read as UTF-8 when `utf8` or else as code page 437.
@@ -1143,6 +1149,8 @@ mod tests {
         assert_eq!(names(&record(crc32fast::hash(cp866), 1)), ["данные"]);
         assert_eq!(names(&record(crc32fast::hash(cp866), 2)), ["ñá¡¡δÑ"]);
         assert_eq!(names(&record(7, 1)), ["ñá¡¡δÑ"]);
+        // A name ends at a NUL byte, as zipfile reads it.
+        assert_eq!(names(&central_record(b"zarr.json\0junk", 0)), ["zarr.json"]);
     }
 
     #[test]
