@@ -683,7 +683,7 @@ impl Front {
     fn admits(&self, request: &Request) -> Result<(), ApiError> {
         if request.extensions().get::<NoSingleHost>().is_some() {
             return Err(ApiError::BadRequest(
-                "an HTTP/1.1 request has exactly one Host field".into(),
+                "an HTTP/1.1 request must have exactly one Host field".into(),
             ));
         }
         let max = self.state.config.limits.max_url_bytes;
