@@ -14,8 +14,8 @@ use super::{BytesToBytes, CodecError, numcodecs_object, optional_int, read_limit
 
 /// The memory the decoder may use, dictionary included. `xz -9` needs 65 MiB whatever the data
 /// size, so this cannot follow the output limit; liblzma commits the dictionary only as it is
-/// written.
-const MEMLIMIT: u64 = 256 << 20;
+/// written. Zip archives' LZMA entries are read within it too.
+pub(crate) const MEMLIMIT: u64 = 256 << 20;
 
 /// The container format, numcodecs' `format` (Python's `lzma.FORMAT_*`).
 #[derive(Debug, Clone, PartialEq, Eq)]

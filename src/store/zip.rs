@@ -659,8 +659,8 @@ fn decoder(
                 .read_exact(&mut alone[..5])
                 .map_err(|_| corrupt("lzma: the entry is shorter than its header"))?;
             alone[5..].copy_from_slice(&size.to_le_bytes());
-            let stream =
-                liblzma::stream::Stream::new_lzma_decoder(LZMA_MEMLIMIT).map_err(|e| corrupt(format!("lzma: {e}")))?;
+            let stream = liblzma::stream::Stream::new_lzma_decoder(crate::codec::lzma::MEMLIMIT)
+                .map_err(|e| corrupt(format!("lzma: {e}")))?;
             Ok(Box::new(liblzma::read::XzDecoder::new_stream(
                 std::io::Read::chain(std::io::Cursor::new(alone), compressed),
                 stream,
@@ -669,10 +669,6 @@ fn decoder(
         _ => Ok(Box::new(flate2::read::DeflateDecoder::new(compressed))),
     }
 }
-
-/// The most memory an LZMA entry's dictionary may take (a larger one is refused as corrupt):
-/// what the lzma codec allows.
-const LZMA_MEMLIMIT: u64 = 256 << 20;
 
 /// What one step of [`Inflating`] gave.
 enum Inflated {
