@@ -809,13 +809,9 @@ impl Tree {
     /// About the bytes the tree holds in memory: 1 KiB a node besides its documents, and the
     /// documents (attributes can be megabytes) as they are parsed ([`super::parsed_weight`]).
     pub fn heap_weight(&self) -> usize {
-        let parsed = |m: &Map<String, Value>| {
-            m.iter()
-                .fold(0usize, |n, (k, v)| n.saturating_add(k.len() + super::parsed_weight(v)))
-        };
-        let own = 1024usize
-            .saturating_add(parsed(&self.node.doc))
-            .saturating_add(self.node.attrs.as_ref().map_or(0, parsed));
+        let own = super::NODE_BYTES
+            .saturating_add(super::fields_weight(&self.node.doc))
+            .saturating_add(self.node.attrs.as_ref().map_or(0, super::fields_weight));
         self.members
             .values()
             .fold(own, |n, t| n.saturating_add(t.heap_weight()))

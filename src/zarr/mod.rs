@@ -161,7 +161,7 @@ impl ArrayMeta {
             FillValue::Bytes(b) => b.len(),
             FillValue::Object(v) => v.to_string().len(),
         };
-        1024usize.saturating_add(self.doc_weight).saturating_add(fill)
+        NODE_BYTES.saturating_add(self.doc_weight).saturating_add(fill)
     }
 }
 
@@ -179,12 +179,21 @@ pub fn parsed_weight(value: &Value) -> usize {
         Value::Array(items) => items
             .iter()
             .fold(PARSED_VALUE_BYTES, |n, v| n.saturating_add(parsed_weight(v))),
-        Value::Object(fields) => fields.iter().fold(PARSED_VALUE_BYTES, |n, (k, v)| {
-            n.saturating_add(k.len()).saturating_add(parsed_weight(v))
-        }),
+        Value::Object(fields) => PARSED_VALUE_BYTES.saturating_add(fields_weight(fields)),
         _ => PARSED_VALUE_BYTES,
     }
 }
+
+/// [`parsed_weight`] of an object's fields: their names and values.
+pub fn fields_weight(fields: &Map<String, Value>) -> usize {
+    fields.iter().fold(0usize, |n, (k, v)| {
+        n.saturating_add(k.len()).saturating_add(parsed_weight(v))
+    })
+}
+
+/// What a node's metadata takes in memory besides its documents (what the metadata and
+/// hierarchy caches weigh it by, with [`parsed_weight`]).
+pub const NODE_BYTES: usize = 1024;
 
 /// The most values a metadata document may hold (counted in its text before it is parsed):
 /// parsed, they take [`PARSED_VALUE_BYTES`] each, some 400 MiB for this many, where the
