@@ -246,11 +246,7 @@ async fn rendered_as(
         let with = own.clone();
         let bytes = tree_work(tree.clone(), move |from| {
             let doc = match (&with, document) {
-                (_, Document::Zom) => {
-                    let mut zom = from.zom();
-                    crate::zarr::hierarchy::unmark_non_finite(&mut zom);
-                    return Bytes::from(zom.to_string());
-                }
+                (_, Document::Zom) => return Bytes::from(zom_of(from).to_string()),
                 (Some(own), _) => from.consolidated_zarr_json(own),
                 (None, _) => from.zmetadata(),
             };
@@ -335,7 +331,9 @@ fn mount_and_path<'a>(state: &'a AppState, uri: &Uri, route: &str) -> Result<(&'
     Ok((mount, key))
 }
 
-async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Option<u32>) -> Result<Value, ApiError> {
+/// The hierarchy at `path` down to `depth` levels of members (`None`: all of them, walked and
+/// cached whole), or a 404.
+async fn zom_tree(state: &AppState, mount: &Mount, path: &StoreKey, depth: Option<u32>) -> Result<Arc<Tree>, ApiError> {
     let not_found = || ApiError::NotFound(format!("no Zarr node at '{path}' in mount '{}'", mount.name));
     let tree = match depth {
         None => tree(state, mount, path).await?.ok_or_else(not_found)?,
@@ -358,9 +356,14 @@ async fn zom_value(state: &AppState, mount: &Mount, path: &StoreKey, depth: Opti
             }
         }
     };
+    Ok(tree)
+}
+
+/// The ZOM JSON of `tree`, its non-finite numbers as the strings slices use.
+fn zom_of(tree: &Tree) -> Value {
     let mut zom = tree.zom();
     crate::zarr::hierarchy::unmark_non_finite(&mut zom);
-    Ok(zom)
+    zom
 }
 
 /// `GET /api/v1/zom/{mount}[/{path}]?depth=N`
@@ -377,13 +380,12 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Response, Ap
         let (mount, path) = mount_and_path(&state, &uri, "/api/v1/zom/")?;
         // A whole hierarchy's ZOM is rendered once per walked tree and shared, as consolidated
         // documents are: each request for 20,000 nodes built its own 85 MB of JSON values.
+        let tree = zom_tree(&state, mount, &path, depth).await?;
         if depth.is_none() {
-            let not_found = || ApiError::NotFound(format!("no Zarr node at '{path}' in mount '{}'", mount.name));
-            let tree = tree(&state, mount, &path).await?.ok_or_else(not_found)?;
             let bytes = rendered_as(&state, mount, &path, tree, None, Document::Zom).await?;
             return Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response());
         }
-        Ok(Json(zom_value(&state, mount, &path, depth).await?).into_response())
+        Ok(Json(zom_of(&tree)).into_response())
     })
     .await
 }
@@ -618,7 +620,7 @@ pub async fn validate(
         .await,
     )?
     .map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
-    let zom = zom_value(&state, mount, &path, None).await?;
+    let zom = zom_of(&*zom_tree(&state, mount, &path, None).await?);
     let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
     let errors = crate::workers::spawn_blocking(move || {
         let _turn = turn;
