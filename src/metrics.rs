@@ -320,16 +320,8 @@ impl Metrics {
 /// scrapers' `text/plain`) gets the Prometheus text format 0.0.4.
 pub fn wants_openmetrics(accept: Option<&str>) -> bool {
     accept.is_some_and(|accept| {
-        accept.split(',').any(|range| {
-            let mut parts = range.split(';');
-            let media = parts.next().unwrap_or("").trim();
-            let refused = parts.any(|p| {
-                p.split_once('=').is_some_and(|(k, v)| {
-                    k.trim().eq_ignore_ascii_case("q") && v.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)
-                })
-            });
-            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
-        })
+        crate::format::media_ranges(accept)
+            .any(|(kind, sub, q)| kind == "application" && sub == "openmetrics-text" && q > 0.0)
     })
 }
 

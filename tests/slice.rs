@@ -1937,6 +1937,20 @@ async fn metrics_format_follows_accept() {
     assert!(text.lines().any(|l| l == "# TYPE zarrgate_requests counter"), "{text}");
     assert!(text.lines().any(|l| l == sample), "{text}");
     assert!(text.ends_with("# EOF\n"), "{text}");
+    // Accept on two lines is one list, as for slices.
+    let two = get(
+        &app,
+        "/metrics",
+        &[
+            ("accept", "text/plain;version=0.0.4;q=0.5"),
+            ("accept", "application/openmetrics-text"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        two.header("content-type"),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8")
+    );
 }
 
 #[tokio::test]

@@ -89,6 +89,23 @@ pub enum Format {
     Png,
 }
 
+/// The media ranges of an `Accept` header: (type, subtype, quality), lower-cased, in the order
+/// listed; a range that is no `type/subtype`, or whose `q` is no number from 0 to 1, is left
+/// out.
+pub(crate) fn media_ranges(accept: &str) -> impl Iterator<Item = (String, String, f32)> + '_ {
+    accept.split(',').filter_map(|part| {
+        let mut params = part.split(';');
+        let (kind, sub) = params.next()?.trim().split_once('/')?;
+        let q = params
+            .filter_map(|p| p.split_once('='))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
+            .map_or(Some(1.0), |(_, v)| {
+                v.trim().parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q))
+            })?;
+        Some((kind.trim().to_ascii_lowercase(), sub.trim().to_ascii_lowercase(), q))
+    })
+}
+
 impl Format {
     /// From the `format` query parameter.
     pub fn from_name(name: &str) -> Option<Format> {
@@ -132,20 +149,7 @@ impl Format {
             (Format::Csv, "text", "csv"),
             (Format::Png, "image", "png"),
         ];
-        let ranges: Vec<(String, String, f32)> = accept
-            .split(',')
-            .filter_map(|part| {
-                let mut params = part.split(';');
-                let (kind, sub) = params.next()?.trim().split_once('/')?;
-                let q = params
-                    .filter_map(|p| p.split_once('='))
-                    .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
-                    .map_or(Some(1.0), |(_, v)| {
-                        v.trim().parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q))
-                    })?;
-                Some((kind.trim().to_ascii_lowercase(), sub.trim().to_ascii_lowercase(), q))
-            })
-            .collect();
+        let ranges: Vec<(String, String, f32)> = media_ranges(accept).collect();
         // (q, specificity, -position) of the best range for each of our media types.
         let mut ranked: Vec<((f32, u8, isize), Format)> = Vec::new();
         for (format, kind, sub) in ALL {

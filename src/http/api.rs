@@ -29,8 +29,8 @@ pub async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderM
     // batches).
     state.caches.settle().await;
     let text = state.metrics.render(&state.caches);
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    let (content_type, text) = match crate::metrics::wants_openmetrics(accept) {
+    let accept = super::header_list(&headers, header::ACCEPT);
+    let (content_type, text) = match crate::metrics::wants_openmetrics(accept.as_deref()) {
         true => ("application/openmetrics-text; version=1.0.0; charset=utf-8", text),
         false => (
             "text/plain; version=0.0.4; charset=utf-8",
