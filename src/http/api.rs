@@ -45,12 +45,10 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /`: the web page, embedded in the binary.
+/// `GET /`: the web page, embedded in the binary (`no-cache`, as every answer that states no
+/// other: the front adds it).
 pub async fn index() -> impl IntoResponse {
-    (
-        [(header::CACHE_CONTROL, "no-cache")],
-        Html(include_str!("../../static/index.html")),
-    )
+    Html(include_str!("../../static/index.html"))
 }
 
 /// Unknown routes.
