@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::categorize::Categorize;
 use super::numeric::Scalar;
+use super::pcodec::Pcodec;
 use super::sharding::ShardingCodec;
 use super::{BytesToBytes, CodecError, astype, delta, fixedscaleoffset, json2, packbits, transpose, vlen, zep0007};
 use crate::zarr::MetaError;
@@ -137,12 +138,19 @@ impl BytesToBytes for Identity {
     }
 }
 
-fn bytes_stage_v2(config: &Value) -> Result<Box<dyn BytesToBytes>, MetaError> {
+/// A v2 filter or compressor given elements of type `given` (`None`: bytes), and the type of
+/// what it encodes to (`None`: bytes).
+fn bytes_stage_v2(config: &Value, given: Option<&DType>) -> Result<(Box<dyn BytesToBytes>, Option<DType>), MetaError> {
     let id = codec_id(config);
-    if let Some((codec, _)) = numeric_filter(id, config)? {
-        return Ok(codec);
+    if let Some((codec, encoded)) = numeric_filter(id, config)? {
+        return Ok((codec, encoded.or_else(|| given.cloned())));
     }
-    super::bytes_codec_v2(config)?.ok_or_else(|| MetaError::Unsupported(format!("codec '{id}'")))
+    if id == "pcodec" {
+        let given = given.ok_or_else(|| MetaError::Unsupported("pcodec of bytes rather than numbers".into()))?;
+        return Ok((Box::new(Pcodec::new(config, given)?), None));
+    }
+    let codec = super::bytes_codec_v2(config)?.ok_or_else(|| MetaError::Unsupported(format!("codec '{id}'")))?;
+    Ok((codec, None))
 }
 
 impl CodecChain {
@@ -177,9 +185,13 @@ impl CodecChain {
             }
             _ => (ArrayToBytes::Fixed(stored.clone()), filters, stored.little_endian()),
         };
-        let mut bytes_to_bytes = rest.iter().map(bytes_stage_v2).collect::<Result<Vec<_>, _>>()?;
-        if let Some(c) = compressor {
-            bytes_to_bytes.push(bytes_stage_v2(c)?);
+        // The type each stage is given: the stored elements, then what numeric filters store.
+        let mut given = matches!(array_to_bytes, ArrayToBytes::Fixed(_)).then(|| stored.clone());
+        let mut bytes_to_bytes = Vec::new();
+        for config in rest.iter().chain(compressor) {
+            let (stage, encoded) = bytes_stage_v2(config, given.as_ref())?;
+            bytes_to_bytes.push(stage);
+            given = encoded;
         }
         let array_to_array = match order {
             "C" => Vec::new(),
@@ -215,7 +227,10 @@ impl CodecChain {
             match name {
                 // A second array->bytes codec, or an array->array one after it: the spec allows
                 // neither (and zarr-python refuses the array), which is no codec missing here.
-                "transpose" | "bytes" | "endian" | "vlen-utf8" | "vlen-bytes" | "sharding_indexed" if !before_bytes => {
+                "transpose" | "bytes" | "endian" | "vlen-utf8" | "vlen-bytes" | "sharding_indexed"
+                | "numcodecs.pcodec"
+                    if !before_bytes =>
+                {
                     return Err(MetaError::Invalid(format!(
                         "codec '{name}' comes after the array->bytes codec"
                     )));
@@ -263,6 +278,13 @@ impl CodecChain {
                 "sharding_indexed" if before_bytes => {
                     let codec = ShardingCodec::from_v3(config, &stage_dtype, &stage_shape)?;
                     array_to_bytes = Some(ArrayToBytes::Sharding(Box::new(codec)));
+                }
+                // numcodecs' PCodec as zarr-python writes it in v3: the array->bytes codec.
+                "numcodecs.pcodec" => {
+                    let pcodec = Pcodec::new(config.unwrap_or(&Value::Null), &stage_dtype)?;
+                    // Every bytes->bytes codec comes after it.
+                    bytes_to_bytes.insert(0, Box::new(pcodec) as Box<dyn BytesToBytes>);
+                    array_to_bytes = Some(ArrayToBytes::Fixed(stage_dtype.little_endian()));
                 }
                 n if before_bytes && n.starts_with("numcodecs.") => {
                     let id = &n["numcodecs.".len()..];
@@ -588,6 +610,56 @@ mod tests {
             .flat_map(|v| v.to_le_bytes())
             .collect();
         assert_eq!(out, Elements::Fixed(want));
+    }
+
+    /// pcodec encodes typed numbers: the type that reaches it is the array's, or what the numeric
+    /// filters before it store; in v3 it is the array->bytes codec.
+    #[test]
+    fn pcodec_gets_the_type_that_reaches_it() {
+        let v2 = |dtype: &str, filters: Value| {
+            let stored = DType::from_v2(&json!(dtype)).unwrap();
+            CodecChain::from_v2(
+                &stored,
+                "C",
+                filters.as_array().unwrap(),
+                Some(&json!({"id": "pcodec"})),
+                1,
+            )
+        };
+        let pcodec_of = |c: &CodecChain| format!("{:?}", c.bytes_to_bytes.last().unwrap());
+        assert!(pcodec_of(&v2("<i4", json!([])).unwrap()).contains("I32"));
+        assert!(pcodec_of(&v2("<M8[s]", json!([])).unwrap()).contains("I64"));
+        let delta = json!([{"id": "delta", "dtype": "<i8", "astype": "<i2"}]);
+        assert!(pcodec_of(&v2("<i8", delta).unwrap()).contains("I16"));
+        // Filters that keep the type pass it on; bytes codecs leave bytes.
+        assert!(pcodec_of(&v2("<f4", json!([{"id": "bitround", "keepbits": 3}])).unwrap()).contains("F32"));
+        for (dtype, filters) in [
+            ("<i4", json!([{"id": "shuffle", "elementsize": 4}])),
+            ("<i4", json!([{"id": "zlib", "level": 1}])),
+            (">i4", json!([])),
+            ("|b1", json!([])),
+        ] {
+            assert!(
+                matches!(v2(dtype, filters.clone()), Err(MetaError::Unsupported(_))),
+                "{dtype} {filters}"
+            );
+        }
+        // v3: the array->bytes codec, decoded after every bytes->bytes codec.
+        let pcodec = json!({"name": "numcodecs.pcodec", "configuration": {"level": 8}});
+        let c = chain(
+            "float64",
+            json!([pcodec, {"name": "zstd", "configuration": {"level": 1}}]),
+        )
+        .unwrap();
+        assert!(matches!(&c.array_to_bytes, ArrayToBytes::Fixed(d) if d.kind == Kind::Float(8)));
+        assert!(format!("{:?}", c.bytes_to_bytes).starts_with("[Pcodec { numbers: F64 }, Zstd"));
+        let bytes = json!({"name": "bytes", "configuration": {"endian": "little"}});
+        let err = chain("float64", json!([bytes, pcodec])).unwrap_err().to_string();
+        assert!(err.contains("comes after the array->bytes codec"), "{err}");
+        assert!(matches!(
+            chain("string", json!([pcodec])),
+            Err(MetaError::Unsupported(_))
+        ));
     }
 
     fn zlib(data: &[u8]) -> Vec<u8> {

@@ -64,6 +64,7 @@ pub mod lz4;
 pub mod lzma;
 pub mod numeric;
 pub mod packbits;
+pub mod pcodec;
 pub mod sharding;
 pub mod shuffle;
 pub mod transpose;

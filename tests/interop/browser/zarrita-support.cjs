@@ -97,9 +97,6 @@ function hasMissingV2Chunk(dir, meta) {
 }
 
 function codecChainReason(codecs, inner) {
-  if (!codecs.some((c) => ARRAY_TO_BYTES.has(c.name))) {
-    return "no array->bytes codec (ZEP0007 variable-length chunk layout): zarrita requires one";
-  }
   for (const c of codecs) {
     if (c.name === "sharding_indexed") {
       if (inner) return "nested sharding_indexed: zarrita's inner codec pipeline has no sharding codec";
@@ -111,6 +108,10 @@ function codecChainReason(codecs, inner) {
     }
     if (c.name === "vlen-bytes") return "codec 'vlen-bytes': not in zarrita's codec registry";
     if (!V3_CODECS.has(c.name)) return `codec '${c.name}': not in zarrita's codec registry`;
+  }
+  // Checked after the names: an array->bytes codec zarrita lacks (numcodecs.pcodec) is named.
+  if (!codecs.some((c) => ARRAY_TO_BYTES.has(c.name))) {
+    return "no array->bytes codec (ZEP0007 variable-length chunk layout): zarrita requires one";
   }
   return null;
 }
