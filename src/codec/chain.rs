@@ -9,7 +9,6 @@ use serde_json::Value;
 
 use super::categorize::Categorize;
 use super::numeric::Scalar;
-use super::pcodec::Pcodec;
 use super::sharding::ShardingCodec;
 use super::{BytesToBytes, CodecError, astype, delta, fixedscaleoffset, json2, packbits, transpose, vlen, zep0007};
 use crate::zarr::MetaError;
@@ -145,9 +144,11 @@ fn bytes_stage_v2(config: &Value, given: Option<&DType>) -> Result<(Box<dyn Byte
     if let Some((codec, encoded)) = numeric_filter(id, config)? {
         return Ok((codec, encoded.or_else(|| given.cloned())));
     }
-    if id == "pcodec" {
-        let given = given.ok_or_else(|| MetaError::Unsupported("pcodec of bytes rather than numbers".into()))?;
-        return Ok((Box::new(Pcodec::new(config, given)?), None));
+    if super::TYPED_CODECS.contains(&id) {
+        let given = given.ok_or_else(|| MetaError::Unsupported(format!("{id} of bytes rather than numbers")))?;
+        if let Some(codec) = super::typed_codec(id, config, given)? {
+            return Ok((codec, None));
+        }
     }
     let codec = super::bytes_codec_v2(config)?.ok_or_else(|| MetaError::Unsupported(format!("codec '{id}'")))?;
     Ok((codec, None))
@@ -228,7 +229,7 @@ impl CodecChain {
                 // A second array->bytes codec, or an array->array one after it: the spec allows
                 // neither (and zarr-python refuses the array), which is no codec missing here.
                 "transpose" | "bytes" | "endian" | "vlen-utf8" | "vlen-bytes" | "sharding_indexed"
-                | "numcodecs.pcodec"
+                | "numcodecs.pcodec" | "numcodecs.zfpy"
                     if !before_bytes =>
                 {
                     return Err(MetaError::Invalid(format!(
@@ -279,11 +280,13 @@ impl CodecChain {
                     let codec = ShardingCodec::from_v3(config, &stage_dtype, &stage_shape)?;
                     array_to_bytes = Some(ArrayToBytes::Sharding(Box::new(codec)));
                 }
-                // numcodecs' PCodec as zarr-python writes it in v3: the array->bytes codec.
-                "numcodecs.pcodec" => {
-                    let pcodec = Pcodec::new(config.unwrap_or(&Value::Null), &stage_dtype)?;
-                    // Every bytes->bytes codec comes after it.
-                    bytes_to_bytes.insert(0, Box::new(pcodec) as Box<dyn BytesToBytes>);
+                // numcodecs' PCodec and ZFPY as zarr-python writes them in v3: array->bytes codecs.
+                "numcodecs.pcodec" | "numcodecs.zfpy" => {
+                    let id = &name["numcodecs.".len()..];
+                    if let Some(codec) = super::typed_codec(id, config.unwrap_or(&Value::Null), &stage_dtype)? {
+                        // Every bytes->bytes codec comes after it.
+                        bytes_to_bytes.insert(0, codec);
+                    }
                     array_to_bytes = Some(ArrayToBytes::Fixed(stage_dtype.little_endian()));
                 }
                 n if before_bytes && n.starts_with("numcodecs.") => {
@@ -612,10 +615,10 @@ mod tests {
         assert_eq!(out, Elements::Fixed(want));
     }
 
-    /// pcodec encodes typed numbers: the type that reaches it is the array's, or what the numeric
-    /// filters before it store; in v3 it is the array->bytes codec.
+    /// pcodec and zfpy encode typed numbers: the type that reaches them is the array's, or what the
+    /// numeric filters before them store; in v3 they are the array->bytes codec.
     #[test]
-    fn pcodec_gets_the_type_that_reaches_it() {
+    fn typed_codecs_get_the_type_that_reaches_them() {
         let v2 = |dtype: &str, filters: Value| {
             let stored = DType::from_v2(&json!(dtype)).unwrap();
             CodecChain::from_v2(
@@ -658,6 +661,21 @@ mod tests {
         assert!(err.contains("comes after the array->bytes codec"), "{err}");
         assert!(matches!(
             chain("string", json!([pcodec])),
+            Err(MetaError::Unsupported(_))
+        ));
+        // zfpy takes the same places.
+        let zfpy = json!({"name": "numcodecs.zfpy", "configuration": {"mode": 4, "tolerance": 0.1}});
+        let c = chain("int64", json!([zfpy, {"name": "zstd", "configuration": {"level": 1}}])).unwrap();
+        assert!(format!("{:?}", c.bytes_to_bytes).starts_with("[Zfpy { scalar: I64 }, Zstd"));
+        let err = chain("float64", json!([bytes, zfpy])).unwrap_err().to_string();
+        assert!(err.contains("comes after the array->bytes codec"), "{err}");
+        let stored = DType::from_v2(&json!("<i8")).unwrap();
+        let delta = [json!({"id": "delta", "dtype": "<i8", "astype": "<i4"})];
+        let c = CodecChain::from_v2(&stored, "C", &delta, Some(&json!({"id": "zfpy"})), 1).unwrap();
+        assert!(format!("{:?}", c.bytes_to_bytes.last().unwrap()).contains("I32"));
+        let zlib = [json!({"id": "zlib"})];
+        assert!(matches!(
+            CodecChain::from_v2(&stored, "C", &zlib, Some(&json!({"id": "zfpy"})), 1),
             Err(MetaError::Unsupported(_))
         ));
     }

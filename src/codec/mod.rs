@@ -70,12 +70,15 @@ pub mod shuffle;
 pub mod transpose;
 pub mod vlen;
 pub mod zep0007;
+pub mod zfpy;
 pub mod zlib;
 pub mod zstd;
 
 use std::io::Read;
 
 use serde_json::{Map, Value};
+
+use crate::zarr::dtype::DType;
 
 /// The bytes->bytes codec of a Zarr v2 compressor or filter (a whole numcodecs dict, `id` included).
 ///
@@ -109,6 +112,19 @@ pub fn bytes_codec_v3(name: &str, configuration: Option<&Value>) -> Result<Optio
             }
             None => return Ok(None),
         },
+    }))
+}
+
+/// The numcodecs codecs that encode typed numbers rather than bytes: in v2 the compressor (or a
+/// filter) of the type that reaches it, in v3 (`numcodecs.<id>`) the array->bytes codec.
+pub const TYPED_CODECS: [&str; 2] = ["pcodec", "zfpy"];
+
+/// The decoder of a [`TYPED_CODECS`] id (`None` for other ids) for elements of `dtype`.
+pub fn typed_codec(id: &str, config: &Value, dtype: &DType) -> Result<Option<Box<dyn BytesToBytes>>, CodecError> {
+    Ok(Some(match id {
+        "pcodec" => Box::new(pcodec::Pcodec::new(config, dtype)?),
+        "zfpy" => Box::new(zfpy::Zfpy::new(config, dtype)?),
+        _ => return Ok(None),
     }))
 }
 

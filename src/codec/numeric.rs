@@ -43,6 +43,34 @@ pub fn f16_from_f64(x: f64) -> half::f16 {
     half::f16::from_f32(near)
 }
 
+/// A number that codecs decoding typed numbers (pcodec, zfpy) write out: decoded chunks hold
+/// little-endian elements.
+pub trait LittleEndian: Copy + Default {
+    /// Appends the number's little-endian bytes.
+    fn put_le(self, out: &mut Vec<u8>);
+}
+
+macro_rules! little_endian {
+    ($($t:ty),*) => {$(
+        impl LittleEndian for $t {
+            fn put_le(self, out: &mut Vec<u8>) {
+                out.extend_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+
+little_endian!(u8, u16, u32, u64, i8, i16, i32, i64, half::f16, f32, f64);
+
+/// `numbers` as little-endian bytes.
+pub fn to_le_bytes<T: LittleEndian>(numbers: &[T]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(std::mem::size_of_val(numbers));
+    for &x in numbers {
+        x.put_le(&mut out);
+    }
+    out
+}
+
 /// A numeric element type as the filters declare it (`"<i4"`, `">f8"`, `"|u1"`, `"|b1"`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scalar(DType);

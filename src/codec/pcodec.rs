@@ -15,6 +15,7 @@ use pco::data_types::Number;
 use pco::standalone::{DecompressorItem, FileDecompressor};
 use serde_json::Value;
 
+use super::numeric::{LittleEndian, to_le_bytes};
 use super::{BytesToBytes, CodecError, numcodecs_object, optional_int};
 use crate::zarr::dtype::{DType, Kind};
 
@@ -93,47 +94,14 @@ impl BytesToBytes for Pcodec {
     }
 }
 
-/// A pco number and its little-endian bytes.
-trait Element: Number {
-    const ZERO: Self;
-    const SIZE: usize;
-    fn put(self, out: &mut Vec<u8>);
-}
-
-macro_rules! element {
-    ($($t:ty = $zero:expr),*) => {$(
-        impl Element for $t {
-            const ZERO: Self = $zero;
-            const SIZE: usize = std::mem::size_of::<$t>();
-            fn put(self, out: &mut Vec<u8>) {
-                out.extend_from_slice(&self.to_le_bytes());
-            }
-        }
-    )*};
-}
-
-element!(
-    u8 = 0,
-    u16 = 0,
-    u32 = 0,
-    u64 = 0,
-    i8 = 0,
-    i16 = 0,
-    i32 = 0,
-    i64 = 0,
-    half::f16 = half::f16::ZERO,
-    f32 = 0.0,
-    f64 = 0.0
-);
-
 fn corrupt(e: pco::errors::PcoError) -> CodecError {
     CodecError::Corrupt(format!("pcodec: {e}"))
 }
 
 /// Every chunk of the file, as numbers of type `T`, in little-endian bytes of at most `limit`.
-fn decode_as<T: Element>(input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
+fn decode_as<T: Number + LittleEndian>(input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
     let (file, mut src) = FileDecompressor::new(input).map_err(corrupt)?;
-    let room = limit / T::SIZE;
+    let room = limit / std::mem::size_of::<T>();
     let mut numbers: Vec<T> = Vec::new();
     loop {
         match file.chunk_decompressor::<T, &[u8]>(src).map_err(corrupt)? {
@@ -152,7 +120,7 @@ fn decode_as<T: Element>(input: &[u8], limit: usize) -> Result<Vec<u8>, CodecErr
                     return Err(CodecError::TooLarge { limit });
                 }
                 let start = numbers.len();
-                numbers.resize(start + n, T::ZERO);
+                numbers.resize(start + n, T::default());
                 let progress = chunk.read(&mut numbers[start..]).map_err(corrupt)?;
                 if progress.n_processed != n || !progress.finished {
                     return Err(CodecError::Corrupt(format!(
@@ -164,11 +132,7 @@ fn decode_as<T: Element>(input: &[u8], limit: usize) -> Result<Vec<u8>, CodecErr
             }
         }
     }
-    let mut out = Vec::with_capacity(numbers.len() * T::SIZE);
-    for x in numbers {
-        x.put(&mut out);
-    }
-    Ok(out)
+    Ok(to_le_bytes(&numbers))
 }
 
 #[cfg(test)]
