@@ -123,6 +123,9 @@ def varlen(out):
         (4, 4, json2_2d),
         (5, 4, bytes([1, 2, 3, 0])),
         (6, 4, bytes([1, 2, 3, 0])),
+        # vlen-array: <f8 items [1.5, 2.0], [] and >i2 items [1, -1], [7]
+        (7, 2, struct.pack("<II2dI", 2, 16, 1.5, 2.0, 0)),
+        (8, 2, struct.pack("<II", 2, 4) + struct.pack(">2h", 1, -1) + struct.pack("<I", 2) + struct.pack(">h", 7)),
     ]:
         write(out, "varlen", head(mode, n) + chunk)
     for name, n in (("zep0007_string_no_codecs", 3), ("zep0007_string_long_chunk", 20), ("zep0007_binary_gzip", 2)):

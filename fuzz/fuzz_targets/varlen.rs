@@ -1,7 +1,7 @@
 //! Variable-length chunks: ZEP0007 (`string`, `binary`), numcodecs `vlen-utf8`, `vlen-bytes`,
-//! `json2` and `categorize` (object and `<U5`).
+//! `json2`, `categorize` (object and `<U5`) and `vlen-array` (`<f8` and `>i2` items).
 //!
-//! Byte 0 picks the codec (mod 7), bytes 1-2 are the item count the chunk should hold
+//! Byte 0 picks the codec (mod 9), bytes 1-2 are the item count the chunk should hold
 //! (little-endian u16), the rest is the chunk.
 #![no_main]
 
@@ -17,12 +17,16 @@ const LIMIT: usize = 1 << 20;
 fuzz_target!(|data: &[u8]| {
     let [mode, n0, n1, chunk @ ..] = data else { return };
     let n = u16::from_le_bytes([*n0, *n1]) as usize;
-    let result = match mode % 7 {
+    let result = match mode % 9 {
         0 => zep0007::decode(chunk, n, false, LIMIT),
         1 => zep0007::decode(chunk, n, true, LIMIT),
         2 => vlen::decode_utf8(chunk, n, LIMIT),
         3 => vlen::decode_bytes(chunk, n, LIMIT),
         4 => json2::decode(chunk, n, LIMIT),
+        7 | 8 => {
+            let item = zarrgate::zarr::dtype::DType::from_v2(&json!(if mode % 9 == 7 { "<f8" } else { ">i2" })).unwrap();
+            vlen::decode_arrays(chunk, n, &item, LIMIT)
+        }
         m => {
             let dtype = if m == 5 { "|O" } else { "<U5" };
             let config = json!({"id": "categorize", "labels": ["red", "green", "blue"], "dtype": dtype, "astype": "|u1"});

@@ -46,6 +46,8 @@ pub enum ArrayToBytes {
     VlenBytes,
     /// numcodecs `json2`.
     Json2,
+    /// numcodecs `vlen-array` of 1-d arrays of this type.
+    VlenArray(DType),
     /// numcodecs `categorize`.
     Categorize(Categorize),
     /// ZEP0007 variable-length layout (`binary` for bytes).
@@ -176,7 +178,17 @@ impl CodecChain {
                 };
                 (ArrayToBytes::Categorize(c), &filters[1..], dtype)
             }
-            Some(id @ ("vlen-array" | "pickle" | "msgpack2" | "json")) => {
+            Some("vlen-array") => {
+                let item = filters[0]
+                    .get("dtype")
+                    .ok_or_else(|| MetaError::Invalid("vlen-array has no dtype".into()))
+                    .and_then(DType::from_v2)?;
+                if item.is_variable() || item.item_size().is_none_or(|s| s == 0) {
+                    return Err(MetaError::Unsupported(format!("vlen-array of {}", item.typestr())));
+                }
+                (ArrayToBytes::VlenArray(item), &filters[1..], DType::new(Kind::Object))
+            }
+            Some(id @ ("pickle" | "msgpack2" | "json")) => {
                 return Err(MetaError::Unsupported(format!("object codec '{id}'")));
             }
             _ if stored.kind == Kind::Object => {
@@ -404,6 +416,7 @@ impl CodecChain {
             }
             ArrayToBytes::VlenUtf8 => vlen::decode_utf8(&bytes, n, limit)?,
             ArrayToBytes::VlenBytes => vlen::decode_bytes(&bytes, n, limit)?,
+            ArrayToBytes::VlenArray(item) => vlen::decode_arrays(&bytes, n, item, limit)?,
             ArrayToBytes::Json2 => json2::decode(&bytes, n, limit)?,
             ArrayToBytes::Categorize(c) => c.decode(&bytes, n, limit)?,
             ArrayToBytes::Zep0007 { binary } => zep0007::decode(&bytes, n, *binary, limit)?,

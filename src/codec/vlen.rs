@@ -1,9 +1,12 @@
-//! numcodecs `vlen-utf8` / `vlen-bytes` (v2 object codecs; v3 `vlen-utf8`, `vlen-bytes`):
-//! a little-endian u32 item count, then per item a little-endian u32 length and the bytes.
-//! Spec: <https://numcodecs.readthedocs.io/en/stable/other/vlen.html>
+//! numcodecs `vlen-utf8` / `vlen-bytes` / `vlen-array` (v2 object codecs; v3 `vlen-utf8`,
+//! `vlen-bytes`): a little-endian u32 item count, then per item a little-endian u32 length and
+//! the bytes. Spec: <https://numcodecs.readthedocs.io/en/stable/other/vlen.html>
+
+use serde_json::Value;
 
 use super::CodecError;
-use crate::zarr::elements::{ELEMENT_BYTES, Elements};
+use crate::zarr::dtype::DType;
+use crate::zarr::elements::{ELEMENT_BYTES, Elements, VALUE_BYTES};
 
 fn u32_at(input: &[u8], pos: usize) -> Result<usize, CodecError> {
     input
@@ -88,8 +91,61 @@ pub(crate) fn bytes_items(items: Vec<&[u8]>, codec: &str, limit: usize) -> Resul
     Ok(Elements::Bytes(items.into_iter().map(|b| Some(b.to_vec())).collect()))
 }
 
+/// Bytes a number of a `vlen-array` item takes decoded besides its `Value`: the text of its
+/// digits (`arbitrary_precision` numbers keep it), at most 24 for a float64 and 20 for an int64.
+const NUMBER_TEXT: usize = 24;
+
+/// Decodes `vlen-array` (numcodecs `VLenArray`, zarr 2's ragged arrays): each item is the
+/// stored bytes of a 1-d array of `item` numbers, and becomes an object element holding them as
+/// a list written as the slice API writes such numbers (NaN as `"NaN"`, complex as pairs, ...).
+/// numcodecs stores `None` as an empty array, so it reads back as `[]`, as in zarr 2. The
+/// numbers' count is checked against `limit` before any of them is decoded.
+pub fn decode_arrays(input: &[u8], expected: usize, item: &DType, limit: usize) -> Result<Elements, CodecError> {
+    let items = items(input, expected, "vlen-array", limit)?;
+    let size = item.item_size().filter(|&s| s > 0).unwrap_or(1);
+    let mut numbers = 0usize;
+    for b in &items {
+        if b.len() % size != 0 {
+            return Err(CodecError::Corrupt(format!(
+                "vlen-array: an item of {} bytes is no whole number of {} elements",
+                b.len(),
+                item.typestr()
+            )));
+        }
+        numbers += b.len() / size;
+    }
+    let decoded = items
+        .len()
+        .saturating_add(numbers)
+        .saturating_mul(VALUE_BYTES)
+        .saturating_add(numbers.saturating_mul(NUMBER_TEXT));
+    if decoded > limit {
+        return Err(CodecError::OverLimit(format!(
+            "vlen-array: {} items of {numbers} numbers decode to more than the limit of {limit} bytes",
+            items.len()
+        )));
+    }
+    let little = item.little_endian();
+    let mut text = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
+    for b in items {
+        let mut bytes = b.to_vec();
+        item.to_little_endian(&mut bytes);
+        text.clear();
+        text.push(b'[');
+        crate::format::json::push_fixed_rows(&mut text, &little, &[], &bytes, bytes.len() / size, true);
+        text.push(b']');
+        let value: Value = serde_json::from_slice(&text)
+            .map_err(|e| CodecError::Corrupt(format!("vlen-array: {} item not readable ({e})", item.typestr())))?;
+        out.push(value);
+    }
+    Ok(Elements::Objects(out))
+}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn encode(items: &[&[u8]]) -> Vec<u8> {
@@ -139,5 +195,66 @@ mod tests {
         let ones = encode(&[&b"x"[..]; 1000]);
         let err = decode_utf8(&ones, 1000, 1000).unwrap_err().to_string();
         assert!(err.contains("1000 elements of 0 bytes"), "{err}");
+    }
+
+    fn texts(e: Elements) -> Vec<String> {
+        let Elements::Objects(v) = e else { panic!("objects") };
+        v.iter().map(|v| serde_json::to_string(v).unwrap()).collect()
+    }
+
+    #[test]
+    fn arrays_as_numcodecs_writes_them() {
+        // numcodecs 0.15 VLenArray('<f8').encode([[1.5, 2], [], None, [nan, -0.0]]).
+        let stored = hex("0400000010000000000000000000f83f00000000000000400000000000000000\
+                          10000000000000000000f87f0000000000000080");
+        let f8 = DType::from_v2(&json!("<f8")).unwrap();
+        assert_eq!(
+            texts(decode_arrays(&stored, 4, &f8, 1 << 20).unwrap()),
+            ["[1.5,2.0]", "[]", "[]", "[\"NaN\",-0.0]"]
+        );
+        // Big-endian items, integers, booleans, complex pairs.
+        let be: Vec<u8> = [1u16, 65535, 7].iter().flat_map(|v| v.to_be_bytes()).collect();
+        let two = encode(&[&be[..4], &be[4..]]);
+        let u2 = DType::from_v2(&json!(">u2")).unwrap();
+        assert_eq!(
+            texts(decode_arrays(&two, 2, &u2, 1 << 20).unwrap()),
+            ["[1,65535]", "[7]"]
+        );
+        let b1 = DType::from_v2(&json!("|b1")).unwrap();
+        assert_eq!(
+            texts(decode_arrays(&encode(&[&[1, 0]]), 1, &b1, 1 << 20).unwrap()),
+            ["[true,false]"]
+        );
+        let c8: Vec<u8> = [1.5f32, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let c8_type = DType::from_v2(&json!("<c8")).unwrap();
+        assert_eq!(
+            texts(decode_arrays(&encode(&[&c8]), 1, &c8_type, 1 << 20).unwrap()),
+            ["[[1.5,-2.0]]"]
+        );
+        // An item that is no whole number of elements, a count that is not the chunk's.
+        assert!(matches!(
+            decode_arrays(&encode(&[&be[..3]]), 1, &u2, 1 << 20),
+            Err(CodecError::Corrupt(_))
+        ));
+        assert!(matches!(
+            decode_arrays(&two, 3, &u2, 1 << 20),
+            Err(CodecError::Corrupt(_))
+        ));
+        // The numbers are counted against the limit before they are decoded: 3 numbers of 2
+        // bytes in 2 items take (2 + 3) values and 3 texts decoded.
+        let need = 5 * VALUE_BYTES + 3 * NUMBER_TEXT;
+        assert!(decode_arrays(&two, 2, &u2, need).is_ok());
+        assert!(matches!(
+            decode_arrays(&two, 2, &u2, need - 1),
+            Err(CodecError::OverLimit(_))
+        ));
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 }
