@@ -125,6 +125,9 @@ def varlen(out):
         (6, 4, bytes([1, 2, 3, 0])),
         # vlen-array: <f8 items [1.5, 2.0], [] and >i2 items [1, -1], [7]
         (7, 2, struct.pack("<II2dI", 2, 16, 1.5, 2.0, 0)),
+        # msgpack2: numcodecs' MsgPack of ["text", 1, 2.5, None, [1, "two", [3]], {"k": "v", "n": 1}, b"\0\xff", nan]
+        (9, 8, bytes.fromhex("9aa47465787401cb4004000000000000c09301a374776f910382a16ba176a16e01c40200ff"
+                             "cb7ff8000000000000a27c4f9108")),
         (8, 2, struct.pack("<II", 2, 4) + struct.pack(">2h", 1, -1) + struct.pack("<I", 2) + struct.pack(">h", 7)),
     ]:
         write(out, "varlen", head(mode, n) + chunk)

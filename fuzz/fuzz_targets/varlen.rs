@@ -1,14 +1,14 @@
 //! Variable-length chunks: ZEP0007 (`string`, `binary`), numcodecs `vlen-utf8`, `vlen-bytes`,
-//! `json2`, `categorize` (object and `<U5`) and `vlen-array` (`<f8` and `>i2` items).
+//! `json2`, `msgpack2`, `categorize` (object and `<U5`) and `vlen-array` (`<f8` and `>i2` items).
 //!
-//! Byte 0 picks the codec (mod 9), bytes 1-2 are the item count the chunk should hold
+//! Byte 0 picks the codec (mod 10), bytes 1-2 are the item count the chunk should hold
 //! (little-endian u16), the rest is the chunk.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 use zarrgate::codec::categorize::Categorize;
-use zarrgate::codec::{json2, vlen, zep0007};
+use zarrgate::codec::{json2, msgpack2, vlen, zep0007};
 use zarrgate_fuzz::assert_count;
 
 /// What one decode may hold, as the server's limit for chunks of variable-length elements.
@@ -17,14 +17,15 @@ const LIMIT: usize = 1 << 20;
 fuzz_target!(|data: &[u8]| {
     let [mode, n0, n1, chunk @ ..] = data else { return };
     let n = u16::from_le_bytes([*n0, *n1]) as usize;
-    let result = match mode % 9 {
+    let result = match mode % 10 {
         0 => zep0007::decode(chunk, n, false, LIMIT),
         1 => zep0007::decode(chunk, n, true, LIMIT),
         2 => vlen::decode_utf8(chunk, n, LIMIT),
         3 => vlen::decode_bytes(chunk, n, LIMIT),
         4 => json2::decode(chunk, n, LIMIT),
+        9 => msgpack2::decode(chunk, n, LIMIT),
         7 | 8 => {
-            let item = zarrgate::zarr::dtype::DType::from_v2(&json!(if mode % 9 == 7 { "<f8" } else { ">i2" })).unwrap();
+            let item = zarrgate::zarr::dtype::DType::from_v2(&json!(if mode % 10 == 7 { "<f8" } else { ">i2" })).unwrap();
             vlen::decode_arrays(chunk, n, &item, LIMIT)
         }
         m => {

@@ -10,7 +10,9 @@ use serde_json::Value;
 use super::categorize::Categorize;
 use super::numeric::Scalar;
 use super::sharding::ShardingCodec;
-use super::{BytesToBytes, CodecError, astype, delta, fixedscaleoffset, json2, packbits, transpose, vlen, zep0007};
+use super::{
+    BytesToBytes, CodecError, astype, delta, fixedscaleoffset, json2, msgpack2, packbits, transpose, vlen, zep0007,
+};
 use crate::zarr::MetaError;
 use crate::zarr::dtype::{DType, Kind};
 use crate::zarr::elements::Elements;
@@ -46,6 +48,8 @@ pub enum ArrayToBytes {
     VlenBytes,
     /// numcodecs `json2`.
     Json2,
+    /// numcodecs `msgpack2`.
+    Msgpack2,
     /// numcodecs `vlen-array` of 1-d arrays of this type.
     VlenArray(DType),
     /// numcodecs `categorize`.
@@ -188,7 +192,8 @@ impl CodecChain {
                 }
                 (ArrayToBytes::VlenArray(item), &filters[1..], DType::new(Kind::Object))
             }
-            Some(id @ ("pickle" | "msgpack2" | "json")) => {
+            Some("msgpack2") => (ArrayToBytes::Msgpack2, &filters[1..], DType::new(Kind::Object)),
+            Some(id @ ("pickle" | "json")) => {
                 return Err(MetaError::Unsupported(format!("object codec '{id}'")));
             }
             _ if stored.kind == Kind::Object => {
@@ -416,6 +421,7 @@ impl CodecChain {
             }
             ArrayToBytes::VlenUtf8 => vlen::decode_utf8(&bytes, n, limit)?,
             ArrayToBytes::VlenBytes => vlen::decode_bytes(&bytes, n, limit)?,
+            ArrayToBytes::Msgpack2 => msgpack2::decode(&bytes, n, limit)?,
             ArrayToBytes::VlenArray(item) => vlen::decode_arrays(&bytes, n, item, limit)?,
             ArrayToBytes::Json2 => json2::decode(&bytes, n, limit)?,
             ArrayToBytes::Categorize(c) => c.decode(&bytes, n, limit)?,

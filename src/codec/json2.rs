@@ -14,7 +14,7 @@ use crate::zarr::elements::{Content, Elements, VALUE_BYTES};
 /// `size_of::<Value>()` bytes for every two bytes of text (`[]`, `0,`), ~40x, and about 10x
 /// for ordinary numbers and strings. An eighth of the limit bounds the worst case at ~5x the
 /// limit while parsing; what was parsed is then held to the limit itself.
-const TEXT_SHARE: usize = 8;
+pub(crate) const TEXT_SHARE: usize = 8;
 
 /// Decodes a json2 chunk of `expected` items, up to `limit` bytes decoded.
 pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
@@ -37,14 +37,21 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
     let text = std::str::from_utf8(input).map_err(|_| CodecError::Corrupt("json2: not UTF-8".into()))?;
     let value: Value = serde_json::from_str(&crate::zarr::quote_non_finite(text, ""))
         .map_err(|e| CodecError::Corrupt(format!("json2: not JSON ({e})")))?;
+    items_of(value, expected, limit, "json2")
+}
+
+/// The `expected` items of a json2 or msgpack2 (`codec`) document: a list of the items (nested
+/// as the chunk's shape for several dimensions) followed by the dtype string and the shape, held
+/// to `limit` bytes.
+pub(crate) fn items_of(value: Value, expected: usize, limit: usize, codec: &str) -> Result<Elements, CodecError> {
     let Value::Array(mut items) = value else {
-        return Err(CodecError::Corrupt("json2: not a list".into()));
+        return Err(CodecError::Corrupt(format!("{codec}: not a list")));
     };
     // The last two entries are the dtype string and the shape.
     let shape = items.pop();
     let dtype = items.pop();
     let (Some(Value::Array(shape)), Some(Value::String(_))) = (shape, dtype) else {
-        return Err(CodecError::Corrupt("json2: missing dtype and shape trailer".into()));
+        return Err(CodecError::Corrupt(format!("{codec}: missing dtype and shape trailer")));
     };
     // Items of an n-d chunk are nested n deep; elements that are lists themselves stay whole.
     for _ in 1..shape.len() {
@@ -53,9 +60,9 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
             match row {
                 Value::Array(inner) => flat.extend(inner),
                 _ => {
-                    return Err(CodecError::Corrupt(
-                        "json2: items are not nested as the shape says".into(),
-                    ));
+                    return Err(CodecError::Corrupt(format!(
+                        "{codec}: items are not nested as the shape says"
+                    )));
                 }
             }
         }
@@ -63,7 +70,7 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
     }
     if items.len() != expected {
         return Err(CodecError::Corrupt(format!(
-            "json2: {} items where the chunk holds {expected}",
+            "{codec}: {} items where the chunk holds {expected}",
             items.len()
         )));
     }
@@ -72,7 +79,7 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
         .fold(0usize, |n, v| n.saturating_add(VALUE_BYTES + v.content()));
     if held > limit {
         return Err(CodecError::OverLimit(format!(
-            "json2: {} items take {held} bytes parsed, more than the limit of {limit}",
+            "{codec}: {} items take {held} bytes parsed, more than the limit of {limit}",
             items.len()
         )));
     }

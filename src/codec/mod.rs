@@ -62,6 +62,7 @@ pub mod gzip;
 pub mod json2;
 pub mod lz4;
 pub mod lzma;
+pub mod msgpack2;
 pub mod numeric;
 pub mod packbits;
 pub mod pcodec;
