@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         2 => vlen::decode_utf8(chunk, n, LIMIT),
         3 => vlen::decode_bytes(chunk, n, LIMIT),
         4 => json2::decode(chunk, n, LIMIT),
-        9 => msgpack2::decode(chunk, n, LIMIT),
+        9 => msgpack2::decode(chunk, n, *mode >= 128, LIMIT),
         7 | 8 => {
             let item = zarrgate::zarr::dtype::DType::from_v2(&json!(if mode % 10 == 7 { "<f8" } else { ">i2" })).unwrap();
             vlen::decode_arrays(chunk, n, &item, LIMIT)

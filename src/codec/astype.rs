@@ -45,7 +45,7 @@ impl BytesToBytes for AsType {
         self.decoded.convert_from(&self.encoded, input, limit)
     }
 
-    fn expansion(&self) -> (usize, usize) {
+    fn expansion(&self, _shape: &[u64]) -> (usize, usize) {
         (self.encoded.size().max(1), self.decoded.size().max(1))
     }
 }

@@ -35,7 +35,7 @@ impl BytesToBytes for Base64 {
         Ok(out)
     }
 
-    fn expansion(&self) -> (usize, usize) {
+    fn expansion(&self, _shape: &[u64]) -> (usize, usize) {
         (4, 3)
     }
 }

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::CodecError;
 use super::numeric::{Num, Scalar, count};
+use crate::zarr::dtype::DType;
 use crate::zarr::elements::Elements;
 
 /// The categorize filter.
@@ -29,6 +30,11 @@ impl Categorize {
             .ok_or_else(|| CodecError::Config("categorize needs a list of string labels".into()))?;
         let astype = Scalar::parse(config, "astype")?;
         Ok(Self { labels, astype })
+    }
+
+    /// The type of the codes it stores.
+    pub fn astype(&self) -> &DType {
+        self.astype.dtype()
     }
 
     /// Decodes `expected` codes into strings, up to `limit` bytes decoded (every code is a

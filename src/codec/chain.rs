@@ -48,8 +48,11 @@ pub enum ArrayToBytes {
     VlenBytes,
     /// numcodecs `json2`.
     Json2,
-    /// numcodecs `msgpack2`.
-    Msgpack2,
+    /// numcodecs `msgpack2`; `raw`: strings are read as bytes.
+    Msgpack2 {
+        /// The codec's `raw` option.
+        raw: bool,
+    },
     /// numcodecs `vlen-array` of 1-d arrays of this type.
     VlenArray(DType),
     /// numcodecs `categorize`.
@@ -187,12 +190,20 @@ impl CodecChain {
                     .get("dtype")
                     .ok_or_else(|| MetaError::Invalid("vlen-array has no dtype".into()))
                     .and_then(DType::from_v2)?;
-                if item.is_variable() || item.item_size().is_none_or(|s| s == 0) {
+                // Structured items numcodecs writes as `|V` (raw bytes); fields would be a map
+                // an element, of a weight none of the others has.
+                if item.is_variable()
+                    || matches!(item.kind, Kind::Structured(_))
+                    || item.item_size().is_none_or(|s| s == 0)
+                {
                     return Err(MetaError::Unsupported(format!("vlen-array of {}", item.typestr())));
                 }
                 (ArrayToBytes::VlenArray(item), &filters[1..], DType::new(Kind::Object))
             }
-            Some("msgpack2") => (ArrayToBytes::Msgpack2, &filters[1..], DType::new(Kind::Object)),
+            Some("msgpack2") => {
+                let raw = super::optional_bool("msgpack2", filters[0].as_object(), "raw")?.unwrap_or(false);
+                (ArrayToBytes::Msgpack2 { raw }, &filters[1..], DType::new(Kind::Object))
+            }
             Some(id @ ("pickle" | "json")) => {
                 return Err(MetaError::Unsupported(format!("object codec '{id}'")));
             }
@@ -204,7 +215,11 @@ impl CodecChain {
             _ => (ArrayToBytes::Fixed(stored.clone()), filters, stored.little_endian()),
         };
         // The type each stage is given: the stored elements, then what numeric filters store.
-        let mut given = matches!(array_to_bytes, ArrayToBytes::Fixed(_)).then(|| stored.clone());
+        let mut given = match &array_to_bytes {
+            ArrayToBytes::Fixed(_) => Some(stored.clone()),
+            ArrayToBytes::Categorize(c) => Some(c.astype().clone()),
+            _ => None,
+        };
         let mut bytes_to_bytes = Vec::new();
         for config in rest.iter().chain(compressor) {
             let (stage, encoded) = bytes_stage_v2(config, given.as_ref())?;
@@ -229,6 +244,8 @@ impl CodecChain {
         let mut array_to_array = Vec::new();
         let mut array_to_bytes = None;
         let mut bytes_to_bytes: Vec<Box<dyn BytesToBytes>> = Vec::new();
+        // The first bytes->bytes codec before the array->bytes codec.
+        let mut early: Option<&str> = None;
         // The element type and chunk shape as they reach the array->bytes codec.
         let mut stage_dtype = dtype.clone();
         let mut stage_shape = chunk_shape.to_vec();
@@ -301,8 +318,7 @@ impl CodecChain {
                 "numcodecs.pcodec" | "numcodecs.zfpy" => {
                     let id = &name["numcodecs.".len()..];
                     if let Some(codec) = super::typed_codec(id, config.unwrap_or(&Value::Null), &stage_dtype)? {
-                        // Every bytes->bytes codec comes after it.
-                        bytes_to_bytes.insert(0, codec);
+                        bytes_to_bytes.push(codec);
                     }
                     array_to_bytes = Some(ArrayToBytes::Fixed(stage_dtype.little_endian()));
                 }
@@ -340,16 +356,29 @@ impl CodecChain {
                             array_to_array.push(ArrayToArray::Filter { codec, encoded });
                         }
                         None => match super::bytes_codec_v3(name, config)? {
-                            Some(c) => bytes_to_bytes.push(c),
+                            Some(c) => {
+                                early = early.or(before_bytes.then_some(name));
+                                bytes_to_bytes.push(c);
+                            }
                             None => return Err(MetaError::Unsupported(format!("codec '{name}'"))),
                         },
                     }
                 }
                 _ => match super::bytes_codec_v3(name, config)? {
-                    Some(c) => bytes_to_bytes.push(c),
+                    Some(c) => {
+                        early = early.or(before_bytes.then_some(name));
+                        bytes_to_bytes.push(c);
+                    }
                     None => return Err(MetaError::Unsupported(format!("codec '{name}'"))),
                 },
             }
+        }
+        // A bytes->bytes codec before the array->bytes codec: the spec allows it no more than
+        // zarr-python does. (Without an array->bytes codec, ZEP0007, every one comes first.)
+        if let (Some(_), Some(name)) = (&array_to_bytes, early) {
+            return Err(MetaError::Invalid(format!(
+                "codec '{name}' comes before the array->bytes codec"
+            )));
         }
         let array_to_bytes = match array_to_bytes {
             Some(a) => a,
@@ -407,7 +436,7 @@ impl CodecChain {
         let (shapes, items) = self.stages(shape);
         let encoded_shape = &shapes[shapes.len() - 1];
         let n = encoded_shape.iter().product::<u64>() as usize;
-        let limit = self.widened(limit, &items, n);
+        let limit = self.widened(limit, &items, encoded_shape);
         let mut bytes = Cow::Borrowed(input);
         for stage in self.bytes_to_bytes.iter().rev() {
             bytes = Cow::Owned(stage.decode(&bytes, limit)?);
@@ -421,7 +450,7 @@ impl CodecChain {
             }
             ArrayToBytes::VlenUtf8 => vlen::decode_utf8(&bytes, n, limit)?,
             ArrayToBytes::VlenBytes => vlen::decode_bytes(&bytes, n, limit)?,
-            ArrayToBytes::Msgpack2 => msgpack2::decode(&bytes, n, limit)?,
+            ArrayToBytes::Msgpack2 { raw } => msgpack2::decode(&bytes, n, *raw, limit)?,
             ArrayToBytes::VlenArray(item) => vlen::decode_arrays(&bytes, n, item, limit)?,
             ArrayToBytes::Json2 => json2::decode(&bytes, n, limit)?,
             ArrayToBytes::Categorize(c) => c.decode(&bytes, n, limit)?,
@@ -513,11 +542,13 @@ impl CodecChain {
             return None;
         }
         let (shapes, items) = self.stages(shape);
-        let n = shapes[shapes.len() - 1].iter().product::<u64>() as usize;
-        Some(self.widened(limit, &items, n))
+        Some(self.widened(limit, &items, &shapes[shapes.len() - 1]))
     }
 
-    fn widened(&self, limit: usize, items: &[usize], n: usize) -> usize {
+    /// `limit` widened for the stages: `items` are the item sizes of the array->array stages'
+    /// elements, `encoded` the shape the array->bytes codec encodes.
+    fn widened(&self, limit: usize, items: &[usize], encoded: &[u64]) -> usize {
+        let n = encoded.iter().product::<u64>() as usize;
         let decoded = items.first().copied().unwrap_or(0);
         let widest = items.iter().copied().max().unwrap_or(0);
         let mut limit = match decoded {
@@ -525,7 +556,7 @@ impl CodecChain {
             d => limit.saturating_mul(widest.div_ceil(d).max(1)),
         };
         for stage in &self.bytes_to_bytes {
-            let (num, den) = stage.expansion();
+            let (num, den) = stage.expansion(encoded);
             if num > den {
                 limit = (limit.saturating_mul(num) / den.max(1)).saturating_add(num);
             }
@@ -655,6 +686,10 @@ mod tests {
         assert!(pcodec_of(&v2("<i8", delta).unwrap()).contains("I16"));
         // Filters that keep the type pass it on; bytes codecs leave bytes.
         assert!(pcodec_of(&v2("<f4", json!([{"id": "bitround", "keepbits": 3}])).unwrap()).contains("F32"));
+        // Categorize stores its codes in its astype; big-endian datetimes are int64 to numcodecs.
+        let categorize = json!([{"id": "categorize", "labels": ["a", "b"], "dtype": "|O", "astype": "<u2"}]);
+        assert!(pcodec_of(&v2("|O", categorize).unwrap()).contains("U16"));
+        assert!(pcodec_of(&v2(">M8[s]", json!([])).unwrap()).contains("I64"));
         for (dtype, filters) in [
             ("<i4", json!([{"id": "shuffle", "elementsize": 4}])),
             ("<i4", json!([{"id": "zlib", "level": 1}])),
@@ -697,6 +732,53 @@ mod tests {
             CodecChain::from_v2(&stored, "C", &zlib, Some(&json!({"id": "zfpy"})), 1),
             Err(MetaError::Unsupported(_))
         ));
+    }
+
+    /// A bytes->bytes codec before the array->bytes codec is refused, as zarr-python refuses it;
+    /// without an array->bytes codec (ZEP0007) every one comes first.
+    #[test]
+    fn bytes_codecs_come_after_the_array_to_bytes_codec() {
+        let gzip = json!({"name": "gzip", "configuration": {"level": 1}});
+        for serializer in [
+            json!({"name": "bytes", "configuration": {"endian": "little"}}),
+            json!({"name": "numcodecs.pcodec"}),
+            json!({"name": "numcodecs.crc32"}),
+        ] {
+            let codecs = json!([gzip, serializer]);
+            let err = chain("int32", codecs.clone());
+            if serializer["name"] == "numcodecs.crc32" {
+                // Two bytes->bytes codecs and no array->bytes one: ZEP0007 is for strings only.
+                assert!(matches!(err, Err(MetaError::Invalid(_))), "{codecs}");
+                continue;
+            }
+            let err = err.unwrap_err().to_string();
+            assert!(
+                err.contains("'gzip' comes before the array->bytes codec"),
+                "{codecs}: {err}"
+            );
+        }
+        let zep0007 = chain("string", json!([gzip, {"name": "zstd", "configuration": {"level": 1}}])).unwrap();
+        assert!(matches!(
+            zep0007.array_to_bytes,
+            ArrayToBytes::Zep0007 { binary: false }
+        ));
+    }
+
+    /// ZFP codes each dimension padded to blocks of four, with up to twice the type's bits: a
+    /// chunk of 1 x 1024 x 1024 float32 at zfpy's tightest tolerance is stored in 13,033,128
+    /// bytes (numcodecs, tolerance 1e-7), three times its 4 MiB, and must not be refused.
+    #[test]
+    fn zfpy_chunks_may_be_larger_than_their_data() {
+        let zfpy = json!({"name": "numcodecs.zfpy", "configuration": {"mode": 4, "tolerance": 1e-7}});
+        let dtype = DType::from_v3(&json!("float32")).unwrap();
+        let c = CodecChain::from_v3(&dtype, std::slice::from_ref(&zfpy), &[1, 1024, 1024]).unwrap();
+        let decoded = 4 << 20;
+        let bound = c.bound(&[1, 1024, 1024], decoded).unwrap();
+        assert!(bound >= 13_033_128, "{bound}");
+        assert!(bound <= 8 * decoded + 8, "{bound}");
+        // Without padding, twice.
+        let c = CodecChain::from_v3(&dtype, &[zfpy], &[1024, 1024]).unwrap();
+        assert_eq!(c.bound(&[1024, 1024], decoded).unwrap(), 2 * decoded + 2);
     }
 
     fn zlib(data: &[u8]) -> Vec<u8> {

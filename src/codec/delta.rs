@@ -53,7 +53,7 @@ impl BytesToBytes for Delta {
         Ok(out)
     }
 
-    fn expansion(&self) -> (usize, usize) {
+    fn expansion(&self, _shape: &[u64]) -> (usize, usize) {
         (self.astype.size().max(1), self.dtype.size().max(1))
     }
 }

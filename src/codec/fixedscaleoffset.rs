@@ -77,7 +77,7 @@ impl BytesToBytes for FixedScaleOffset {
         Ok(out)
     }
 
-    fn expansion(&self) -> (usize, usize) {
+    fn expansion(&self, _shape: &[u64]) -> (usize, usize) {
         (self.astype.size().max(1), self.dtype.size().max(1))
     }
 }

@@ -40,10 +40,11 @@ pub trait BytesToBytes: Send + Sync + std::fmt::Debug {
     fn decode(&self, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError>;
 
     /// How much larger than what it decodes to its input may be, as a ratio (numerator,
-    /// denominator): the stages before it in decoding produce that input. Compressors and
-    /// checksums add a bounded header or nothing; Base64 text is 4/3; a numeric filter's
-    /// stored type may be wider than the type it decodes to.
-    fn expansion(&self) -> (usize, usize) {
+    /// denominator), for a chunk of `shape` elements as this stage encodes them: the stages
+    /// before it in decoding produce that input. Compressors and checksums add a bounded header
+    /// or nothing; Base64 text is 4/3; a numeric filter's stored type may be wider than the
+    /// type it decodes to; ZFP pads every dimension to blocks of four.
+    fn expansion(&self, _shape: &[u64]) -> (usize, usize) {
         (1, 1)
     }
 }

@@ -3,8 +3,10 @@
 //! (nested for chunks of several dimensions, as NumPy's `tolist` writes them) followed by the
 //! dtype string and the shape. Decoded by `rmpv`; the items become JSON values as json2's are:
 //! NaN and infinities the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, byte strings base64 text
-//! (the slice API's convention for bytes), map keys that are not text their JSON text. Extension
-//! types are no Python value numcodecs writes: corrupt data.
+//! (the slice API's convention for bytes); with the codec's `raw` option strings are bytes too,
+//! as Python reads them then. Map keys must be strings or bytes, as msgpack's `strict_map_key`
+//! (numcodecs' default) requires; extension types are no Python value numcodecs writes
+//! (`msgpack.Timestamp` aside): both are corrupt data.
 //!
 //! As for json2, the stored bytes may be an eighth of the limit, and the values they hold are
 //! counted (walking the encoding without decoding it) before anything is decoded.
@@ -21,8 +23,9 @@ fn corrupt(what: impl std::fmt::Display) -> CodecError {
     CodecError::Corrupt(format!("msgpack2: {what}"))
 }
 
-/// Decodes a msgpack2 chunk of `expected` items, up to `limit` bytes decoded.
-pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, CodecError> {
+/// Decodes a msgpack2 chunk of `expected` items, up to `limit` bytes decoded; `raw`: the
+/// codec's option of that name (strings read as bytes).
+pub fn decode(input: &[u8], expected: usize, raw: bool, limit: usize) -> Result<Elements, CodecError> {
     if input.len() > limit / TEXT_SHARE {
         return Err(CodecError::OverLimit(format!(
             "msgpack2: {} stored bytes are more than the {} this server decodes for one chunk",
@@ -43,11 +46,11 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
     if !rest.is_empty() {
         return Err(corrupt(format!("{} bytes after the document", rest.len())));
     }
-    items_of(to_json(value)?, expected, limit, "msgpack2")
+    items_of(to_json(value, raw)?, expected, limit, "msgpack2")
 }
 
 /// A MessagePack value as JSON (see the module's conventions).
-fn to_json(value: rmpv::Value) -> Result<Value, CodecError> {
+fn to_json(value: rmpv::Value, raw: bool) -> Result<Value, CodecError> {
     use rmpv::Value as M;
     Ok(match value {
         M::Nil => Value::Null,
@@ -59,20 +62,24 @@ fn to_json(value: rmpv::Value) -> Result<Value, CodecError> {
         },
         M::F32(x) => float(f64::from(x)),
         M::F64(x) => float(x),
+        M::String(s) if raw => Value::String(BASE64.encode(s.as_bytes())),
         M::String(s) => match s.into_str() {
             Some(s) => Value::String(s),
             None => return Err(corrupt("a string that is not UTF-8")),
         },
         M::Binary(b) => Value::String(BASE64.encode(b)),
-        M::Array(items) => Value::Array(items.into_iter().map(to_json).collect::<Result<_, _>>()?),
+        M::Array(items) => Value::Array(items.into_iter().map(|v| to_json(v, raw)).collect::<Result<_, _>>()?),
         M::Map(pairs) => {
             let mut map = Map::with_capacity(pairs.len());
             for (k, v) in pairs {
-                let key = match to_json(k)? {
-                    Value::String(s) => s,
-                    other => other.to_string(),
+                let key = match k {
+                    M::String(_) | M::Binary(_) => match to_json(k, raw)? {
+                        Value::String(s) => s,
+                        _ => return Err(corrupt("a map key that is not text")),
+                    },
+                    _ => return Err(corrupt("a map key that is neither a string nor bytes")),
                 };
-                map.insert(key, to_json(v)?);
+                map.insert(key, to_json(v, raw)?);
             }
             Value::Object(map)
         }
@@ -169,7 +176,7 @@ mod tests {
 
     #[test]
     fn decodes_as_json2_does() {
-        let got = decode(&hex(MIXED), 8, 1 << 20).unwrap();
+        let got = decode(&hex(MIXED), 8, false, 1 << 20).unwrap();
         let want = [
             json!("text"),
             json!(1),
@@ -181,8 +188,20 @@ mod tests {
             json!("NaN"),
         ];
         assert_eq!(got, Elements::Objects(want.to_vec()));
+        // With `raw`, strings are bytes (numcodecs MsgPack(raw=True) of
+        // ["text", b"\x01", {"k": 1}]); a string that is not UTF-8 is then no error.
+        let raw = decode(&hex("95 a474657874 c40101 81a16b01 a27c4f 9103"), 3, true, 1 << 20).unwrap();
+        assert_eq!(
+            raw,
+            Elements::Objects(vec![json!("dGV4dA=="), json!("AQ=="), json!({"aw==": 1})])
+        );
+        let raw = decode(&hex("93 a1ff a27c4f 9101"), 1, true, 1 << 20).unwrap();
+        assert_eq!(raw, Elements::Objects(vec![json!("/w==")]));
         // The count of items must be the chunk's.
-        assert!(matches!(decode(&hex(MIXED), 7, 1 << 20), Err(CodecError::Corrupt(_))));
+        assert!(matches!(
+            decode(&hex(MIXED), 7, false, 1 << 20),
+            Err(CodecError::Corrupt(_))
+        ));
     }
 
     #[test]
@@ -190,23 +209,31 @@ mod tests {
         let input = hex(MIXED);
         for cut in [1, 2, 10, input.len() - 1] {
             assert!(
-                matches!(decode(&input[..cut], 8, 1 << 20), Err(CodecError::Corrupt(_))),
+                matches!(decode(&input[..cut], 8, false, 1 << 20), Err(CodecError::Corrupt(_))),
                 "{cut}"
             );
         }
         let mut trailing = input.clone();
         trailing.push(0xc0);
-        assert!(matches!(decode(&trailing, 8, 1 << 20), Err(CodecError::Corrupt(_))));
+        assert!(matches!(
+            decode(&trailing, 8, false, 1 << 20),
+            Err(CodecError::Corrupt(_))
+        ));
         // An extension value, the unused marker, a string that is not UTF-8.
         for bad in ["93d40101a27c4f9101", "93c1a27c4f9101", "93a1ffa27c4f9101"] {
             assert!(
-                matches!(decode(&hex(bad), 1, 1 << 20), Err(CodecError::Corrupt(_))),
+                matches!(decode(&hex(bad), 1, false, 1 << 20), Err(CodecError::Corrupt(_))),
                 "{bad}"
             );
         }
+        // Map keys other than strings and bytes (msgpack's strict_map_key): [{1: "a"}, "|O", [1]].
+        assert!(matches!(
+            decode(&hex("9381 01 a161 a27c4f 9101"), 1, false, 1 << 20),
+            Err(CodecError::Corrupt(_))
+        ));
         // An array announcing 2^32 - 1 members in 5 bytes: refused from its length.
         assert!(matches!(
-            decode(&hex("ddffffffff"), 1, 1 << 20),
+            decode(&hex("ddffffffff"), 1, false, 1 << 20),
             Err(CodecError::Corrupt(_))
         ));
     }
@@ -221,11 +248,14 @@ mod tests {
         // Refused from the count: each value held twice while decoding.
         let each = VALUE_BYTES + std::mem::size_of::<rmpv::Value>();
         let counted = (10_004 * each).div_ceil(2);
-        let err = decode(&input, 10_000, counted - 1).unwrap_err();
-        assert!(matches!(&err, CodecError::OverLimit(m) if m.contains("10004 values would take")), "{err}");
+        let err = decode(&input, 10_000, false, counted - 1).unwrap_err();
+        assert!(
+            matches!(&err, CodecError::OverLimit(m) if m.contains("10004 values would take")),
+            "{err}"
+        );
         // Decoded, the items are held to the limit itself, as json2's are.
         let held = 10_000 * VALUE_BYTES;
-        let got = decode(&input, 10_000, held.max(counted));
+        let got = decode(&input, 10_000, false, held.max(counted));
         assert!(matches!(&got, Ok(Elements::Objects(v)) if v.len() == 10_000), "{got:?}");
     }
 }

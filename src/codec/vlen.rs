@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::CodecError;
-use crate::zarr::dtype::DType;
+use crate::zarr::dtype::{DType, Kind};
 use crate::zarr::elements::{ELEMENT_BYTES, Elements, VALUE_BYTES};
 
 fn u32_at(input: &[u8], pos: usize) -> Result<usize, CodecError> {
@@ -95,6 +95,18 @@ pub(crate) fn bytes_items(items: Vec<&[u8]>, codec: &str, limit: usize) -> Resul
 /// digits (`arbitrary_precision` numbers keep it), at most 24 for a float64 and 20 for an int64.
 const NUMBER_TEXT: usize = 24;
 
+/// Bytes one element of a `vlen-array` item takes decoded: its `Value` and its text (a number's
+/// digits, which `arbitrary_precision` numbers keep; a complex number is a list of two; fixed
+/// bytes are base64 text; fixed unicode up to four UTF-8 bytes a character).
+fn element_weight(item: &DType) -> usize {
+    match item.kind {
+        Kind::Complex(_) => 3 * VALUE_BYTES + 2 * NUMBER_TEXT,
+        Kind::FixedBytes(n) | Kind::Raw(n) => VALUE_BYTES + n.div_ceil(3) * 4,
+        Kind::FixedUnicode(n) => VALUE_BYTES + 4 * n,
+        _ => VALUE_BYTES + NUMBER_TEXT,
+    }
+}
+
 /// Decodes `vlen-array` (numcodecs `VLenArray`, zarr 2's ragged arrays): each item is the
 /// stored bytes of a 1-d array of `item` numbers, and becomes an object element holding them as
 /// a list written as the slice API writes such numbers (NaN as `"NaN"`, complex as pairs, ...).
@@ -116,9 +128,8 @@ pub fn decode_arrays(input: &[u8], expected: usize, item: &DType, limit: usize) 
     }
     let decoded = items
         .len()
-        .saturating_add(numbers)
         .saturating_mul(VALUE_BYTES)
-        .saturating_add(numbers.saturating_mul(NUMBER_TEXT));
+        .saturating_add(numbers.saturating_mul(element_weight(item)));
     if decoded > limit {
         return Err(CodecError::OverLimit(format!(
             "vlen-array: {} items of {numbers} numbers decode to more than the limit of {limit} bytes",
@@ -239,6 +250,13 @@ mod tests {
         assert!(matches!(
             decode_arrays(&two, 3, &u2, 1 << 20),
             Err(CodecError::Corrupt(_))
+        ));
+        // Complex numbers weigh a list of two: 1 of them in 1 item.
+        let one_c8 = 2 * VALUE_BYTES + 2 * VALUE_BYTES + 2 * NUMBER_TEXT;
+        assert!(decode_arrays(&encode(&[&c8]), 1, &c8_type, one_c8).is_ok());
+        assert!(matches!(
+            decode_arrays(&encode(&[&c8]), 1, &c8_type, one_c8 - 1),
+            Err(CodecError::OverLimit(_))
         ));
         // The numbers are counted against the limit before they are decoded: 3 numbers of 2
         // bytes in 2 items take (2 + 3) values and 3 texts decoded.

@@ -28,7 +28,9 @@ impl Zfpy {
     /// header states the mode and its parameters, so only `mode` is checked) and the type of the
     /// elements the codec encodes.
     pub fn new(config: &Value, dtype: &DType) -> Result<Self, CodecError> {
-        optional_int("zfpy", numcodecs_object("zfpy", config)?, "mode", 1..=5)?;
+        // Any mode: numcodecs writes the metadata of modes zfp lacks (their chunks cannot be
+        // written, so such an array reads as its fill value, as zarr-python reads it).
+        optional_int("zfpy", numcodecs_object("zfpy", config)?, "mode", i64::MIN..=i64::MAX)?;
         let scalar = match &dtype.kind {
             Kind::Int(4) => ZfpScalarType::I32,
             Kind::Int(8) | Kind::DateTime(_) | Kind::TimeDelta(_) => ZfpScalarType::I64,
@@ -36,7 +38,9 @@ impl Zfpy {
             Kind::Float(8) => ZfpScalarType::F64,
             _ => return Err(CodecError::Unsupported(format!("zfpy of {} elements", dtype.typestr()))),
         };
-        if dtype.big_endian {
+        // numcodecs views datetimes as int64 whatever their byte order: the numbers it stores
+        // are the stored bytes, which the chain then reads in the array's order.
+        if dtype.big_endian && !matches!(dtype.kind, Kind::DateTime(_) | Kind::TimeDelta(_)) {
             return Err(CodecError::Unsupported(format!(
                 "zfpy of {} elements (zfpy encodes native byte order only)",
                 dtype.typestr()
@@ -47,6 +51,19 @@ impl Zfpy {
 }
 
 impl BytesToBytes for Zfpy {
+    /// zfp codes blocks of 4^d values, each dimension padded to a multiple of four (a chunk of
+    /// 1 x 1024 x 1024 is coded as 4 x 1024 x 1024), and may spend twice the type's bits on a
+    /// value (a rate of 64 on float32, or full precision with its block headers): twice the
+    /// padded values, rounded up to a whole multiple of the chunk.
+    fn expansion(&self, shape: &[u64]) -> (usize, usize) {
+        let real = shape.iter().product::<u64>().max(1);
+        let padded = shape
+            .iter()
+            .fold(1u64, |acc, &n| acc.saturating_mul(n.div_ceil(4).saturating_mul(4)));
+        let factor = padded.saturating_mul(2).div_ceil(real);
+        (usize::try_from(factor).unwrap_or(usize::MAX), 1)
+    }
+
     fn decode(&self, input: &[u8], limit: usize) -> Result<Vec<u8>, CodecError> {
         match self.scalar {
             ZfpScalarType::I32 => decode_as::<i32>(input, limit),
@@ -184,8 +201,14 @@ mod tests {
             let dtype = DType::from_v2(&json!(dtype)).unwrap();
             assert!(matches!(Zfpy::new(&json!({}), &dtype), Err(CodecError::Unsupported(_))));
         }
+        // Big-endian datetimes are int64 numbers to numcodecs.
+        for dtype in [">M8[s]", ">m8[ms]"] {
+            let dtype = DType::from_v2(&json!(dtype)).unwrap();
+            assert_eq!(Zfpy::new(&json!({}), &dtype).unwrap().scalar, ZfpScalarType::I64);
+        }
         let f4 = DType::from_v2(&json!("<f4")).unwrap();
-        for config in [json!({"mode": 9}), json!({"id": "pcodec"}), json!({"mode": "rate"})] {
+        assert!(Zfpy::new(&json!({"mode": 6}), &f4).is_ok());
+        for config in [json!({"id": "pcodec"}), json!({"mode": "rate"})] {
             assert!(
                 matches!(Zfpy::new(&config, &f4), Err(CodecError::Config(_))),
                 "{config}"
