@@ -231,6 +231,17 @@ mod tests {
             decode(&hex("9381 01 a161 a27c4f 9101"), 1, false, 1 << 20),
             Err(CodecError::Corrupt(_))
         ));
+        // Maps as keys of maps, 300 deep (found by fuzzing: written out as their JSON text,
+        // each level escaped the one inside it again, and the text doubled a level).
+        let mut nested = hex("93");
+        nested.extend(std::iter::repeat_n(0x81, 300));
+        nested.extend(std::iter::repeat_n(0x01, 301));
+        nested.extend(hex("a27c4f 9101"));
+        assert_eq!(count_values(&nested).unwrap(), 1 + 300 + 301 + 3);
+        for raw in [false, true] {
+            let err = decode(&nested, 1, raw, 1 << 20).unwrap_err().to_string();
+            assert!(err.contains("a map key that is neither a string nor bytes"), "{err}");
+        }
         // An array announcing 2^32 - 1 members in 5 bytes: refused from its length.
         assert!(matches!(
             decode(&hex("ddffffffff"), 1, false, 1 << 20),
