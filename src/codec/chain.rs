@@ -619,6 +619,12 @@ mod tests {
         CodecChain::from_v3(&dtype, codecs.as_array().unwrap(), &[4])
     }
 
+    /// The chain of a 1-d v2 array of `dtype` with `filters` and `compressor`.
+    fn v2_chain(dtype: &str, filters: Value, compressor: Value) -> Result<CodecChain, MetaError> {
+        let stored = DType::from_v2(&json!(dtype)).unwrap();
+        CodecChain::from_v2(&stored, "C", filters.as_array().unwrap(), Some(&compressor), 1)
+    }
+
     #[test]
     fn v3_numcodecs_filters_decode_to_the_type_they_replace() {
         let bytes = json!({"name": "bytes", "configuration": {"endian": "little"}});
@@ -669,16 +675,7 @@ mod tests {
     /// numeric filters before them store; in v3 they are the array->bytes codec.
     #[test]
     fn typed_codecs_get_the_type_that_reaches_them() {
-        let v2 = |dtype: &str, filters: Value| {
-            let stored = DType::from_v2(&json!(dtype)).unwrap();
-            CodecChain::from_v2(
-                &stored,
-                "C",
-                filters.as_array().unwrap(),
-                Some(&json!({"id": "pcodec"})),
-                1,
-            )
-        };
+        let v2 = |dtype: &str, filters: Value| v2_chain(dtype, filters, json!({"id": "pcodec"}));
         let pcodec_of = |c: &CodecChain| format!("{:?}", c.bytes_to_bytes.last().unwrap());
         assert!(pcodec_of(&v2("<i4", json!([])).unwrap()).contains("I32"));
         assert!(pcodec_of(&v2("<M8[s]", json!([])).unwrap()).contains("I64"));
@@ -723,13 +720,11 @@ mod tests {
         assert!(format!("{:?}", c.bytes_to_bytes).starts_with("[Zfpy { scalar: I64 }, Zstd"));
         let err = chain("float64", json!([bytes, zfpy])).unwrap_err().to_string();
         assert!(err.contains("comes after the array->bytes codec"), "{err}");
-        let stored = DType::from_v2(&json!("<i8")).unwrap();
-        let delta = [json!({"id": "delta", "dtype": "<i8", "astype": "<i4"})];
-        let c = CodecChain::from_v2(&stored, "C", &delta, Some(&json!({"id": "zfpy"})), 1).unwrap();
+        let delta = json!([{"id": "delta", "dtype": "<i8", "astype": "<i4"}]);
+        let c = v2_chain("<i8", delta, json!({"id": "zfpy"})).unwrap();
         assert!(format!("{:?}", c.bytes_to_bytes.last().unwrap()).contains("I32"));
-        let zlib = [json!({"id": "zlib"})];
         assert!(matches!(
-            CodecChain::from_v2(&stored, "C", &zlib, Some(&json!({"id": "zfpy"})), 1),
+            v2_chain("<i8", json!([{"id": "zlib"}]), json!({"id": "zfpy"})),
             Err(MetaError::Unsupported(_))
         ));
     }
@@ -791,17 +786,7 @@ mod tests {
     /// decoded chunk (here exactly its size) is widened for them, and such chunks decode.
     #[test]
     fn stages_larger_than_the_chunk_decode_within_the_limit() {
-        let v2 = |dtype: &str, filters: Value| {
-            let stored = DType::from_v2(&json!(dtype)).unwrap();
-            CodecChain::from_v2(
-                &stored,
-                "C",
-                filters.as_array().unwrap(),
-                Some(&json!({"id": "zlib", "level": 1})),
-                1,
-            )
-            .unwrap()
-        };
+        let v2 = |dtype: &str, filters: Value| v2_chain(dtype, filters, json!({"id": "zlib", "level": 1})).unwrap();
         let fill = FillValue::Fixed(vec![0; 2]);
         // float16 stored as int32 (fixedscaleoffset): the inflated chunk is twice the decoded.
         let c = v2(

@@ -271,6 +271,15 @@ pub(crate) mod test_vectors {
         std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
     }
 
+    /// Bytes written as hex digits, whitespace ignored (`"93 a1ff"`).
+    pub(crate) fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
     /// Zeros, compressible to almost nothing: the plain text of the bomb tests.
     pub(crate) const BOMB_LEN: usize = 100 << 20;
     /// The limit the bomb tests decode with.

@@ -160,19 +160,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::codec::test_vectors::hex;
 
     /// numcodecs 0.15 `MsgPack().encode` of a 1-d object array
     /// `["text", 1, 2.5, None, [1, "two", [3]], {"k": "v", "n": 1}, b"\x00\xff", nan]`.
     const MIXED: &str = "9aa474657874 01 cb4004000000000000 c0 9301a374776f9103 \
                          82a16ba176a16e01 c40200ff cb7ff8000000000000 a27c4f 9108";
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
 
     #[test]
     fn decodes_as_json2_does() {

@@ -158,6 +158,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::codec::test_vectors::hex;
 
     fn encode(items: &[&[u8]]) -> Vec<u8> {
         let mut out = (items.len() as u32).to_le_bytes().to_vec();
@@ -266,13 +267,5 @@ mod tests {
             decode_arrays(&two, 2, &u2, need - 1),
             Err(CodecError::OverLimit(_))
         ));
-    }
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
     }
 }
