@@ -170,6 +170,26 @@ async fn bin_and_npy_are_the_bytes_zarr_python_read() {
     assert!(r.header("x-zarr-dtype").unwrap().starts_with("<U"));
 }
 
+/// Lone surrogates in a `<U` array (as zarr-python wrote them): JSON escapes them as Python's
+/// json.dumps does, so a JSON reader gets NumPy's strings; CSV, UTF-8 text, has U+FFFD.
+#[tokio::test]
+async fn lone_surrogates_are_escaped_in_json() {
+    let app = fixture_app();
+    let r = get(&app, "/api/v1/slice/fx/v2/dtype_U3_lone_surrogates?format=json", &[]).await;
+    assert_eq!(r.status, 200);
+    let text = String::from_utf8(r.body.to_vec()).unwrap();
+    assert!(
+        text.ends_with(r#""data":["a\udc80b","ok","\ud800","\udfff\u0001"]}"#),
+        "{text}"
+    );
+    let r = get(&app, "/api/v1/slice/fx/v2/dtype_U3_lone_surrogates?format=csv", &[]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        String::from_utf8(r.body.to_vec()).unwrap(),
+        "a\u{FFFD}b\nok\n\u{FFFD}\n\u{FFFD}\u{1}\n"
+    );
+}
+
 #[tokio::test]
 async fn csv_and_png() {
     let app = fixture_app();

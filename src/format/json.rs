@@ -241,6 +241,26 @@ mod tests {
             Elements::Fixed([b'h', 0, 0, 0, 0, 0, 0, 0].to_vec()),
         );
         assert_eq!(parse(&u)["data"], json!(["h"]));
+        // Lone surrogates, which `<U` holds, are escaped as Python's json.dumps escapes them
+        // (`json.dumps(str(np.array(['a\udc80"b', '\ud800', '\udfff\x01'], '<U4')[i]))`).
+        let units: [[u32; 4]; 3] = [[0x61, 0xDC80, 0x22, 0x62], [0xD800, 0, 0, 0], [0xDFFF, 1, 0, 0]];
+        let bytes: Vec<u8> = units.iter().flatten().flat_map(|u| u.to_le_bytes()).collect();
+        let mut out = Vec::new();
+        for (i, want) in [r#""a\udc80\"b""#, r#""\ud800""#, r#""\udfff\u0001""#]
+            .into_iter()
+            .enumerate()
+        {
+            out.clear();
+            push_fixed_rows(
+                &mut out,
+                &DType::new(Kind::FixedUnicode(4)),
+                &[],
+                &bytes[16 * i..16 * (i + 1)],
+                1,
+                true,
+            );
+            assert_eq!(String::from_utf8_lossy(&out), want);
+        }
         let st = DType::from_v2(&json!([["a", "<i2"], ["b", "|u1", [2]]])).unwrap();
         let r = Region {
             shape: vec![1],

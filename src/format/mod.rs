@@ -304,6 +304,38 @@ fn push_json_string(out: &mut Vec<u8>, s: &str) {
     let _ = serde_json::to_writer(&mut *out, s);
 }
 
+/// Fixed-width UTF-32 text (trailing NULs dropped) as a JSON string, as Python's `json.dumps`
+/// writes NumPy's: a lone surrogate, which `<U` holds (text decoded with `surrogateescape`,
+/// say), is its `\uXXXX` escape rather than U+FFFD, so that a JSON reader gets the string NumPy
+/// holds. Code units past U+10FFFF, which no text holds, are U+FFFD, as in [`utf32_to_string`].
+fn push_utf32_json(out: &mut Vec<u8>, b: &[u8]) {
+    let unit = |c: &[u8]| u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    let surrogate = |u: u32| (0xD800..=0xDFFF).contains(&u);
+    if !b.chunks_exact(4).any(|c| surrogate(unit(c))) {
+        return push_json_string(out, &utf32_to_string(b));
+    }
+    let units: Vec<u32> = b.chunks_exact(4).map(unit).collect();
+    let end = units.iter().rposition(|&u| u != 0).map_or(0, |i| i + 1);
+    // A run of text escaped as JSON does, without its quotes.
+    let push_run = |out: &mut Vec<u8>, run: &str| {
+        let quoted = serde_json::to_vec(run).unwrap_or_default();
+        out.extend_from_slice(quoted.get(1..quoted.len().saturating_sub(1)).unwrap_or_default());
+    };
+    out.push(b'"');
+    let mut run = String::new();
+    for &u in &units[..end] {
+        if surrogate(u) {
+            push_run(out, &run);
+            run.clear();
+            out.extend_from_slice(format!("\\u{u:04x}").as_bytes());
+        } else {
+            run.push(char::from_u32(u).unwrap_or('\u{FFFD}'));
+        }
+    }
+    push_run(out, &run);
+    out.push(b'"');
+}
+
 /// Writes one fixed-size element as text.
 fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
     let mut ibuf = itoa::Buffer::new();
@@ -371,13 +403,10 @@ fn push_scalar(out: &mut Vec<u8>, dtype: &DType, b: &[u8], mode: Text) {
                 out.extend_from_slice(text.as_bytes());
             }
         }
-        Kind::FixedUnicode(_) => {
-            let s = utf32_to_string(b);
-            match mode {
-                Text::Json => push_json_string(out, &s),
-                Text::Csv => csv::push_field(out, &s),
-            }
-        }
+        Kind::FixedUnicode(_) => match mode {
+            Text::Json => push_utf32_json(out, b),
+            Text::Csv => csv::push_field(out, &utf32_to_string(b)),
+        },
         Kind::Structured(fields) => {
             out.push(b'{');
             let mut offset = 0;
