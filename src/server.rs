@@ -497,17 +497,6 @@ const ACCEPT_AND_CORS_VARY: HeaderValue =
 #[derive(Clone, Copy)]
 struct NoSingleHost;
 
-/// Connections accepted past `limits.max_connections`, for `/healthz` and `/metrics` alone: a
-/// liveness probe or a scrape still gets its answer while every turn is taken (by slow readers,
-/// say), where it would wait in the listen backlog until one closed. Other requests over them
-/// are 503 `overloaded` with `Retry-After`, as past `limits.max_concurrent_requests`, and an
-/// HTTP/1 one then closes its connection. Past these, connections wait to be accepted.
-pub const SPARE_CONNECTIONS: usize = 8;
-
-/// Marks a request that came over one of the [`SPARE_CONNECTIONS`].
-#[derive(Clone, Copy)]
-struct SpareConnection;
-
 /// The `Cache-Control` of answers that state none.
 const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
 
@@ -636,16 +625,6 @@ impl Front {
                 answer: self.through_router(request),
                 limit: None,
             });
-        }
-        if request.extensions().get::<SpareConnection>().is_some() {
-            let mut refused = ApiError::Overloaded.into_response();
-            // HTTP/2 has no `Connection` field; its streams are refused one by one.
-            if request.version() < hyper::Version::HTTP_2 {
-                refused
-                    .headers_mut()
-                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
-            }
-            return Either::Left(ready(refused));
         }
         let Some(turn) = self.turns.take() else {
             return Either::Left(ready(ApiError::Overloaded.into_response()));
@@ -807,7 +786,6 @@ pub async fn serve_with(
     // what connections hold (buffers, bodies under way, descriptors) is bounded.
     let state_connections = state.config.limits.max_connections;
     let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(state_connections));
-    let spares = std::sync::Arc::new(tokio::sync::Semaphore::new(SPARE_CONNECTIONS));
     let open = state.clone();
     let header_list = state.config.limits.max_url_bytes.saturating_add(16 << 10);
     let app = app(state);
@@ -847,15 +825,9 @@ pub async fn serve_with(
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        // A turn if there is one, else a spare connection's ([`SPARE_CONNECTIONS`]).
-        let (mut turn, mut spare) = tokio::select! {
-            biased;
+        let turn = tokio::select! {
             turn = connections.clone().acquire_owned() => match turn {
-                Ok(turn) => (turn, false),
-                Err(_) => break,
-            },
-            turn = spares.clone().acquire_owned() => match turn {
-                Ok(turn) => (turn, true),
+                Ok(turn) => turn,
                 Err(_) => break,
             },
             () = &mut shutdown => break,
@@ -873,10 +845,6 @@ pub async fn serve_with(
             () = &mut shutdown => break,
         };
         tune_connection(&mut tcp);
-        // A turn given back while this one waited to be accepted is taken instead.
-        if spare && let Ok(regular) = connections.clone().try_acquire_owned() {
-            (turn, spare) = (regular, false);
-        }
         // Given to a worker, it is registered anew with the worker's runtime.
         let tcp = match &workers {
             None => Accepted::Here(tcp),
@@ -901,9 +869,6 @@ pub async fn serve_with(
                     if hosts.next().is_none() || hosts.next().is_some() {
                         request.extensions_mut().insert(NoSingleHost);
                     }
-                }
-                if spare {
-                    request.extensions_mut().insert(SpareConnection);
                 }
                 let served = app.clone().serve(request.map(body_of), Some(under_way));
                 // Not `async move { Ok(served.await) }`: that future holds `served` twice over
@@ -1014,13 +979,8 @@ pub async fn serve_with(
     drop(listener);
     let _ = stop.send(());
     let every_turn = u32::try_from(state_connections).unwrap_or(u32::MAX);
-    let every_spare = u32::try_from(SPARE_CONNECTIONS).unwrap_or(u32::MAX);
-    let all_closed = async {
-        let _turns = connections.acquire_many(every_turn).await;
-        let _spares = spares.acquire_many(every_spare).await;
-    };
     tokio::select! {
-        () = all_closed => Ok(()),
+        _ = connections.acquire_many(every_turn) => Ok(()),
         () = tokio::time::sleep(drain) => {
             tracing::warn!(seconds = drain.as_secs_f64(), "closing the connections still open after the shutdown signal");
             Ok(())
