@@ -103,6 +103,10 @@ pub struct Config {
 pub struct ServerConfig {
     /// Listen address.
     pub bind: String,
+    /// A second listen address answering `/healthz` and `/metrics` alone, on connections of its
+    /// own (at most [`crate::server::HEALTH_CONNECTIONS`]): probes and scrapes are answered
+    /// while every one of `limits.max_connections` is taken. None: `bind` alone.
+    pub health_bind: Option<String>,
     /// Allowed CORS origins; `"*"` allows any.
     pub cors_origins: Vec<String>,
     /// Bearer token protecting /metrics, as `"env:VAR"` (read at start).
@@ -137,6 +141,7 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             bind: "127.0.0.1:8080".into(),
+            health_bind: None,
             cors_origins: vec!["*".into()],
             metrics_token: None,
             blocking_threads: 64,
@@ -628,6 +633,9 @@ impl Config {
         if let Some(bind) = env("ZARRGATE_BIND") {
             config.server.bind = bind;
         }
+        if let Some(bind) = env("ZARRGATE_HEALTH_BIND") {
+            config.server.health_bind = Some(bind);
+        }
         if let Some(format) = env("ZARRGATE_LOG_FORMAT") {
             // The names the file's `log_format` takes (serde's), not a second list of them.
             use serde::de::IntoDeserializer;
@@ -664,7 +672,13 @@ impl Config {
     /// Checks everything that can be checked without starting: the bind address, limits,
     /// mount names and their sources.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        self.bind_addr()?;
+        let bind = self.bind_addr()?;
+        // Port 0 is any free port: two of them are not one address.
+        if self.health_addr()? == Some(bind) && bind.port() != 0 {
+            return Err(ConfigError::Invalid(format!(
+                "server.health_bind: '{bind}' is server.bind itself; give it an address of its own"
+            )));
+        }
         let l = &self.limits;
         if l.max_slice_bytes == 0
             || l.max_chunks_per_slice == 0
@@ -743,13 +757,23 @@ impl Config {
 
     /// The listen address.
     pub fn bind_addr(&self) -> Result<SocketAddr, ConfigError> {
-        self.server.bind.parse().map_err(|_| {
-            ConfigError::Invalid(format!(
-                "server.bind: '{}' is not an address like 127.0.0.1:8080",
-                self.server.bind
-            ))
-        })
+        address("server.bind", &self.server.bind)
     }
+
+    /// `server.health_bind`, parsed (`None` when it is not set).
+    pub fn health_addr(&self) -> Result<Option<SocketAddr>, ConfigError> {
+        self.server
+            .health_bind
+            .as_deref()
+            .map(|bind| address("server.health_bind", bind))
+            .transpose()
+    }
+}
+
+/// A listen address, or an error naming the setting `what` that gave it.
+fn address(what: &str, text: &str) -> Result<SocketAddr, ConfigError> {
+    text.parse()
+        .map_err(|_| ConfigError::Invalid(format!("{what}: '{text}' is not an address like 127.0.0.1:8080")))
 }
 
 #[cfg(test)]
@@ -1162,6 +1186,35 @@ mod tests {
         assert_eq!(Config::load(&cli, env).unwrap().server.bind, "127.0.0.1:5");
         let missing = |k: &str| (k == "ZARRGATE_CONFIG").then(|| "/no/such/zarrgate.toml".to_string());
         assert!(matches!(Config::load(&none, missing), Err(ConfigError::Read { .. })));
+    }
+
+    /// `server.health_bind` (env ZARRGATE_HEALTH_BIND): unset by default; an address of its own.
+    #[test]
+    fn health_bind() {
+        let none = ServeArgs::default();
+        let c = Config::load(&none, |_| None).unwrap();
+        assert_eq!(c.health_addr().unwrap(), None);
+        let env = |k: &str| (k == "ZARRGATE_HEALTH_BIND").then(|| "127.0.0.1:9090".to_string());
+        let c = Config::load(&none, env).unwrap();
+        assert_eq!(c.health_addr().unwrap(), Some("127.0.0.1:9090".parse().unwrap()));
+        // Empty is unset, as for every ZARRGATE_* variable.
+        let empty = |k: &str| (k == "ZARRGATE_HEALTH_BIND").then(String::new);
+        assert_eq!(Config::load(&none, empty).unwrap().health_addr().unwrap(), None);
+        let text = "[server]\nbind = \"127.0.0.1:8080\"\nhealth_bind = \"127.0.0.1:8080\"\n";
+        let err = Config::from_toml(text, Path::new("c.toml"), Path::new("/"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(err.to_string().contains("is server.bind itself"), "{err}");
+        let text = "[server]\nhealth_bind = \"localhost:9090\"\n";
+        let err = Config::from_toml(text, Path::new("c.toml"), Path::new("/"))
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("server.health_bind: 'localhost:9090'"),
+            "{err}"
+        );
     }
 
     /// `--mount NAME=URL` for a mount of the file changes its URL only: a protected mount

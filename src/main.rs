@@ -137,9 +137,9 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn serve(config: Config) -> ExitCode {
-    let addr = match config.bind_addr() {
-        Ok(a) => a,
-        Err(e) => {
+    let (addr, health) = match (config.bind_addr(), config.health_addr()) {
+        (Ok(a), Ok(h)) => (a, h),
+        (Err(e), _) | (_, Err(e)) => {
             eprintln!("zarrgate: {e}");
             return ExitCode::FAILURE;
         }
@@ -159,8 +159,27 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let health = match health {
+        Some(health) => match tokio::net::TcpListener::bind(health).await {
+            Ok(l) => Some(l),
+            Err(e) => {
+                eprintln!("zarrgate: cannot listen on {health} (server.health_bind): {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let base = format!("http://{}", listener.local_addr().unwrap_or(addr));
     say(format_args!("zarrgate listening on {base}/"));
+    if let Some(health) = health {
+        if let Ok(at) = health.local_addr() {
+            say(format_args!(
+                "  health and metrics also on http://{at}/healthz, /metrics"
+            ));
+        }
+        // It stops accepting with the first signal, as `bind` does.
+        tokio::spawn(server::serve_health(health, state.clone(), server::shutdown_signal()));
+    }
     for mount in state.mounts.values() {
         say(format_args!(
             "  {:<12} {base}/zarr/{}/   ({} {})",
@@ -192,12 +211,17 @@ fn say(line: std::fmt::Arguments) {
     let _ = writeln!(std::io::stdout(), "{line}");
 }
 
-/// `zarrgate healthcheck`: GET /healthz of the server at the configured address (a wildcard
-/// address is asked on loopback), within 5 s; success when it answers 200.
+/// `zarrgate healthcheck`: GET /healthz of the server at the configured address (its
+/// `server.health_bind` when it has one; a wildcard address is asked on loopback), within 5 s;
+/// success when it answers 200.
 fn healthcheck(config: &Config) -> ExitCode {
     use std::io::{Read, Write};
     let check = || -> Result<String, String> {
-        let mut addr = config.bind_addr().map_err(|e| e.to_string())?;
+        // The health listener when there is one: what it is for.
+        let mut addr = match config.health_addr().map_err(|e| e.to_string())? {
+            Some(health) => health,
+            None => config.bind_addr().map_err(|e| e.to_string())?,
+        };
         if addr.ip().is_unspecified() {
             addr.set_ip(match addr {
                 std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),

@@ -347,12 +347,18 @@ pub fn app(state: AppState) -> App {
     build(state, routes, true)
 }
 
-/// The routes, handlers only ([`app`] is them behind its front).
-pub fn routes(state: AppState) -> Router {
+/// The routes of liveness and metrics, which the health listener ([`serve_health`]) serves
+/// alone.
+fn health_routes() -> axum::Router<AppState> {
     Router::new()
-        .route("/", get(api::index))
         .route("/healthz", get(api::healthz))
         .route("/metrics", get(api::metrics))
+}
+
+/// The routes, handlers only ([`app`] is them behind its front).
+pub fn routes(state: AppState) -> Router {
+    health_routes()
+        .route("/", get(api::index))
         .route("/api/v1/mounts", get(api::mounts))
         .route("/api/v1/slice/{mount}", get(slice::slice))
         .route("/api/v1/slice/{mount}/", get(slice::slice))
@@ -986,6 +992,73 @@ pub async fn serve_with(
             Ok(())
         }
     }
+}
+
+/// Connections the health listener ([`serve_health`]) keeps open at once; more wait to be
+/// accepted.
+pub const HEALTH_CONNECTIONS: usize = 16;
+
+/// Serves `/healthz` and `/metrics` alone on `listener` (`server.health_bind`) until `shutdown`
+/// resolves: a listener of its own, with connections of its own, so that a liveness probe or a
+/// scrape is answered while every one of `limits.max_connections` is taken (by clients reading
+/// slowly, say), where on `bind` it would wait to be accepted. Other paths are 404. The answers
+/// are the front's (the metrics token, CORS, counts in `/metrics`), over HTTP/1.
+pub async fn serve_health(
+    listener: TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    use hyper_util::server::conn::auto::Builder;
+
+    let routes = health_routes()
+        .fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .with_state(state.clone());
+    let app = build(state, routes, false);
+    let turns = std::sync::Arc::new(tokio::sync::Semaphore::new(HEALTH_CONNECTIONS));
+    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+    // A client has as long to send a request's head as on `bind`; an idle one is then closed.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    let builder = std::sync::Arc::new(builder);
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let turn = tokio::select! {
+            turn = turns.clone().acquire_owned() => match turn {
+                Ok(turn) => turn,
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a health connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let (app, builder) = (app.clone(), builder.clone());
+        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+            futures::FutureExt::map(
+                app.clone().serve(request.map(body_of), None),
+                Ok::<_, std::convert::Infallible>,
+            )
+        });
+        tokio::spawn(async move {
+            let _turn = turn;
+            if let Err(e) = builder.serve_connection(TokioIo::new(tcp), service).await {
+                tracing::debug!(error = %e, "health connection ended");
+            }
+        });
+    }
+    Ok(())
 }
 
 /// An accepted connection, on the runtime that accepted it or handed over to a worker's.

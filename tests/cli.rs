@@ -13,6 +13,7 @@ fn command(dir: &std::path::Path) -> Command {
         .current_dir(dir)
         .env_remove("ZARRGATE_CONFIG")
         .env_remove("ZARRGATE_BIND")
+        .env_remove("ZARRGATE_HEALTH_BIND")
         .env_remove("ZARRGATE_LOG_FORMAT");
     command
 }
@@ -163,6 +164,58 @@ fn exit_within(child: &mut std::process::Child, most: std::time::Duration) -> st
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+}
+
+/// `ZARRGATE_HEALTH_BIND`: `serve` listens there too and says where (its second line), and
+/// `zarrgate healthcheck` asks there when it is set, whatever `bind` says.
+#[test]
+fn the_health_listener_is_where_healthcheck_asks() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Spawned(
+        command(dir.path())
+            .args(["serve", "--bind", "127.0.0.1:0", "--mount", "d=."])
+            .env("ZARRGATE_HEALTH_BIND", "127.0.0.1:0")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let bind = first
+        .trim()
+        .strip_prefix("zarrgate listening on http://")
+        .and_then(|rest| rest.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_string();
+    let second = lines.next().unwrap().unwrap();
+    let health = second
+        .trim()
+        .strip_prefix("health and metrics also on http://")
+        .and_then(|rest| rest.strip_suffix("/healthz, /metrics"))
+        .unwrap_or_else(|| panic!("{second}"))
+        .to_string();
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let check = |bind: &str, health_bind: &str| {
+        command(dir.path())
+            .args(["healthcheck", "--bind", bind])
+            .env("ZARRGATE_HEALTH_BIND", health_bind)
+            .output()
+            .unwrap()
+    };
+    let out = check(&nobody, &health);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&health));
+    // Set, it is asked rather than bind: with the server on bind and nothing at it, unhealthy.
+    let out = check(&bind, &nobody);
+    assert!(!out.status.success());
+    drop(lines);
+    drop(child);
 }
 
 /// A running server as a container sees it: `zarrgate healthcheck` finds it healthy; SIGTERM

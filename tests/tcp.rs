@@ -383,6 +383,66 @@ async fn connections_beyond_the_limit_wait_for_one_to_close() {
     served.stop().await.unwrap();
 }
 
+/// `server.health_bind`: a listener of its own answers `/healthz` and `/metrics` while every
+/// one of `limits.max_connections` is taken on `bind` (where the next connection waits), and
+/// 404 to anything else; it stops accepting on shutdown.
+#[tokio::test]
+async fn the_health_listener_answers_while_every_connection_is_taken() {
+    let mut config = config_with(&[("fx", &fixtures())]);
+    config.limits.max_connections = 1;
+    let state = zarrgate::AppState::from_config(config).unwrap();
+    let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let health_base = format!("http://{}", health.local_addr().unwrap());
+    let (stop_health, health_stopped) = oneshot::channel::<()>();
+    let health_server = tokio::spawn(zarrgate::server::serve_health(health, state.clone(), async {
+        let _ = health_stopped.await;
+    }));
+    let served = serve_state(state).await;
+    // The one turn on `bind`, kept open: the next connection there waits.
+    let mut first = tokio::net::TcpStream::connect(served.addr).await.unwrap();
+    healthz_over(&mut first).await;
+    let waiting = tokio::spawn(reqwest::get(format!("{}/healthz", served.base)));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the next connection on bind waits");
+    let client = reqwest::Client::new();
+    let ask = |path: &str| {
+        let request = client.get(format!("{health_base}{path}")).send();
+        async move {
+            tokio::time::timeout(std::time::Duration::from_secs(10), request)
+                .await
+                .expect("the health listener answers at once")
+                .unwrap()
+        }
+    };
+    let r = ask("/healthz").await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["cache-control"], "no-cache");
+    let r = ask("/metrics").await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("zarrgate_connections_open 1\n"), "{text}");
+    let r = ask("/api/v1/mounts").await;
+    assert_eq!(r.status(), 404);
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap()["error"]["code"],
+        "not_found"
+    );
+    drop(first);
+    let r = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+        .await
+        .expect("served once the first closed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    stop_health.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), health_server)
+        .await
+        .expect("the health listener stops")
+        .unwrap()
+        .unwrap();
+    served.stop().await.unwrap();
+}
+
 /// An HTTP/2 connection (prior knowledge, as h2c clients open it) is closed once it has had no
 /// request under way for the header read timeout, as an idle HTTP/1 keep-alive connection is:
 /// hyper keeps one as long as its client answers pings, and a few idle clients held every turn
