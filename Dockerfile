@@ -25,7 +25,8 @@ ENV ZARRGATE_BIND=0.0.0.0:8080 \
 VOLUME ["/data"]
 EXPOSE 8080
 USER zarrgate
-# GET /healthz where serve listens (ZARRGATE_BIND / the config's bind); the image has no curl.
+# GET /healthz where serve listens (ZARRGATE_HEALTH_BIND / the config's health_bind when set, else
+# ZARRGATE_BIND / bind); the image has no curl.
 HEALTHCHECK --interval=30s --timeout=10s --start-period=10s --retries=3 \
     CMD ["/usr/local/bin/zarrgate", "healthcheck"]
 ENTRYPOINT ["/usr/local/bin/zarrgate"]

@@ -67,6 +67,10 @@ pub struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:8080 (env ZARRGATE_BIND).
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<String>,
+    /// A second address answering /healthz and /metrics alone, e.g. 127.0.0.1:8081 (env
+    /// ZARRGATE_HEALTH_BIND).
+    #[arg(long, value_name = "ADDR")]
+    pub health_bind: Option<String>,
     /// Add or replace a mount; repeatable. Relative paths are relative to the working directory.
     #[arg(long = "mount", value_name = "NAME=URL")]
     pub mounts: Vec<String>,
@@ -648,6 +652,9 @@ impl Config {
         if let Some(bind) = &args.bind {
             config.server.bind.clone_from(bind);
         }
+        if let Some(bind) = &args.health_bind {
+            config.server.health_bind = Some(bind.clone());
+        }
         for spec in &args.mounts {
             let (name, url) = spec
                 .split_once('=')
@@ -1197,6 +1204,13 @@ mod tests {
         let env = |k: &str| (k == "ZARRGATE_HEALTH_BIND").then(|| "127.0.0.1:9090".to_string());
         let c = Config::load(&none, env).unwrap();
         assert_eq!(c.health_addr().unwrap(), Some("127.0.0.1:9090".parse().unwrap()));
+        // The command line outranks the environment.
+        let cli = ServeArgs {
+            health_bind: Some("127.0.0.1:9091".into()),
+            ..Default::default()
+        };
+        let c = Config::load(&cli, env).unwrap();
+        assert_eq!(c.health_addr().unwrap(), Some("127.0.0.1:9091".parse().unwrap()));
         // Empty is unset, as for every ZARRGATE_* variable.
         let empty = |k: &str| (k == "ZARRGATE_HEALTH_BIND").then(String::new);
         assert_eq!(Config::load(&none, empty).unwrap().health_addr().unwrap(), None);

@@ -151,6 +151,8 @@ async fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Signals from here on stop the server, however soon they come.
+    let signals = server::shutdown_signals();
     start_reserve(state.caches.clone());
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
@@ -178,7 +180,11 @@ async fn serve(config: Config) -> ExitCode {
             ));
         }
         // It stops accepting with the first signal, as `bind` does.
-        tokio::spawn(server::serve_health(health, state.clone(), server::shutdown_signal()));
+        tokio::spawn(server::serve_health(
+            health,
+            state.clone(),
+            server::signalled(signals.clone(), 1),
+        ));
     }
     for mount in state.mounts.values() {
         say(format_args!(
@@ -189,12 +195,11 @@ async fn serve(config: Config) -> ExitCode {
     // The first signal stops accepting and lets responses under way finish (for up to
     // `server.drain_s`); a second one ends them at once.
     let second_signal = async {
-        server::shutdown_signal().await;
-        server::shutdown_signal().await;
+        server::signalled(signals.clone(), 2).await;
         tracing::warn!("a second signal: closing the connections still open");
     };
     let served = tokio::select! {
-        served = server::run(listener, state, server::shutdown_signal()) => served,
+        served = server::run(listener, state, server::signalled(signals.clone(), 1)) => served,
         () = second_signal => Ok(()),
     };
     if let Err(e) = served {

@@ -312,6 +312,9 @@ struct Front {
     timeout: Duration,
     /// Whether slices and raw keys are answered without the router ([`Front::dispatch`]).
     direct: bool,
+    /// The health listener's front ([`serve_health`]): every path but `/healthz` and `/metrics`
+    /// is 404 before anything else is looked at (a protected mount's 401 would name it).
+    health_only: bool,
 }
 
 /// Turns of a limit that is only ever tried, never waited for: a count, which is all a
@@ -344,7 +347,7 @@ impl Drop for RequestTurn<'_> {
 /// The service over the routes of zarrgate.
 pub fn app(state: AppState) -> App {
     let routes = routes(state.clone());
-    build(state, routes, true)
+    build(state, routes, true, false)
 }
 
 /// The routes of liveness and metrics, which the health listener ([`serve_health`]) serves
@@ -385,10 +388,10 @@ pub fn routes(state: AppState) -> Router {
 /// test's own (which get every request: the direct answers of slices and raw keys are
 /// [`app`]'s).
 pub fn front(state: AppState, routes: Router) -> App {
-    build(state, routes, false)
+    build(state, routes, false, false)
 }
 
-fn build(state: AppState, routes: Router, direct: bool) -> App {
+fn build(state: AppState, routes: Router, direct: bool, health_only: bool) -> App {
     let server = &state.config.server;
     let limits = &state.config.limits;
     App(std::sync::Arc::new(Front {
@@ -400,6 +403,7 @@ fn build(state: AppState, routes: Router, direct: bool) -> App {
         },
         timeout: Duration::from_secs_f64(limits.request_timeout_s),
         direct,
+        health_only,
         routes,
         state,
     }))
@@ -502,6 +506,18 @@ const ACCEPT_AND_CORS_VARY: HeaderValue =
 /// Marks an HTTP/1.1 request that came with no `Host` field or with several.
 #[derive(Clone, Copy)]
 struct NoSingleHost;
+
+/// RFC 9112 section 3.2: an HTTP/1.1 request with no Host field, or with more than one, is
+/// answered 400 (hyper serves it). Marked where the request came over a connection (one made
+/// in-process names no host), and refused by the front.
+fn mark_host<B>(request: &mut hyper::Request<B>) {
+    if request.version() == hyper::Version::HTTP_11 {
+        let mut hosts = request.headers().get_all(header::HOST).iter();
+        if hosts.next().is_none() || hosts.next().is_some() {
+            request.extensions_mut().insert(NoSingleHost);
+        }
+    }
+}
 
 /// The `Cache-Control` of answers that state none.
 const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
@@ -622,6 +638,10 @@ impl Front {
     /// within the limits. Tokens are never logged.
     fn routed(&self, request: Request) -> futures::future::Either<futures::future::Ready<Response>, Routed<'_>> {
         use futures::future::{Either, ready};
+        if self.health_only && !matches!(request.uri().path(), "/healthz" | "/metrics") {
+            let refused = ApiError::NotFound("this listener answers /healthz and /metrics alone".into());
+            return Either::Left(ready(refused.into_response()));
+        }
         if let Err(refused) = self.admits(&request) {
             return Either::Left(ready(refused.into_response()));
         }
@@ -867,15 +887,7 @@ pub async fn serve_with(
             let (app, activity) = (app.clone(), activity.clone());
             hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
                 let under_way = Activity::begin(&activity);
-                // RFC 9112 section 3.2: an HTTP/1.1 request with no Host field, or with more than
-                // one, is answered 400 (hyper serves it). Marked here, where the request came over
-                // a connection (one made in-process names no host), and refused by the front.
-                if request.version() == hyper::Version::HTTP_11 {
-                    let mut hosts = request.headers().get_all(header::HOST).iter();
-                    if hosts.next().is_none() || hosts.next().is_some() {
-                        request.extensions_mut().insert(NoSingleHost);
-                    }
-                }
+                mark_host(&mut request);
                 let served = app.clone().serve(request.map(body_of), Some(under_way));
                 // Not `async move { Ok(served.await) }`: that future holds `served` twice over
                 // (as captured, and as awaited), and hyper moves it whole for every request.
@@ -1012,10 +1024,9 @@ pub async fn serve_health(
     use hyper_util::server::conn::auto::Builder;
 
     let routes = health_routes()
-        .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(state.clone());
-    let app = build(state, routes, false);
+    let app = build(state, routes, false, true);
     let turns = std::sync::Arc::new(tokio::sync::Semaphore::new(HEALTH_CONNECTIONS));
     let mut builder = Builder::new(TokioExecutor::new()).http1_only();
     // A client has as long to send a request's head as on `bind`; an idle one is then closed.
@@ -1044,8 +1055,11 @@ pub async fn serve_health(
             },
             () = &mut shutdown => break,
         };
+        let mut tcp = tcp;
+        tune_connection(&mut tcp);
         let (app, builder) = (app.clone(), builder.clone());
-        let service = hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            mark_host(&mut request);
             futures::FutureExt::map(
                 app.clone().serve(request.map(body_of), None),
                 Ok::<_, std::convert::Infallible>,
@@ -1264,26 +1278,43 @@ const SHUTDOWN_HEAD_GRACE: Duration = Duration::from_secs(1);
 /// idle between requests.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Resolves on Ctrl-C or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
+/// SIGTERM and SIGINT (Ctrl-C) as a count that goes up with each: listened for from when this
+/// is called (on a runtime), so that a signal arriving before anything waits for it is not lost,
+/// and seen by every receiver (the server, its health listener, the second signal's watch).
+pub fn shutdown_signals() -> tokio::sync::watch::Receiver<u32> {
+    let (count, counted) = tokio::sync::watch::channel(0u32);
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        // Registered here, not when first polled.
+        let (term, int) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+        tokio::spawn(async move {
+            let (mut term, mut int) = match (term, int) {
+                (Ok(term), Ok(int)) => (term, int),
+                _ => return std::future::pending().await,
+            };
+            loop {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
+                count.send_modify(|n| *n += 1);
             }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
+        });
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            count.send_modify(|n| *n += 1);
+        }
+        std::future::pending::<()>().await
+    });
+    counted
+}
+
+/// Resolves once `signals` ([`shutdown_signals`]) has counted `n` of them.
+pub async fn signalled(mut signals: tokio::sync::watch::Receiver<u32>, n: u32) {
+    if signals.wait_for(|&count| count >= n).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }

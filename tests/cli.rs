@@ -196,11 +196,9 @@ fn the_health_listener_is_where_healthcheck_asks() {
         .and_then(|rest| rest.strip_suffix("/healthz, /metrics"))
         .unwrap_or_else(|| panic!("{second}"))
         .to_string();
-    let nobody = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+    // Bound and never answering (a port given back could be another test's server's by then).
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = silent.local_addr().unwrap().to_string();
     let check = |bind: &str, health_bind: &str| {
         command(dir.path())
             .args(["healthcheck", "--bind", bind])
@@ -214,6 +212,7 @@ fn the_health_listener_is_where_healthcheck_asks() {
     // Set, it is asked rather than bind: with the server on bind and nothing at it, unhealthy.
     let out = check(&bind, &nobody);
     assert!(!out.status.success());
+    drop(silent);
     drop(lines);
     drop(child);
 }

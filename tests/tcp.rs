@@ -388,8 +388,9 @@ async fn connections_beyond_the_limit_wait_for_one_to_close() {
 /// 404 to anything else; it stops accepting on shutdown.
 #[tokio::test]
 async fn the_health_listener_answers_while_every_connection_is_taken() {
-    let mut config = config_with(&[("fx", &fixtures())]);
+    let mut config = config_with(&[("fx", &fixtures()), ("secret", &fixtures())]);
     config.limits.max_connections = 1;
+    config.mounts.get_mut("secret").unwrap().tokens = vec!["env:PATH".into()];
     let state = zarrgate::AppState::from_config(config).unwrap();
     let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let health_base = format!("http://{}", health.local_addr().unwrap());
@@ -421,12 +422,31 @@ async fn the_health_listener_answers_while_every_connection_is_taken() {
     assert_eq!(r.status(), 200);
     let text = r.text().await.unwrap();
     assert!(text.contains("zarrgate_connections_open 1\n"), "{text}");
-    let r = ask("/api/v1/mounts").await;
-    assert_eq!(r.status(), 404);
-    assert_eq!(
-        r.json::<serde_json::Value>().await.unwrap()["error"]["code"],
-        "not_found"
-    );
+    // Every other path is 404, a protected mount's too (its 401 would name it).
+    for path in ["/api/v1/mounts", "/zarr/secret/x/.zarray", "/"] {
+        let r = ask(path).await;
+        assert_eq!(r.status(), 404, "{path}");
+        assert_eq!(
+            r.json::<serde_json::Value>().await.unwrap()["error"]["code"],
+            "not_found"
+        );
+    }
+    // HTTP/1.1 without Host is a 400 there too.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = health_base.trim_start_matches("http://");
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        conn.read_to_end(&mut answer).await.unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 400"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
     drop(first);
     let r = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
         .await
