@@ -851,26 +851,9 @@ pub async fn serve_with(
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let turn = tokio::select! {
-            turn = connections.clone().acquire_owned() => match turn {
-                Ok(turn) => turn,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
+        let Some((tcp, turn)) = next_connection(&listener, &connections, shutdown.as_mut()).await else {
+            break;
         };
-        let (mut tcp, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors, say: the connections under way go on; try again soon.
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        tune_connection(&mut tcp);
         // Given to a worker, it is registered anew with the worker's runtime.
         let tcp = match &workers {
             None => Accepted::Here(tcp),
@@ -1006,6 +989,36 @@ pub async fn serve_with(
     }
 }
 
+/// The next connection on `listener` with its turn of `turns` (waited for first: at the limit,
+/// new connections wait in the listen backlog), its socket tuned ([`tune_connection`]); `None`
+/// once `shutdown` resolves. An accept that fails (out of descriptors, say) is tried again
+/// soon; the connections under way go on.
+async fn next_connection<F: Future<Output = ()>>(
+    listener: &TcpListener,
+    turns: &std::sync::Arc<tokio::sync::Semaphore>,
+    mut shutdown: std::pin::Pin<&mut F>,
+) -> Option<(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit)> {
+    let turn = tokio::select! {
+        turn = turns.clone().acquire_owned() => turn.ok()?,
+        () = &mut shutdown => return None,
+    };
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((mut tcp, _)) => {
+                    tune_connection(&mut tcp);
+                    return Some((tcp, turn));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            () = &mut shutdown => return None,
+        }
+    }
+}
+
 /// Connections the health listener ([`serve_health`]) keeps open at once; more wait to be
 /// accepted.
 pub const HEALTH_CONNECTIONS: usize = 16;
@@ -1037,26 +1050,9 @@ pub async fn serve_health(
     let builder = std::sync::Arc::new(builder);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let turn = tokio::select! {
-            turn = turns.clone().acquire_owned() => match turn {
-                Ok(turn) => turn,
-                Err(_) => break,
-            },
-            () = &mut shutdown => break,
+        let Some((tcp, turn)) = next_connection(&listener, &turns, shutdown.as_mut()).await else {
+            break;
         };
-        let (tcp, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accepting a health connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let mut tcp = tcp;
-        tune_connection(&mut tcp);
         let (app, builder) = (app.clone(), builder.clone());
         let service = hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
             mark_host(&mut request);
