@@ -153,11 +153,8 @@ fn bytes_stage_v2(config: &Value, given: Option<&DType>) -> Result<(Box<dyn Byte
     if let Some((codec, encoded)) = numeric_filter(id, config)? {
         return Ok((codec, encoded.or_else(|| given.cloned())));
     }
-    if super::TYPED_CODECS.contains(&id) {
-        let given = given.ok_or_else(|| MetaError::Unsupported(format!("{id} of bytes rather than numbers")))?;
-        if let Some(codec) = super::typed_codec(id, config, given)? {
-            return Ok((codec, None));
-        }
+    if let Some(codec) = super::typed_codec(id, config, given)? {
+        return Ok((codec, None));
     }
     let codec = super::bytes_codec_v2(config)?.ok_or_else(|| MetaError::Unsupported(format!("codec '{id}'")))?;
     Ok((codec, None))
@@ -317,7 +314,7 @@ impl CodecChain {
                 // numcodecs' PCodec and ZFPY as zarr-python writes them in v3: array->bytes codecs.
                 "numcodecs.pcodec" | "numcodecs.zfpy" => {
                     let id = &name["numcodecs.".len()..];
-                    if let Some(codec) = super::typed_codec(id, config.unwrap_or(&Value::Null), &stage_dtype)? {
+                    if let Some(codec) = super::typed_codec(id, config.unwrap_or(&Value::Null), Some(&stage_dtype))? {
                         bytes_to_bytes.push(codec);
                     }
                     array_to_bytes = Some(ArrayToBytes::Fixed(stage_dtype.little_endian()));

@@ -117,15 +117,36 @@ pub fn bytes_codec_v3(name: &str, configuration: Option<&Value>) -> Result<Optio
     }))
 }
 
-/// The numcodecs codecs that encode typed numbers rather than bytes: in v2 the compressor (or a
-/// filter) of the type that reaches it, in v3 (`numcodecs.<id>`) the array->bytes codec.
-pub const TYPED_CODECS: [&str; 2] = ["pcodec", "zfpy"];
-
-/// The decoder of a [`TYPED_CODECS`] id (`None` for other ids) for elements of `dtype`.
-pub fn typed_codec(id: &str, config: &Value, dtype: &DType) -> Result<Option<Box<dyn BytesToBytes>>, CodecError> {
+/// The decoder of a numcodecs codec that encodes typed numbers rather than bytes (`pcodec`,
+/// `zfpy`: in v2 the compressor, or a filter, of the type that reaches it; in v3,
+/// `numcodecs.<id>`, the array->bytes codec) for elements of `dtype`; `None` for other ids. Such
+/// a codec given bytes (`dtype` `None`: after a compressor, say) is unsupported, and so are
+/// multi-byte numbers in big-endian order: numcodecs encodes native-order arrays only, and
+/// views datetimes and timedeltas as int64 whatever their order, so that the numbers it stores
+/// are their stored bytes, which the chain then reads in the array's order.
+pub fn typed_codec(
+    id: &str,
+    config: &Value,
+    dtype: Option<&DType>,
+) -> Result<Option<Box<dyn BytesToBytes>>, CodecError> {
+    use crate::zarr::dtype::Kind;
+    let numbers = || match dtype {
+        None => Err(CodecError::Unsupported(format!("{id} of bytes rather than numbers"))),
+        Some(d)
+            if d.big_endian
+                && d.item_size().is_some_and(|n| n > 1)
+                && !matches!(d.kind, Kind::DateTime(_) | Kind::TimeDelta(_)) =>
+        {
+            Err(CodecError::Unsupported(format!(
+                "{id} of {} elements (numcodecs encodes native byte order only)",
+                d.typestr()
+            )))
+        }
+        Some(d) => Ok(d),
+    };
     Ok(Some(match id {
-        "pcodec" => Box::new(pcodec::Pcodec::new(config, dtype)?),
-        "zfpy" => Box::new(zfpy::Zfpy::new(config, dtype)?),
+        "pcodec" => Box::new(pcodec::Pcodec::new(config, numbers()?)?),
+        "zfpy" => Box::new(zfpy::Zfpy::new(config, numbers()?)?),
         _ => return Ok(None),
     }))
 }

@@ -26,7 +26,7 @@ pub struct Zfpy {
 impl Zfpy {
     /// From a numcodecs dict (`{"id": "zfpy", "mode": 4, "tolerance": 0.01, ...}`; the stream's
     /// header states the mode and its parameters, so only `mode` is checked) and the type of the
-    /// elements the codec encodes.
+    /// elements the codec encodes (whose byte order [`super::typed_codec`] checks).
     pub fn new(config: &Value, dtype: &DType) -> Result<Self, CodecError> {
         // Any mode: numcodecs writes the metadata of modes zfp lacks (their chunks cannot be
         // written, so such an array reads as its fill value, as zarr-python reads it).
@@ -38,14 +38,6 @@ impl Zfpy {
             Kind::Float(8) => ZfpScalarType::F64,
             _ => return Err(CodecError::Unsupported(format!("zfpy of {} elements", dtype.typestr()))),
         };
-        // numcodecs views datetimes as int64 whatever their byte order: the numbers it stores
-        // are the stored bytes, which the chain then reads in the array's order.
-        if dtype.big_endian && !matches!(dtype.kind, Kind::DateTime(_) | Kind::TimeDelta(_)) {
-            return Err(CodecError::Unsupported(format!(
-                "zfpy of {} elements (zfpy encodes native byte order only)",
-                dtype.typestr()
-            )));
-        }
         Ok(Self { scalar })
     }
 }
@@ -199,12 +191,16 @@ mod tests {
     fn types_and_options() {
         for dtype in ["<f2", "<u4", "|i1", "<c8", ">f4", ">i8"] {
             let dtype = DType::from_v2(&json!(dtype)).unwrap();
-            assert!(matches!(Zfpy::new(&json!({}), &dtype), Err(CodecError::Unsupported(_))));
+            assert!(matches!(
+                crate::codec::typed_codec("zfpy", &json!({}), Some(&dtype)),
+                Err(CodecError::Unsupported(_))
+            ));
         }
         // Big-endian datetimes are int64 numbers to numcodecs.
         for dtype in [">M8[s]", ">m8[ms]"] {
             let dtype = DType::from_v2(&json!(dtype)).unwrap();
             assert_eq!(Zfpy::new(&json!({}), &dtype).unwrap().scalar, ZfpScalarType::I64);
+            assert!(crate::codec::typed_codec("zfpy", &json!({}), Some(&dtype)).is_ok());
         }
         let f4 = DType::from_v2(&json!("<f4")).unwrap();
         assert!(Zfpy::new(&json!({"mode": 6}), &f4).is_ok());
