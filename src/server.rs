@@ -638,15 +638,16 @@ impl Front {
     /// within the limits. Tokens are never logged.
     fn routed(&self, request: Request) -> futures::future::Either<futures::future::Ready<Response>, Routed<'_>> {
         use futures::future::{Either, ready};
-        if self.health_only && !matches!(request.uri().path(), "/healthz" | "/metrics") {
+        // Liveness and metrics: never refused for load, and all the health listener answers.
+        let health = matches!(request.uri().path(), "/healthz" | "/metrics");
+        if self.health_only && !health {
             let refused = ApiError::NotFound("this listener answers /healthz and /metrics alone".into());
             return Either::Left(ready(refused.into_response()));
         }
         if let Err(refused) = self.admits(&request) {
             return Either::Left(ready(refused.into_response()));
         }
-        let path = request.uri().path();
-        if path == "/healthz" || path == "/metrics" {
+        if health {
             return Either::Right(Routed {
                 answer: self.through_router(request),
                 limit: None,
