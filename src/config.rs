@@ -128,6 +128,9 @@ pub struct ServerConfig {
     /// How log lines are written to stderr: `text` (one line per event) or `json` (one JSON
     /// object per line, for log collectors). Env `ZARRGATE_LOG_FORMAT` outranks it.
     pub log_format: LogFormat,
+    /// Whether answers of text (JSON, CSV, the web page, metrics) are compressed (zstd or
+    /// gzip) for clients whose `Accept-Encoding` takes it ([`crate::http::compress`]).
+    pub compression: bool,
 }
 
 /// `server.log_format`.
@@ -152,6 +155,7 @@ impl Default for ServerConfig {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             drain_s: 30.0,
             log_format: LogFormat::Text,
+            compression: true,
         }
     }
 }

@@ -19,7 +19,7 @@ use tower::{Layer, ServiceExt};
 use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
 
 use crate::error::ApiError;
-use crate::http::{api, raw, slice, zom};
+use crate::http::{api, compress, raw, slice, zom};
 use crate::state::AppState;
 
 /// Headers a browser client may read from our responses.
@@ -699,10 +699,28 @@ impl Front {
         }
     }
 
-    /// The router's answer to `request`, boxed.
+    /// The router's answer to `request`, boxed; text compressed as the request accepts
+    /// ([`compress`]), but for raw keys, whose bytes are sent as stored, and slices, whose
+    /// handler compresses what it makes of text (the router serves both when the front does
+    /// not call their handlers).
     fn through_router(&self, request: Request) -> futures::future::BoxFuture<'static, Response> {
+        let path = request.uri().path();
+        let coding = match path.starts_with("/zarr/") || path.starts_with("/api/v1/slice/") {
+            true => None,
+            false => Some(compress::wanted(&self.state, request.headers())),
+        };
+        let method = request.method().clone();
+        let state = self.state.clone();
         let answer = self.routes.clone().oneshot(request);
-        answer.map(|r| r.unwrap_or_else(|e| match e {})).boxed()
+        answer
+            .map(move |r| {
+                let response = r.unwrap_or_else(|e| match e {});
+                match coding {
+                    Some(coding) => compress::apply(&state, &method, coding, response),
+                    None => response,
+                }
+            })
+            .boxed()
     }
 
     /// Whether `request` may reach a handler: its URL is not too long, and it presents the

@@ -68,6 +68,8 @@ pub struct StateInner {
     /// before the region is read until the body is sent (or its encoding, which goes on when
     /// its client leaves, ends). [`whole_budget_mib`] of them.
     pub whole_mib: Arc<tokio::sync::Semaphore>,
+    /// Compressors of text answers, [`crate::http::compress::MAX_COMPRESSING`] of them.
+    pub compressing: Arc<tokio::sync::Semaphore>,
 }
 
 /// The mebibytes slice answers built whole may hold at once: four times
@@ -140,6 +142,7 @@ impl AppState {
             read_options,
             streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
             whole_mib: Arc::new(tokio::sync::Semaphore::new(whole_mib as usize)),
+            compressing: crate::http::compress::compressors(),
         }))
     }
 

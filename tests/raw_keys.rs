@@ -891,7 +891,11 @@ async fn direct_answers_are_the_routers() {
     ];
     for path in paths {
         for method in ["GET", "HEAD", "POST", "PUT", "OPTIONS"] {
-            for headers in [&[][..], &[("range", "bytes=-3"), ("origin", "https://a.example")][..]] {
+            for headers in [
+                &[][..],
+                &[("range", "bytes=-3"), ("origin", "https://a.example")][..],
+                &[("accept-encoding", "gzip, zstd")][..],
+            ] {
                 let (a, b) = (
                     request(&app, method, path, headers).await,
                     request(&routed, method, path, headers).await,

@@ -96,14 +96,19 @@ pub(crate) fn media_ranges(accept: &str) -> impl Iterator<Item = (String, String
     accept.split(',').filter_map(|part| {
         let mut params = part.split(';');
         let (kind, sub) = params.next()?.trim().split_once('/')?;
-        let q = params
-            .filter_map(|p| p.split_once('='))
-            .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
-            .map_or(Some(1.0), |(_, v)| {
-                v.trim().parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q))
-            })?;
+        let q = quality(params)?;
         Some((kind.trim().to_ascii_lowercase(), sub.trim().to_ascii_lowercase(), q))
     })
+}
+
+/// The weight (`q`) among the parameters of an item of `Accept` or `Accept-Encoding`: 1 when
+/// none is given; `None` when it is no number from 0 to 1.
+pub(crate) fn quality<'a>(mut params: impl Iterator<Item = &'a str>) -> Option<f32> {
+    params
+        .find_map(|p| p.split_once('=').filter(|(k, _)| k.trim().eq_ignore_ascii_case("q")))
+        .map_or(Some(1.0), |(_, v)| {
+            v.trim().parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q))
+        })
 }
 
 impl Format {

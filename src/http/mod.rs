@@ -1,6 +1,7 @@
 //! Route handlers, one file per route family.
 
 pub mod api;
+pub mod compress;
 pub mod raw;
 pub mod slice;
 pub mod zom;

@@ -201,6 +201,12 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         .or(formats.first().copied())
         .unwrap_or(Format::Json);
     can_hold(format, &shape, &meta.dtype)?;
+    // Text is compressed as the request accepts; the other formats never are.
+    let coding = match format {
+        Format::Json | Format::Csv => super::compress::wanted(&state, &headers),
+        _ => None,
+    };
+    let text = |response: Response| super::compress::apply(&state, &method, coding, response);
     if let (Format::Png, Some(lo), Some(hi)) = (format, png_opts.vmin, png_opts.vmax)
         && lo > hi
     {
@@ -278,7 +284,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
 
     let fixed = meta.dtype.item_size().is_some();
     if method == Method::HEAD {
-        return head_only(response, format, &meta, &sel, fixed.then_some(asked));
+        return head_only(response, format, &meta, &sel, fixed.then_some(asked)).map(text);
     }
     // Large results of fixed-size elements stream in bands of rows, as bytes or as text, so
     // that memory holds a few bands and never the whole result (nor its text, which is several
@@ -290,7 +296,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         let mut response = response;
         super::append(&mut response, X_ZARR_DTYPE, dtype_header(meta.dtype.typestr())?);
         let turn = stream_turn(&state)?;
-        return stream_bands(ctx, path, meta, sel, rows, response, turn).await;
+        return stream_bands(ctx, path, meta, sel, rows, response, turn).await.map(text);
     }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
         super::append(&mut response, X_ZARR_DTYPE, dtype_header(meta.dtype.typestr())?);
@@ -414,6 +420,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         .header(X_ZARR_DTYPE, dtype_header(dtype)?)
         .header(header::CONTENT_LENGTH, length_header(length as u64))
         .body(whole_body(&state, Bytes::from(body), turn, held)?)
+        .map(text)
         .map_err(|_| ApiError::Internal)
 }
 

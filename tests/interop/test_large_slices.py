@@ -34,9 +34,28 @@ def expected(array, region):
     return zarr.open_array(pathlib.Path(LARGE) / array, mode="r")[region]
 
 
-def fetch(array, select, fmt):
-    r = requests.get(f"{URL}/api/v1/slice/large/{array}", params={"select": select, "format": fmt}, timeout=120)
+def fetch(array, select, fmt, headers=None):
+    r = requests.get(
+        f"{URL}/api/v1/slice/large/{array}", params={"select": select, "format": fmt}, headers=headers, timeout=120
+    )
     assert r.status_code == 200, f"{r.url}: {r.status_code} {r.text[:300]}"
+    return r
+
+
+def text(array, select, fmt, streamed):
+    """A text answer as requests asks for it (gzip, deflate, zstd: urllib3 decodes zstd with
+    backports.zstd installed), checked against the same answer asked for uncompressed: text of 1 KiB
+    or more comes compressed (zstd, which zarrgate prefers), and decodes to the same bytes. A
+    streamed text answer is sent chunked (its length is not known in advance), and so is a
+    compressed one."""
+    r = fetch(array, select, fmt)
+    plain = fetch(array, select, fmt, {"Accept-Encoding": "identity"})
+    assert r.content == plain.content
+    assert "zstd" in r.request.headers["accept-encoding"]
+    assert r.headers.get("content-encoding") == ("zstd" if len(r.content) >= 1024 else None), dict(r.headers)
+    assert "content-encoding" not in plain.headers
+    assert ("content-length" not in r.headers) == (streamed or "content-encoding" in r.headers), dict(r.headers)
+    assert ("content-length" not in plain.headers) == streamed, dict(plain.headers)
     return r
 
 
@@ -58,16 +77,13 @@ def test_every_format_agrees_with_zarr_python(array, select, region, n):
     assert r.headers["x-zarr-shape"] == ",".join(map(str, want.shape))
     assert same(np.frombuffer(r.content, dtype=want.dtype.newbyteorder("<")).reshape(want.shape), want)
 
-    r = fetch(array, select, "json")
-    # A streamed text response is sent chunked: its length is not known in advance.
-    assert ("content-length" not in r.headers) == streamed, dict(r.headers)
+    r = text(array, select, "json", streamed)
     doc = json.loads(r.content)
     assert doc["shape"] == list(want.shape) and doc["dtype"] == want.dtype.newbyteorder("<").str
     got = np.vectorize(from_json_number, otypes=[np.float64])(np.array(doc["data"], dtype=object))
     assert same(got.astype(want.dtype), want)
 
-    r = fetch(array, select, "csv")
-    assert ("content-length" not in r.headers) == streamed
+    r = text(array, select, "csv", streamed)
     rows = list(csv.reader(io.StringIO(r.text)))
     got = np.array(rows, dtype=np.float64).astype(want.dtype)
     assert same(got.reshape(want.shape), want)
