@@ -522,8 +522,9 @@ fn mark_host<B>(request: &mut hyper::Request<B>) {
 /// The `Cache-Control` of answers that state none.
 const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
 
-/// Adds [`CORS_VARY`] to an answer's `Vary`. An answer that varies on `Accept` alone (a slice)
-/// gets one value naming both: a second value makes the header map allocate room for it.
+/// Adds [`CORS_VARY`] to an answer's `Vary`. An answer that varies on `Accept` alone (a slice
+/// of binary data) gets one value naming both: a second value makes the header map allocate
+/// room for it. (A slice of text also varies on `Accept-Encoding`, a value of its own.)
 fn vary_as_cors(headers: &mut HeaderMap) {
     match headers.entry(header::VARY) {
         Entry::Occupied(mut vary) if vary.iter().count() == 1 && vary.get() == "accept" => {

@@ -25,13 +25,18 @@ fn decoded(r: &Reply) -> Vec<u8> {
     }
 }
 
+/// Whether the reply says `Vary: accept-encoding` (once: twice fails).
 fn varies_on_encoding(r: &Reply) -> bool {
-    r.headers
+    let n = r
+        .headers
         .get_all("vary")
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("accept-encoding"))
+        .filter(|t| t.trim().eq_ignore_ascii_case("accept-encoding"))
+        .count();
+    assert!(n <= 1, "accept-encoding {n} times in Vary: {:?}", r.headers);
+    n == 1
 }
 
 /// An app over a directory holding a 2048 x 2048 float32 array of distinct values (16 MiB,
@@ -116,27 +121,29 @@ async fn each_coding(app: &zarrgate::App, uri: &str) {
     }
 }
 
-/// Large slices stream in bands; compressed, they decode to the same text (pieces over the
-/// inline size are compressed on the blocking pool). CSV too.
+/// Large slices stream in bands; compressed (on the blocking pool), they decode to the same
+/// text. CSV too; and a slice of 8 MiB, answered whole and sent in pieces. A HEAD of a slice of
+/// text states neither coding nor length.
 #[tokio::test]
 async fn streamed_text_slices_decode_to_the_same_text() {
     let dir = tempfile::tempdir().unwrap();
     let app = large_app(dir.path());
-    for format in ["json", "csv"] {
-        let uri = format!("/api/v1/slice/big/big?select=0:1600,:&format={format}");
+    for (select, format) in [("0:1600,:", "json"), ("0:1600,:", "csv"), ("0:1024,:", "json")] {
+        let uri = format!("/api/v1/slice/big/big?select={select}&format={format}");
+        let head = request(&app, "HEAD", &uri, &[("accept-encoding", "zstd")]).await;
+        assert_eq!(head.status, 200);
+        assert_eq!(head.header("content-encoding"), None, "{uri}");
+        assert_eq!(head.header("content-length"), None, "{uri}");
+        assert!(varies_on_encoding(&head), "{uri}");
         let plain = get(&app, &uri, &[]).await;
         assert_eq!(plain.status, 200, "{format}");
-        assert!(plain.body.len() > 16 << 20, "{format}: {}", plain.body.len());
+        assert!(plain.body.len() > 16 << 20, "{uri}: {}", plain.body.len());
         for coding in ["zstd", "gzip"] {
             let r = get(&app, &uri, &[("accept-encoding", coding)]).await;
             assert_eq!(r.status, 200);
-            assert_eq!(r.header("content-encoding"), Some(coding), "{format}");
-            assert!(
-                r.body.len() * 2 < plain.body.len(),
-                "{format} {coding}: {}",
-                r.body.len()
-            );
-            assert!(decoded(&r) == plain.body, "{format} {coding}: the text differs");
+            assert_eq!(r.header("content-encoding"), Some(coding), "{uri}");
+            assert!(r.body.len() * 2 < plain.body.len(), "{uri} {coding}: {}", r.body.len());
+            assert!(decoded(&r) == plain.body, "{uri} {coding}: the text differs");
         }
     }
 }
@@ -246,13 +253,21 @@ async fn compressors_are_bounded() {
     assert_eq!(plain.status, 200);
     assert_eq!(plain.header("content-encoding"), None);
     assert!(varies_on_encoding(&plain));
+    // A HEAD says what the GET would be answered now.
+    let head = request(&app, "HEAD", uri, &[("accept-encoding", "zstd")]).await;
+    assert_eq!(head.header("content-encoding"), None);
+    assert_eq!(
+        head.header("content-length"),
+        Some(plain.body.len().to_string().as_str())
+    );
     drop(held);
     let r = send(&app, ask()).await;
     assert_eq!(r.header("content-encoding"), Some("zstd"));
     assert_eq!(decoded(&r), plain.body);
 }
 
-/// `server.compression = false` sends every answer as it is.
+/// `server.compression = false` sends every answer as it is, and says it varies on nothing of
+/// the kind.
 #[tokio::test]
 async fn compression_can_be_turned_off() {
     let demo = repo().join("data/demo");
@@ -263,5 +278,6 @@ async fn compression_can_be_turned_off() {
         let r = get(&app, uri, &[("accept-encoding", BROWSER)]).await;
         assert_eq!(r.status, 200, "{uri}");
         assert_eq!(r.header("content-encoding"), None, "{uri}");
+        assert!(!varies_on_encoding(&r), "{uri}");
     }
 }

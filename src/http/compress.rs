@@ -9,10 +9,10 @@
 //! pay, nor answers under [`MIN_BYTES`].
 //!
 //! Compression is fast (zstd level 3, gzip level 1: a fifth of gzip's default level's time for
-//! most of its gain on numbers) and runs where decoding does: pieces of a body over
-//! [`INLINE_BYTES`] on the blocking pool, so that a large JSON slice does not hold up the other
-//! connections of its worker. At most [`MAX_COMPRESSING`] bodies are compressed at once (each
-//! holds an encoder of up to a few MiB); an answer that finds none free is sent as it is.
+//! most of its gain on numbers) and runs where decoding does: a body that is not known to be
+//! under [`INLINE_BYTES`] on the blocking pool, so that a large JSON slice does not hold up the
+//! other connections of its worker. At most [`MAX_COMPRESSING`] bodies are compressed at once (each
+//! holds an encoder of about 2 MiB); an answer that finds none free is sent as it is.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -28,15 +28,16 @@ use crate::state::AppState;
 /// them saves less than it costs.
 pub const MIN_BYTES: u64 = 1024;
 
-/// Pieces of a body up to this size are compressed on the worker that sends them; larger ones
-/// on the blocking pool.
+/// A body known to be of at most this size is compressed on the worker that sends it; any
+/// other on the blocking pool, piece by piece.
 pub const INLINE_BYTES: usize = 64 * 1024;
 
 /// Bodies compressed at once.
 pub const MAX_COMPRESSING: usize = 32;
 
-/// The window of zstd streams of unknown size: 512 KiB (level 3 would take 2 MiB), which bounds
-/// an encoder's memory to about 1.3 MiB and costs JSON of numbers no ratio worth naming.
+/// The window of zstd streams: 512 KiB (level 3's own is 2 MiB), which bounds an encoder's
+/// memory to about 2 MiB (3.5 MiB with level 3's window) and costs JSON of numbers no ratio
+/// worth naming.
 const ZSTD_WINDOW_LOG: u32 = 19;
 
 /// The content codings zarrgate sends.
@@ -110,25 +111,33 @@ fn compressible(content_type: Option<&HeaderValue>) -> bool {
     let Some(value) = content_type.and_then(|v| v.to_str().ok()) else {
         return false;
     };
-    let media = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    media.starts_with("text/")
-        || media == "application/json"
-        || media.ends_with("+json")
-        || media == "application/openmetrics-text"
-        || media == "application/javascript"
+    let media = value.split(';').next().unwrap_or("").trim().as_bytes();
+    let starts = |prefix: &[u8]| media.len() >= prefix.len() && media[..prefix.len()].eq_ignore_ascii_case(prefix);
+    let ends =
+        |suffix: &[u8]| media.len() >= suffix.len() && media[media.len() - suffix.len()..].eq_ignore_ascii_case(suffix);
+    starts(b"text/")
+        || ends(b"+json")
+        || [
+            &b"application/json"[..],
+            b"application/openmetrics-text",
+            b"application/javascript",
+        ]
+        .iter()
+        .any(|m| media.eq_ignore_ascii_case(m))
 }
 
 /// `response` in `coding`, when it is text of [`MIN_BYTES`] or more (or of unknown size) and
-/// a compressor is free. Every text answer says `Vary: accept-encoding`, compressed or not.
+/// a compressor is free. With `server.compression` on, every text answer says
+/// `Vary: accept-encoding`, compressed or not.
 ///
-/// Compressed, it has no `Content-Length` (its size is known once sent) and a strong `ETag`
-/// becomes weak (the bytes differ from the identity answer's). An answer to HEAD states what the
-/// GET's would, when its size says: one of unknown size (a slice's, made while sent) states no
-/// coding, as it states no length.
+/// Compressed, it has no `Content-Length` (its size is known once sent). An answer to HEAD
+/// states what the GET's would, when its size says: one of unknown size (a slice's, made while
+/// sent) states no coding, as it states no length.
 pub fn apply(state: &AppState, method: &Method, coding: Option<Coding>, mut response: Response) -> Response {
     let status = response.status();
     let headers = response.headers();
-    if !compressible(headers.get(header::CONTENT_TYPE))
+    if !state.config.server.compression
+        || !compressible(headers.get(header::CONTENT_TYPE))
         || headers.contains_key(header::CONTENT_ENCODING)
         || headers.contains_key(header::CONTENT_RANGE)
         || status == StatusCode::NO_CONTENT
@@ -155,7 +164,9 @@ pub fn apply(state: &AppState, method: &Method, coding: Option<Coding>, mut resp
     if size.is_some_and(|n| n < MIN_BYTES) {
         return response;
     }
+    // A HEAD takes no compressor, but says what a GET would be answered now.
     let permit = match head {
+        true if state.compressing.available_permits() == 0 => return response,
         true => None,
         false => match state.compressing.clone().try_acquire_owned() {
             Ok(permit) => Some(permit),
@@ -165,13 +176,6 @@ pub fn apply(state: &AppState, method: &Method, coding: Option<Coding>, mut resp
     let headers = response.headers_mut();
     headers.remove(header::CONTENT_LENGTH);
     headers.insert(header::CONTENT_ENCODING, coding.header());
-    if let Some(etag) = headers.get(header::ETAG).filter(|e| !e.as_bytes().starts_with(b"W/")) {
-        let mut weak = b"W/".to_vec();
-        weak.extend_from_slice(etag.as_bytes());
-        if let Ok(weak) = HeaderValue::from_bytes(&weak) {
-            headers.insert(header::ETAG, weak);
-        }
-    }
     if let Some(permit) = permit {
         let body = std::mem::take(response.body_mut());
         // The size the body states of itself (not a header's) is promised to zstd.
@@ -180,50 +184,64 @@ pub fn apply(state: &AppState, method: &Method, coding: Option<Coding>, mut resp
     response
 }
 
-/// A stream compressor over a `Vec` it writes into, emptied as its output is sent.
-enum Encoder {
-    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
-    Gzip(flate2::write::GzEncoder<Vec<u8>>),
+/// The buffer an encoder writes into: its output is split off as it is sent, and the room
+/// left is used again.
+type Out = bytes::buf::Writer<bytes::BytesMut>;
+
+/// A stream compressor, and the permit it holds ([`MAX_COMPRESSING`]) wherever it is (on the
+/// blocking pool too, when its body is dropped meanwhile).
+struct Encoder {
+    coder: Coder,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+enum Coder {
+    Zstd(zstd::stream::write::Encoder<'static, Out>),
+    Gzip(flate2::write::GzEncoder<Out>),
 }
 
 impl Encoder {
     /// An encoder in `coding` for a body of `size` bytes, when known.
-    fn new(coding: Coding, size: Option<u64>) -> std::io::Result<Self> {
-        Ok(match coding {
+    fn new(coding: Coding, size: Option<u64>, permit: tokio::sync::OwnedSemaphorePermit) -> std::io::Result<Self> {
+        use bytes::BufMut;
+        let out = bytes::BytesMut::new().writer();
+        let coder = match coding {
             Coding::Zstd => {
-                let mut encoder = zstd::stream::write::Encoder::new(Vec::new(), 3)?;
-                match size {
-                    // Tables and window sized to the body.
-                    Some(n) => encoder.set_pledged_src_size(Some(n))?,
-                    None => encoder.window_log(ZSTD_WINDOW_LOG)?,
+                let mut encoder = zstd::stream::write::Encoder::new(out, 3)?;
+                // Level 3's window is 2 MiB; a known size makes it (and the tables) smaller.
+                encoder.window_log(ZSTD_WINDOW_LOG)?;
+                if let Some(n) = size {
+                    encoder.set_pledged_src_size(Some(n))?;
                 }
-                Encoder::Zstd(encoder)
+                Coder::Zstd(encoder)
             }
-            Coding::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(1))),
-        })
+            Coding::Gzip => Coder::Gzip(flate2::write::GzEncoder::new(out, flate2::Compression::new(1))),
+        };
+        Ok(Self { coder, _permit: permit })
     }
 
     /// Compresses `data`; what the encoder has written out since the last call.
     fn write(&mut self, data: &[u8]) -> std::io::Result<Bytes> {
-        let out = match self {
-            Encoder::Zstd(e) => {
+        let out = match &mut self.coder {
+            Coder::Zstd(e) => {
                 e.write_all(data)?;
                 e.get_mut()
             }
-            Encoder::Gzip(e) => {
+            Coder::Gzip(e) => {
                 e.write_all(data)?;
                 e.get_mut()
             }
         };
-        Ok(Bytes::from(std::mem::take(out)))
+        Ok(out.get_mut().split().freeze())
     }
 
     /// The end of the stream.
     fn finish(self) -> std::io::Result<Bytes> {
-        Ok(Bytes::from(match self {
-            Encoder::Zstd(e) => e.finish()?,
-            Encoder::Gzip(e) => e.finish()?,
-        }))
+        let out = match self.coder {
+            Coder::Zstd(e) => e.finish()?,
+            Coder::Gzip(e) => e.finish()?,
+        };
+        Ok(out.into_inner().freeze())
     }
 }
 
@@ -232,9 +250,10 @@ impl Encoder {
 struct Compressing {
     input: axum::body::BodyDataStream,
     encoder: Option<Encoder>,
-    /// Whether every piece is compressed on the worker (a body known to be small).
+    /// Whether the pieces are compressed on the worker: a body known to be small. Any other
+    /// (large, or of unknown size) is compressed on the blocking pool piece by piece, however
+    /// small its pieces: a worker serves many connections.
     inline: bool,
-    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// A step of the encoder: a piece written (`Some`), or the end (`None`).
@@ -248,9 +267,9 @@ fn step(mut encoder: Encoder, piece: Option<Bytes>) -> (Option<Encoder>, std::io
     }
 }
 
-/// `body` compressed as it is sent, holding `permit` until it ends or is dropped.
+/// `body` compressed as it is sent, holding `permit` until its encoder is gone.
 fn compressed(body: Body, coding: Coding, size: Option<u64>, permit: tokio::sync::OwnedSemaphorePermit) -> Body {
-    let encoder = match Encoder::new(coding, size) {
+    let encoder = match Encoder::new(coding, size, permit) {
         Ok(encoder) => encoder,
         // No encoder (zstd could not allocate its context): the body ends in an error, as one
         // that fails while sent.
@@ -260,7 +279,6 @@ fn compressed(body: Body, coding: Coding, size: Option<u64>, permit: tokio::sync
         input: body.into_data_stream(),
         encoder: Some(encoder),
         inline: size.is_some_and(|n| n <= INLINE_BYTES as u64),
-        _permit: permit,
     };
     Body::from_stream(futures::stream::unfold(state, |mut state| async move {
         loop {
@@ -274,8 +292,7 @@ fn compressed(body: Body, coding: Coding, size: Option<u64>, permit: tokio::sync
                 Some(Err(e)) => return Some((Err(std::io::Error::other(e)), state)),
                 None => None,
             };
-            let large = piece.as_ref().is_none_or(|p| p.len() > INLINE_BYTES);
-            let (encoder, out) = if state.inline || !large {
+            let (encoder, out) = if state.inline {
                 step(encoder, piece)
             } else {
                 match crate::workers::spawn_blocking(move || step(encoder, piece)).await {

@@ -206,7 +206,10 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         Format::Json | Format::Csv => super::compress::wanted(&state, &headers),
         _ => None,
     };
-    let text = |response: Response| super::compress::apply(&state, &method, coding, response);
+    let text = |response: Response| match format {
+        Format::Json | Format::Csv => super::compress::apply(&state, &method, coding, response),
+        _ => response,
+    };
     if let (Format::Png, Some(lo), Some(hi)) = (format, png_opts.vmin, png_opts.vmax)
         && lo > hi
     {
