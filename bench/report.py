@@ -216,6 +216,28 @@ def main():
         w(f"| {mode} | {mmm(g('zom', mode, 's'))} |")
     w("")
 
+    # Compressed text
+    if any(s == "compress" for (s, _, _) in data):
+        w("## Text answers compressed")
+        w("")
+        w("Warm answers of text asked for with `Accept-Encoding: identity`, `gzip` and `zstd` (curl, which "
+          "does not decode them): bytes sent and wall time on loopback, where compressing costs time and "
+          "saves none; over a network the bytes are what counts. The ZOM above; a JSON slice of 512x512 "
+          "float32; CSV of 2048x2048 float32 (streamed).")
+        w("")
+        w("| case | coding | bytes (median) | / identity | seconds |")
+        w("|---|---|---|---|---|")
+        for case in ["zom", "json_512x512", "csv_2048x2048"]:
+            plain = g("compress", f"{case}_identity", "bytes")
+            for coding in ["identity", "gzip", "zstd"]:
+                n = g("compress", f"{case}_{coding}", "bytes")
+                if not n:
+                    continue
+                part = statistics.median(n) / statistics.median(plain) if plain else None
+                w(f"| {case} | {coding} | {statistics.median(n):.0f} | "
+                  f"{'-' if part is None else f'{part:.3f}'} | {mmm(g('compress', f'{case}_{coding}', 's'))} |")
+        w("")
+
     # Memory
     w("## Peak RSS of zarrgate (VmHWM)")
     w("")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # zarrgate benchmark suite: raw keys vs nginx (and xpublish), slices vs tensorstore and
-# zarr-python, ZOM of a 10,000-node hierarchy, peak RSS. Writes bench/results.md.
+# zarr-python, ZOM of a 10,000-node hierarchy, compressed text answers, peak RSS. Writes
+# bench/results.md.
 #
 #   bench/run.sh                       # everything, about 10 minutes on 2 cores once built
 #
@@ -478,6 +479,29 @@ print(count(json.load(open(sys.argv[1]))))' "$WORK/zom.json")"
 for run in $(seq 1 "$RUNS"); do
     read -r t n <<<"$(zom_time)"
     record zom warm s "$t"
+done
+
+# ---------------------------------------------------------------------------------------------
+# Compressed text answers: bytes sent and wall time, as Accept-Encoding asks (warm)
+# ---------------------------------------------------------------------------------------------
+log "text answers: identity, gzip, zstd"
+declare -A TEXT_URL=(
+    [zom]="$ZOM_URL"
+    [json_512x512]="$ZG/api/v1/slice/bench/issue9/sharded.zarr?select=0:512,0:512"
+    [csv_2048x2048]="$ZG/api/v1/slice/bench/issue9/sharded.zarr?select=0:2048,0:2048&format=csv"
+)
+for case in zom json_512x512 csv_2048x2048; do
+    for coding in identity gzip zstd; do
+        curl -s -o /dev/null -H "Accept-Encoding: $coding" "${TEXT_URL[$case]}"
+        for run in $(seq 1 "$RUNS"); do
+            r="$(curl -s -o /dev/null -H "Accept-Encoding: $coding" --max-time 300 \
+                -w '%{http_code} %{time_total} %{size_download}' "${TEXT_URL[$case]}")"
+            read -r code t n <<<"$r"
+            [ "$code" = 200 ] || { echo "run.sh: $case ($coding) -> HTTP $code" >&2; exit 1; }
+            record compress "${case}_$coding" s "$t"
+            record compress "${case}_$coding" bytes "$n"
+        done
+    done
 done
 stop_zg
 
