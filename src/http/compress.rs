@@ -320,7 +320,79 @@ pub fn compressors() -> Arc<tokio::sync::Semaphore> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Coding, negotiate};
+    use std::io::Read;
+
+    use axum::body::{Body, Bytes};
+    use http_body_util::BodyExt;
+    use proptest::prelude::*;
+
+    use super::{Coding, INLINE_BYTES, compressed, negotiate};
+
+    /// `pieces` sent through [`compressed`] in `coding` (its size stated when `sized`), decoded.
+    fn round_trip(pieces: Vec<Vec<u8>>, coding: Coding, sized: bool) -> Vec<u8> {
+        let total: u64 = pieces.iter().map(|p| p.len() as u64).sum();
+        let body = match sized {
+            true => Body::from(pieces.concat()),
+            false => Body::from_stream(futures::stream::iter(
+                pieces.into_iter().map(|p| Ok::<_, std::io::Error>(Bytes::from(p))),
+            )),
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let sent = rt.block_on(async {
+            let permit = super::compressors().try_acquire_owned().unwrap();
+            let out = compressed(body, coding, sized.then_some(total), permit);
+            out.collect().await.unwrap().to_bytes()
+        });
+        let mut plain = Vec::new();
+        match coding {
+            Coding::Zstd => zstd::stream::read::Decoder::new(&sent[..])
+                .unwrap()
+                .read_to_end(&mut plain),
+            Coding::Gzip => flate2::read::GzDecoder::new(&sent[..]).read_to_end(&mut plain),
+        }
+        .unwrap();
+        plain
+    }
+
+    /// Text-like bytes: digits and separators, and runs of one byte.
+    fn text() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::collection::vec(prop::sample::select(b"0123456789.,-e[]\n".to_vec()), 0..3000),
+            (any::<u8>(), 0..200_000usize).prop_map(|(b, n)| vec![b; n]),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// Whatever its pieces (empty ones, many small ones, large ones compressed on the
+        /// blocking pool, a size stated or not), a compressed body decodes to their bytes.
+        #[test]
+        fn compressed_bodies_decode_to_their_pieces(
+            pieces in prop::collection::vec(text(), 0..12),
+            zstd in any::<bool>(),
+            sized in any::<bool>(),
+        ) {
+            let coding = if zstd { Coding::Zstd } else { Coding::Gzip };
+            let whole = pieces.concat();
+            prop_assert_eq!(round_trip(pieces, coding, sized), whole);
+        }
+    }
+
+    /// A body of several MiB, in pieces over and under the inline size, stated and not.
+    #[test]
+    fn large_bodies_round_trip() {
+        let piece: Vec<u8> = (0..INLINE_BYTES * 3).map(|i| b"0123456789,"[i * 7 % 11]).collect();
+        let pieces = vec![piece.clone(), vec![], piece[..100].to_vec(), piece.clone(), piece];
+        for coding in [Coding::Zstd, Coding::Gzip] {
+            for sized in [false, true] {
+                assert_eq!(round_trip(pieces.clone(), coding, sized), pieces.concat());
+            }
+        }
+    }
 
     /// Weights decide, zstd wins ties, `*` stands for what is not listed, `identity` listed
     /// above both keeps the answer as it is, and what is no coding of ours is ignored.
