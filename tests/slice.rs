@@ -215,12 +215,8 @@ async fn csv_and_png() {
     let r = get(&app, "/api/v1/slice/fx/v2/compressor_none_i4?format=png&cmap=gray", &[]).await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.header("content-type"), Some("image/png"));
-    let mut reader = png::Decoder::new(std::io::Cursor::new(r.body.to_vec()))
-        .read_info()
-        .unwrap();
-    let mut px = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut px).unwrap();
-    assert_eq!((info.height as u64, info.width as u64), (e.shape[0], e.shape[1]));
+    let (width, height, px) = png_rgba(&r.body);
+    assert_eq!((height as u64, width as u64), (e.shape[0], e.shape[1]));
     let vals = f64s(&e.elements, "i4");
     let (lo, hi) = vals
         .iter()
@@ -339,11 +335,7 @@ async fn png_ranges_skip_infinities_and_a_null_fill_hides_nothing() {
         (r.header("x-zarr-vmin"), r.header("x-zarr-vmax")),
         (Some("0"), Some("2"))
     );
-    let mut reader = png::Decoder::new(std::io::Cursor::new(r.body.to_vec()))
-        .read_info()
-        .unwrap();
-    let mut px = vec![0; reader.output_buffer_size().unwrap()];
-    reader.next_frame(&mut px).unwrap();
+    let (_, _, px) = png_rgba(&r.body);
     let gray_alpha: Vec<(u8, u8)> = px.chunks(4).map(|p| (p[0], p[3])).collect();
     assert_eq!(gray_alpha, [(0, 255), (128, 255), (255, 255), (255, 255)]);
     // A non-finite vmin or vmax is refused.
@@ -1019,8 +1011,9 @@ async fn large_whole_responses_take_turns() {
     use tower::ServiceExt;
     use zarrgate::state::MAX_STREAMS;
     let dir = tempfile::tempdir().unwrap();
-    // 2400 x 2400 bytes of noise, stored raw: its png is about 9 MB (noise does not compress).
-    let n = 2400usize;
+    // 3000 x 3000 bytes of noise, stored raw: its png (gray and alpha) is about 9 MB (noise
+    // does not compress).
+    let n = 3000usize;
     write_v3_array(
         &dir.path().join("noise"),
         &[n as u64, n as u64],
@@ -1056,10 +1049,8 @@ async fn large_whole_responses_take_turns() {
     let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
     assert_eq!(body.len(), length);
     assert_eq!(state.streams.available_permits(), MAX_STREAMS, "sent: the turn is back");
-    let mut reader = png::Decoder::new(std::io::Cursor::new(&body[..])).read_info().unwrap();
-    let mut rgba = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut rgba).unwrap();
-    assert_eq!((info.width, info.height), (n as u32, n as u32));
+    let (width, height, rgba) = png_rgba(&body);
+    assert_eq!((width, height), (n as u32, n as u32));
     // The range spans the values besides the fill (0, transparent).
     let lo = *noise.iter().filter(|&&v| v != 0).min().unwrap();
     let hi = *noise.iter().max().unwrap();

@@ -218,6 +218,7 @@ impl Format {
 }
 
 /// A scalar float read from an element of a float or integer type.
+#[inline]
 pub fn as_f64(dtype: &DType, b: &[u8]) -> Option<f64> {
     let arr8 = |b: &[u8]| -> [u8; 8] {
         let mut a = [0u8; 8];

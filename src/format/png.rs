@@ -12,6 +12,24 @@ use crate::zarr::elements::Elements;
 /// noisy data level 1 takes ~20 ms and 276 KB, the crate's default level 6 ~80 ms and 192 KB,
 /// its fdeflate mode ~15 ms and 472 KB: images are rendered per request, so level 1.
 const ZLIB_LEVEL: u8 = 1;
+/// `x` (from 0 to 255) rounded half away from zero, as `f64::round`, which is a call to libm's
+/// `round` for every pixel.
+fn round_byte(x: f64) -> u8 {
+    let whole = x as u8;
+    if x - f64::from(whole) >= 0.5 { whole + 1 } else { whole }
+}
+
+/// An element's stored bytes (1, 2, 4 or 8 of them) as one number; `None` for other sizes.
+fn stored_bits(b: &[u8]) -> Option<u64> {
+    Some(match *b {
+        [a] => u64::from(a),
+        [a, b] => u64::from(u16::from_le_bytes([a, b])),
+        [a, b, c, d] => u64::from(u32::from_le_bytes([a, b, c, d])),
+        [a, b, c, d, e, f, g, h] => u64::from_le_bytes([a, b, c, d, e, f, g, h]),
+        _ => return None,
+    })
+}
+
 /// Bytes of one IDAT chunk of compressed image data.
 const IDAT_BYTES: usize = 256 << 10;
 
@@ -38,7 +56,7 @@ impl Colormap {
         let t = t.clamp(0.0, 1.0);
         match self {
             Colormap::Gray => {
-                let v = (t * 255.0).round() as u8;
+                let v = round_byte(t * 255.0);
                 [v, v, v]
             }
             // As matplotlib maps a value to its 256 colours (`x * N`, floored, the top one for
@@ -135,7 +153,9 @@ pub fn check(shape: &[u64], dtype: &DType) -> Result<(u32, u32), FormatError> {
     Ok((width, height))
 }
 
-/// Encodes a 2-D region as an RGBA PNG.
+/// Encodes a 2-D region as a PNG: gray and alpha for `gray` (two bytes a pixel, half the
+/// work and about half the bytes of RGBA: every decoder shows the same pixels), RGBA for
+/// `viridis`.
 pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatError> {
     let (width, height) = check(&region.shape, &region.dtype)?;
     let w = u64::from(width);
@@ -150,9 +170,12 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
         Kind::Float(_) => region.fill.as_deref().and_then(|f| as_f64(&region.dtype, f)),
         _ => None,
     };
+    // The fill's bytes as a number, compared with each element's (a slice comparison calls
+    // memcmp for every pixel).
+    let stored_fill = region.fill.as_deref().filter(|f| f.len() == item).and_then(stored_bits);
     let value = |b: &[u8]| -> Option<f64> {
         let v = as_f64(&region.dtype, b)?;
-        let is_fill = region.fill.as_deref() == Some(b) || float_fill == Some(v);
+        let is_fill = stored_fill.is_some_and(|f| stored_bits(b) == Some(f)) || float_fill == Some(v);
         (!v.is_nan() && !is_fill).then_some(v)
     };
     // The automatic range spans the finite values (bool: 0 to 1): infinities draw at its ends.
@@ -195,31 +218,37 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
         }
     };
     let fail = |e: png::EncodingError| FormatError::Unsupported(format!("png: {e}"));
-    // Rows are coloured and compressed one at a time: memory holds the region, one RGBA row
-    // and the compressed image, never the whole RGBA image (four bytes a pixel).
+    // Rows are coloured and compressed one at a time: memory holds the region, one row of
+    // pixels and the compressed image, never the whole image (up to four bytes a pixel).
+    let gray = opts.cmap == Colormap::Gray;
     let mut out = Vec::new();
     {
         let mut encoder = png::Encoder::new(&mut out, width, height);
-        encoder.set_color(png::ColorType::Rgba);
+        encoder.set_color(match gray {
+            true => png::ColorType::GrayscaleAlpha,
+            false => png::ColorType::Rgba,
+        });
         encoder.set_depth(png::BitDepth::Eight);
         encoder.set_deflate_compression(png::DeflateCompression::Level(ZLIB_LEVEL));
         encoder.set_filter(png::Filter::Adaptive);
         let mut writer = encoder.write_header().map_err(fail)?;
         let mut stream = writer.stream_writer_with_size(IDAT_BYTES).map_err(fail)?;
-        let mut rgba = Vec::with_capacity(w as usize * 4);
+        let mut row = Vec::with_capacity(w as usize * 4);
         for line in bytes.chunks_exact(item * w as usize) {
-            rgba.clear();
+            row.clear();
             for b in line.chunks_exact(item) {
-                match value(b) {
-                    Some(v) => {
+                match (value(b), gray) {
+                    (Some(v), true) => row.extend_from_slice(&[opts.cmap.rgb(position(v))[0], 255]),
+                    (Some(v), false) => {
                         let [r, g, b] = opts.cmap.rgb(position(v));
-                        rgba.extend_from_slice(&[r, g, b, 255]);
+                        row.extend_from_slice(&[r, g, b, 255]);
                     }
-                    None => rgba.extend_from_slice(&[0, 0, 0, 0]),
+                    (None, true) => row.extend_from_slice(&[0, 0]),
+                    (None, false) => row.extend_from_slice(&[0, 0, 0, 0]),
                 }
             }
             stream
-                .write_all(&rgba)
+                .write_all(&row)
                 .map_err(|e| FormatError::Unsupported(format!("png: {e}")))?;
         }
         stream.finish().map_err(fail)?;
@@ -239,12 +268,56 @@ mod tests {
         cmap: Colormap::Gray,
     };
 
+    /// Width, height and RGBA pixels (gray and alpha spread to RGBA, as viewers show them).
     fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
         let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
         let mut reader = decoder.read_info().unwrap();
         let mut buf = vec![0; reader.output_buffer_size().unwrap()];
         let info = reader.next_frame(&mut buf).unwrap();
-        (info.width, info.height, buf[..info.buffer_size()].to_vec())
+        let buf = &buf[..info.buffer_size()];
+        let rgba = match info.color_type {
+            png::ColorType::Rgba => buf.to_vec(),
+            png::ColorType::GrayscaleAlpha => buf.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0], p[1]]).collect(),
+            other => panic!("unexpected colour type {other:?}"),
+        };
+        (info.width, info.height, rgba)
+    }
+
+    /// `round_byte` rounds as `f64::round` does, halves and the values just below them too.
+    #[test]
+    fn bytes_round_as_f64_round() {
+        let mut xs: Vec<f64> = (0..=2550).map(|i| f64::from(i) / 10.0).collect();
+        xs.extend((0..255).flat_map(|i| {
+            let half = f64::from(i) + 0.5;
+            [half, half.next_down(), half.next_up(), f64::from(i).next_up()]
+        }));
+        xs.extend([0.0, 255.0, 254.99999999999997, 0.49999999999999994]);
+        for x in xs {
+            assert_eq!(super::round_byte(x), x.round() as u8, "{x}");
+        }
+    }
+
+    /// Gray images are gray and alpha; viridis ones RGBA.
+    #[test]
+    fn gray_is_written_as_gray_and_alpha() {
+        let r = Region {
+            shape: vec![2, 2],
+            dtype: DType::new(Kind::UInt(1)),
+            elements: Elements::Fixed(vec![0, 1, 2, 9]),
+            fill: Some(vec![9]),
+        };
+        let color = |cmap| {
+            let png = encode(&r, &PngOptions { cmap, ..AUTO }).unwrap().png;
+            png::Decoder::new(std::io::Cursor::new(png))
+                .read_info()
+                .unwrap()
+                .info()
+                .color_type
+        };
+        assert_eq!(color(Colormap::Gray), png::ColorType::GrayscaleAlpha);
+        assert_eq!(color(Colormap::Viridis), png::ColorType::Rgba);
+        let (_, _, px) = decode(&encode(&r, &AUTO).unwrap().png);
+        assert_eq!(px, [0, 0, 0, 255, 128, 128, 128, 255, 255, 255, 255, 255, 0, 0, 0, 0]);
     }
 
     #[test]
