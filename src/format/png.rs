@@ -19,6 +19,44 @@ fn round_byte(x: f64) -> u8 {
     if x - f64::from(whole) >= 0.5 { whole + 1 } else { whole }
 }
 
+/// The elements of `line` (of a number or bool type) as f64, in `out` (emptied first): the
+/// type matched once for the run, not for each element. What is no number is NaN.
+fn read_numbers(dtype: &DType, line: &[u8], out: &mut Vec<f64>) {
+    out.clear();
+    match dtype.kind {
+        Kind::Bool | Kind::UInt(1) => out.extend(line.iter().map(|&b| f64::from(b))),
+        Kind::Int(1) => out.extend(line.iter().map(|&b| f64::from(b as i8))),
+        Kind::UInt(2) => out.extend(
+            line.chunks_exact(2)
+                .map(|c| f64::from(u16::from_le_bytes([c[0], c[1]]))),
+        ),
+        Kind::Int(2) => out.extend(
+            line.chunks_exact(2)
+                .map(|c| f64::from(i16::from_le_bytes([c[0], c[1]]))),
+        ),
+        Kind::UInt(4) => out.extend(
+            line.chunks_exact(4)
+                .map(|c| f64::from(u32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        ),
+        Kind::Int(4) => out.extend(
+            line.chunks_exact(4)
+                .map(|c| f64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        ),
+        Kind::Float(4) => out.extend(
+            line.chunks_exact(4)
+                .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))),
+        ),
+        Kind::Float(8) => out.extend(
+            line.chunks_exact(8)
+                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])),
+        ),
+        _ => {
+            let item = dtype.item_size().unwrap_or(1).max(1);
+            out.extend(line.chunks_exact(item).map(|b| as_f64(dtype, b).unwrap_or(f64::NAN)));
+        }
+    }
+}
+
 /// An element's stored bytes (1, 2, 4 or 8 of them) as one number; `None` for other sizes.
 fn stored_bits(b: &[u8]) -> Option<u64> {
     Some(match *b {
@@ -165,29 +203,40 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
     let item = region.dtype.item_size().unwrap_or(0);
     // A pixel's value: `None` (transparent) for NaN and the fill value. Floats equal to the
     // fill are fill (-0.0 of a fill of 0.0, as in NumPy); integers are compared as stored
-    // (as f64, the largest could compare equal to their neighbours).
-    let float_fill = match region.dtype.kind {
-        Kind::Float(_) => region.fill.as_deref().and_then(|f| as_f64(&region.dtype, f)),
+    // (as f64, the largest could compare equal to their neighbours): as numbers where f64
+    // holds every value of the type, else by their bytes.
+    let fill = region.fill.as_deref().filter(|f| f.len() == item);
+    let fill_value = fill.and_then(|f| as_f64(&region.dtype, f));
+    let fill_bits = match region.dtype.kind {
+        Kind::Int(8) | Kind::UInt(8) => fill.and_then(stored_bits),
         _ => None,
     };
-    // The fill's bytes as a number, compared with each element's (a slice comparison calls
-    // memcmp for every pixel).
-    let stored_fill = region.fill.as_deref().filter(|f| f.len() == item).and_then(stored_bits);
-    let value = |b: &[u8]| -> Option<f64> {
-        let v = as_f64(&region.dtype, b)?;
-        let is_fill = stored_fill.is_some_and(|f| stored_bits(b) == Some(f)) || float_fill == Some(v);
+    let shown = |v: f64, b: &[u8]| -> Option<f64> {
+        let is_fill = match fill_bits {
+            Some(f) => stored_bits(b) == Some(f),
+            None => fill_value == Some(v),
+        };
         (!v.is_nan() && !is_fill).then_some(v)
     };
+    // Rows are read as numbers a row at a time (the type matched once a row, not once a pixel).
+    let row_bytes = item * w as usize;
+    let mut numbers = Vec::with_capacity(w as usize);
     // The automatic range spans the finite values (bool: 0 to 1): infinities draw at its ends.
     // One pass over the bytes, and none when both ends are given.
     let (lo, hi) = match (opts.vmin, opts.vmax) {
         (Some(lo), Some(hi)) => (lo, hi),
         _ if region.dtype.kind == Kind::Bool => (0.0, 1.0),
         _ => bytes
-            .chunks_exact(item)
-            .filter_map(value)
-            .filter(|v| v.is_finite())
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v))),
+            .chunks_exact(row_bytes)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(mut lo, mut hi), line| {
+                read_numbers(&region.dtype, line, &mut numbers);
+                for (&v, b) in numbers.iter().zip(line.chunks_exact(item)) {
+                    if let Some(v) = shown(v, b).filter(|v| v.is_finite()) {
+                        (lo, hi) = (lo.min(v), hi.max(v));
+                    }
+                }
+                (lo, hi)
+            }),
     };
     let mut vmin = opts.vmin.unwrap_or(if lo.is_finite() { lo } else { 0.0 });
     let mut vmax = opts.vmax.unwrap_or(if hi.is_finite() { hi } else { 1.0 });
@@ -234,10 +283,11 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
         let mut writer = encoder.write_header().map_err(fail)?;
         let mut stream = writer.stream_writer_with_size(IDAT_BYTES).map_err(fail)?;
         let mut row = Vec::with_capacity(w as usize * 4);
-        for line in bytes.chunks_exact(item * w as usize) {
+        for line in bytes.chunks_exact(row_bytes) {
             row.clear();
-            for b in line.chunks_exact(item) {
-                match (value(b), gray) {
+            read_numbers(&region.dtype, line, &mut numbers);
+            for (&v, b) in numbers.iter().zip(line.chunks_exact(item)) {
+                match (shown(v, b), gray) {
                     (Some(v), true) => row.extend_from_slice(&[opts.cmap.rgb(position(v))[0], 255]),
                     (Some(v), false) => {
                         let [r, g, b] = opts.cmap.rgb(position(v));
@@ -294,6 +344,67 @@ mod tests {
         xs.extend([0.0, 255.0, 254.99999999999997, 0.49999999999999994]);
         for x in xs {
             assert_eq!(super::round_byte(x), x.round() as u8, "{x}");
+        }
+    }
+
+    /// A row read as numbers is what `as_f64` reads of each element, for every type a png
+    /// draws.
+    #[test]
+    fn rows_read_as_each_element_reads() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let bytes: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect();
+        let kinds = [
+            Kind::Bool,
+            Kind::Int(1),
+            Kind::Int(2),
+            Kind::Int(4),
+            Kind::Int(8),
+            Kind::UInt(1),
+            Kind::UInt(2),
+            Kind::UInt(4),
+            Kind::UInt(8),
+            Kind::Float(2),
+            Kind::Float(4),
+            Kind::Float(8),
+        ];
+        let mut out = vec![1.0];
+        for kind in kinds {
+            let dtype = DType::new(kind.clone());
+            let item = dtype.item_size().unwrap();
+            super::read_numbers(&dtype, &bytes, &mut out);
+            let each: Vec<f64> = bytes.chunks_exact(item).map(|b| as_f64(&dtype, b).unwrap()).collect();
+            assert_eq!(out.len(), each.len(), "{kind:?}");
+            for (a, b) in out.iter().zip(&each) {
+                assert!(
+                    a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan(),
+                    "{kind:?}: {a} {b}"
+                );
+            }
+        }
+    }
+
+    /// A 64-bit integer next to the fill reads as the same f64 as the fill, but is drawn: the
+    /// fill is told by its stored bytes.
+    #[test]
+    fn large_integers_beside_the_fill_are_drawn() {
+        let fill = (1i64 << 53) + 1;
+        for kind in [Kind::Int(8), Kind::UInt(8)] {
+            let r = Region {
+                shape: vec![1, 3],
+                dtype: DType::new(kind.clone()),
+                elements: Elements::Fixed([fill, 1 << 53, 0].iter().flat_map(|v| v.to_le_bytes()).collect()),
+                fill: Some(fill.to_le_bytes().to_vec()),
+            };
+            let (_, _, px) = decode(&encode(&r, &AUTO).unwrap().png);
+            let alpha: Vec<u8> = px.chunks(4).map(|p| p[3]).collect();
+            assert_eq!(alpha, [0, 255, 255], "{kind:?}");
         }
     }
 
