@@ -3,7 +3,8 @@
 //! Layout (a request flows down this list):
 //! - [`server`]: the router (`app`), middleware (CORS, access log) and the serve loop (`run`),
 //!   which hands each connection to one of the [`workers`], threads with a runtime each.
-//! - [`http`]: one module per route family (raw keys, slices, mounts/health/metrics).
+//! - [`http`]: one module per route family (raw keys, slices, mounts/health/metrics), and the
+//!   compression of answers of text (`http::compress`).
 //! - [`state`]: the mounts, caches and configuration shared by handlers.
 //! - [`format`]: slice output encoders (json, bin, npy, csv, png).
 //! - [`array`]: selections, chunk planning, concurrent fetch + decode, assembly.

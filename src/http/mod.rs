@@ -1,4 +1,5 @@
-//! Route handlers, one file per route family.
+//! Route handlers, one file per route family, and the compression of their answers of text
+//! ([`compress`]).
 
 pub mod api;
 pub mod compress;
