@@ -916,6 +916,32 @@ async function main() {
       }
     });
 
+    await check("a group on a local mount shows a member of the other Zarr format (a v2 array in a v3 group)", async () => {
+      // ZOM of a v3 group names its v3 members only; /api/v1/list also finds a v2 array beside
+      // them. No CI group holds one: the test adds it to the listing of demo/v3.zarr as the
+      // server describes one.
+      const listRe = /\/api\/v1\/list\/demo\/v3\.zarr$/;
+      await page.goto("about:blank");
+      await editJson(listRe, (b) => {
+        b.children.push({ zarr_format: 2, node_type: "array", name: "legacy" });
+        b.children.sort((x, y) => (x.name < y.name ? -1 : 1));
+        return b;
+      });
+      try {
+        await page.goto(base + "/#/demo/v3.zarr");
+        await page.locator("main table.list a", { hasText: "volume" }).waitFor();
+        await page.locator("main table.list a", { hasText: "legacy" }).waitFor({ timeout: 3000 }).catch(() => {});
+        const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => [tr.children[0].textContent, tr.children[1].textContent]));
+        assertEq(rows, [["legacy", "array · v2"], ["names", "array · v3"], ["temperature", "array · v3"], ["volume", "array · v3"]], "children of v3.zarr");
+        const kids = await expandTreeItem("demo/v3.zarr");
+        assertEq(kids, ["demo/v3.zarr/legacy", "demo/v3.zarr/names", "demo/v3.zarr/temperature", "demo/v3.zarr/volume"], "tree children of v3.zarr");
+        assertEq(await page.getAttribute('#tree li[data-key="demo/v3.zarr/legacy"]', "data-type"), "array", "tree type of legacy");
+      } finally {
+        await page.unroute(listRe);
+        await page.goto("about:blank");
+      }
+    });
+
     await check("bytes values are shown as b\"...\" literals, not base64 (fx |S, vlen bytes, v3 bytes types)", async () => {
       await needFx();
       // The values written by tests/fixtures/data/make_fixtures*.py, as Python shows them.
