@@ -13,11 +13,18 @@ use crate::zarr::elements::Elements;
 /// its fdeflate mode ~15 ms and 472 KB: images are rendered per request, so level 1.
 const ZLIB_LEVEL: u8 = 1;
 /// `x` (from 0 to 255) rounded half away from zero, as `f64::round`, which is a call to libm's
-/// `round` for every pixel.
+/// `round` for every pixel. (Past 255, 255.)
 fn round_byte(x: f64) -> u8 {
     let whole = x as u8;
-    if x - f64::from(whole) >= 0.5 { whole + 1 } else { whole }
+    if x - f64::from(whole) >= 0.5 {
+        whole.saturating_add(1)
+    } else {
+        whole
+    }
 }
+
+/// Pixels read as numbers and coloured at a time.
+const PIECE_PIXELS: usize = 4096;
 
 /// The elements of `line` (of a number or bool type) as f64, in `out` (emptied first): the
 /// type matched once for the run, not for each element. What is no number is NaN.
@@ -191,9 +198,8 @@ pub fn check(shape: &[u64], dtype: &DType) -> Result<(u32, u32), FormatError> {
     Ok((width, height))
 }
 
-/// Encodes a 2-D region as a PNG: gray and alpha for `gray` (two bytes a pixel, half the
-/// work and about half the bytes of RGBA: every decoder shows the same pixels), RGBA for
-/// `viridis`.
+/// Encodes a 2-D region as a PNG: gray and alpha for `gray` (two bytes a pixel: less work and
+/// a fifth fewer bytes than RGBA, and every viewer shows the same pixels), RGBA for `viridis`.
 pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatError> {
     let (width, height) = check(&region.shape, &region.dtype)?;
     let w = u64::from(width);
@@ -218,19 +224,22 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
         };
         (!v.is_nan() && !is_fill).then_some(v)
     };
-    // Rows are read as numbers a row at a time (the type matched once a row, not once a pixel).
-    let row_bytes = item * w as usize;
-    let mut numbers = Vec::with_capacity(w as usize);
+    // The pixels are read as numbers [`PIECE_PIXELS`] at a time (the type matched once a piece,
+    // not once a pixel; a piece, not a row: a row can be millions of pixels wide). The png
+    // writer cuts the pixels into rows itself.
+    let image = &bytes[..bytes.len().min(item * w as usize * height as usize)];
+    let piece_bytes = item * PIECE_PIXELS;
+    let mut numbers = Vec::with_capacity(PIECE_PIXELS);
     // The automatic range spans the finite values (bool: 0 to 1): infinities draw at its ends.
     // One pass over the bytes, and none when both ends are given.
     let (lo, hi) = match (opts.vmin, opts.vmax) {
         (Some(lo), Some(hi)) => (lo, hi),
         _ if region.dtype.kind == Kind::Bool => (0.0, 1.0),
-        _ => bytes
-            .chunks_exact(row_bytes)
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(mut lo, mut hi), line| {
-                read_numbers(&region.dtype, line, &mut numbers);
-                for (&v, b) in numbers.iter().zip(line.chunks_exact(item)) {
+        _ => image
+            .chunks(piece_bytes)
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(mut lo, mut hi), piece| {
+                read_numbers(&region.dtype, piece, &mut numbers);
+                for (&v, b) in numbers.iter().zip(piece.chunks_exact(item)) {
                     if let Some(v) = shown(v, b).filter(|v| v.is_finite()) {
                         (lo, hi) = (lo.min(v), hi.max(v));
                     }
@@ -267,8 +276,9 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
         }
     };
     let fail = |e: png::EncodingError| FormatError::Unsupported(format!("png: {e}"));
-    // Rows are coloured and compressed one at a time: memory holds the region, one row of
-    // pixels and the compressed image, never the whole image (up to four bytes a pixel).
+    // Pixels are coloured a piece at a time and compressed as they come: memory holds the
+    // region, the png writer's rows (two, for its filters) and the compressed image, never the
+    // whole image (up to four bytes a pixel).
     let gray = opts.cmap == Colormap::Gray;
     let mut out = Vec::new();
     {
@@ -282,11 +292,11 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
         encoder.set_filter(png::Filter::Adaptive);
         let mut writer = encoder.write_header().map_err(fail)?;
         let mut stream = writer.stream_writer_with_size(IDAT_BYTES).map_err(fail)?;
-        let mut row = Vec::with_capacity(w as usize * 4);
-        for line in bytes.chunks_exact(row_bytes) {
+        let mut row = Vec::with_capacity(PIECE_PIXELS * 4);
+        for piece in image.chunks(piece_bytes) {
             row.clear();
-            read_numbers(&region.dtype, line, &mut numbers);
-            for (&v, b) in numbers.iter().zip(line.chunks_exact(item)) {
+            read_numbers(&region.dtype, piece, &mut numbers);
+            for (&v, b) in numbers.iter().zip(piece.chunks_exact(item)) {
                 match (shown(v, b), gray) {
                     (Some(v), true) => row.extend_from_slice(&[opts.cmap.rgb(position(v))[0], 255]),
                     (Some(v), false) => {
@@ -405,6 +415,33 @@ mod tests {
             let (_, _, px) = decode(&encode(&r, &AUTO).unwrap().png);
             let alpha: Vec<u8> = px.chunks(4).map(|p| p[3]).collect();
             assert_eq!(alpha, [0, 255, 255], "{kind:?}");
+        }
+    }
+
+    /// Pieces cross rows, and rows are wider than a piece: every pixel as computed.
+    #[test]
+    fn pieces_and_rows_do_not_line_up() {
+        for (h, w) in [(1usize, PIECE_PIXELS * 2 + 7), (3, PIECE_PIXELS + 1), (700, 13)] {
+            let value = |k: usize| (k * 37 % 251) as u8;
+            let r = Region {
+                shape: vec![h as u64, w as u64],
+                dtype: DType::new(Kind::UInt(1)),
+                elements: Elements::Fixed((0..h * w).map(value).collect()),
+                fill: Some(vec![0]),
+            };
+            let (pw, ph, px) = decode(&encode(&r, &AUTO).unwrap().png);
+            assert_eq!((pw as usize, ph as usize), (w, h));
+            // The range is 1..=250 (0 is the fill).
+            for k in (0..h * w).step_by(97).chain([h * w - 1]) {
+                let want = match value(k) {
+                    0 => [0, 0, 0, 0],
+                    v => {
+                        let g = round_byte((f64::from(v) - 1.0) / 249.0 * 255.0);
+                        [g, g, g, 255]
+                    }
+                };
+                assert_eq!(px[k * 4..k * 4 + 4], want, "{h}x{w} pixel {k}");
+            }
         }
     }
 

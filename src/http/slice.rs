@@ -243,8 +243,9 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
             )));
         }
     }
-    // An image is four bytes a pixel before compression, whatever the data's type, and its
-    // compressed bytes can be as many.
+    // An image is up to four bytes a pixel before compression (RGBA; a gray one two, and a
+    // filter byte a row), whatever the data's type, and its compressed bytes can be as many:
+    // four are counted for every image.
     let pixels = sel.len();
     if format == Format::Png && pixels.saturating_mul(4) > limit {
         return Err(ApiError::TooLarge(format!(
