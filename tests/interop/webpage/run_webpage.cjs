@@ -167,6 +167,28 @@ async function expandTreeItem(key) {
   }, key, { timeout: STEP_TIMEOUT });
   return page.$$eval(`#tree li[data-key="${key}"] > ul > li[role=treeitem]`, (els) => els.map((e) => e.dataset.key));
 }
+/** The listing of demo/v3.zarr, which v3WithListedChild edits. */
+const V3_LIST = /\/api\/v1\/list\/demo\/v3\.zarr$/;
+/** Opens demo/v3.zarr with `child` added to its listing as /api/v1/list describes one (no CI
+    group holds such a child; ZOM, the server's own, names the group's Zarr members only), and
+    returns the group table's rows ([name, type]), its summary line and the tree's children of
+    the group. `listed.n` counts the listings served. The caller unroutes V3_LIST. */
+async function v3WithListedChild(child, listed) {
+  await page.goto("about:blank");
+  await editJson(V3_LIST, (b) => {
+    listed.n++;
+    b.children.push(child);
+    b.children.sort((x, y) => (x.name < y.name ? -1 : 1));
+    return b;
+  });
+  await page.goto(base + "/#/demo/v3.zarr");
+  await page.locator("main table.list a", { hasText: "volume" }).waitFor();
+  await page.locator("main table.list a", { hasText: child.name }).waitFor({ timeout: 3000 }).catch(() => {});
+  const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => [tr.children[0].textContent, tr.children[1].textContent]));
+  const summary = await page.locator("main .summary").innerText();
+  const kids = await expandTreeItem("demo/v3.zarr");
+  return { rows, summary, kids };
+}
 /** The cells of the table view of fx/`p` (switched to from an image or plot view when the
     array opens in one). */
 async function tableOf(p) {
@@ -880,64 +902,38 @@ async function main() {
     });
 
     await check("a group on a local mount also lists its plain subdirectories (not only ZOM members)", async () => {
-      // No CI group holds a plain directory: the test adds one to the listing of demo/v3.zarr as
-      // /api/v1/list describes it (ZOM, which lists Zarr nodes only, is the server's own).
-      const listRe = /\/api\/v1\/list\/demo\/v3\.zarr$/, mountsRe = /\/api\/v1\/mounts$/;
-      let listed = 0;
-      await page.goto("about:blank");
-      await editJson(listRe, (b) => {
-        listed++;
-        b.children.push({ node_type: "directory", name: "plain" });
-        b.children.sort((x, y) => (x.name < y.name ? -1 : 1));
-        return b;
-      });
+      const mountsRe = /\/api\/v1\/mounts$/;
+      const listed = { n: 0 };
       try {
-        await page.goto(base + "/#/demo/v3.zarr");
-        await page.locator("main table.list a", { hasText: "volume" }).waitFor();
-        await page.locator("main table.list a", { hasText: "plain" }).waitFor({ timeout: 3000 }).catch(() => {});
-        const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => [tr.children[0].textContent, tr.children[1].textContent]));
-        assertEq(rows, [["names", "array · v3"], ["plain", "directory"], ["temperature", "array · v3"], ["volume", "array · v3"]], "children of v3.zarr");
-        assert((await page.locator("main .summary").innerText()).startsWith("3 members · 1 plain directory"), `summary: ${await page.locator("main .summary").innerText()}`);
-        const kids = await expandTreeItem("demo/v3.zarr");
-        assertEq(kids, ["demo/v3.zarr/names", "demo/v3.zarr/plain", "demo/v3.zarr/temperature", "demo/v3.zarr/volume"], "tree children of v3.zarr");
+        const got = await v3WithListedChild({ node_type: "directory", name: "plain" }, listed);
+        assertEq(got.rows, [["names", "array · v3"], ["plain", "directory"], ["temperature", "array · v3"], ["volume", "array · v3"]], "children of v3.zarr");
+        assert(got.summary.startsWith("3 members · 1 plain directory"), `summary: ${got.summary}`);
+        assertEq(got.kids, ["demo/v3.zarr/names", "demo/v3.zarr/plain", "demo/v3.zarr/temperature", "demo/v3.zarr/volume"], "tree children of v3.zarr");
         assertEq(await page.getAttribute('#tree li[data-key="demo/v3.zarr/plain"]', "data-type"), "directory", "tree type of plain");
         // On a mount where a listing is not cheap (an object store), the group is not listed.
         await page.goto("about:blank");
         await editJson(mountsRe, (b) => { for (const m of b.mounts) if (m.name === "demo") m.kind = "s3"; return b; });
-        listed = 0;
+        listed.n = 0;
         await page.goto(base + "/#/demo/v3.zarr");
         await page.locator("main table.list a", { hasText: "volume" }).waitFor();
         await expandTreeItem("demo/v3.zarr");
-        assertEq(listed, 0, "listings of demo/v3.zarr on an s3 mount");
+        assertEq(listed.n, 0, "listings of demo/v3.zarr on an s3 mount");
       } finally {
-        await page.unroute(listRe);
+        await page.unroute(V3_LIST);
         await page.unroute(mountsRe);
         await page.goto("about:blank");
       }
     });
 
     await check("a group on a local mount shows a member of the other Zarr format (a v2 array in a v3 group)", async () => {
-      // ZOM of a v3 group names its v3 members only; /api/v1/list also finds a v2 array beside
-      // them. No CI group holds one: the test adds it to the listing of demo/v3.zarr as the
-      // server describes one.
-      const listRe = /\/api\/v1\/list\/demo\/v3\.zarr$/;
-      await page.goto("about:blank");
-      await editJson(listRe, (b) => {
-        b.children.push({ zarr_format: 2, node_type: "array", name: "legacy" });
-        b.children.sort((x, y) => (x.name < y.name ? -1 : 1));
-        return b;
-      });
+      // ZOM of a v3 group names its v3 members only; /api/v1/list also finds a v2 array beside them.
       try {
-        await page.goto(base + "/#/demo/v3.zarr");
-        await page.locator("main table.list a", { hasText: "volume" }).waitFor();
-        await page.locator("main table.list a", { hasText: "legacy" }).waitFor({ timeout: 3000 }).catch(() => {});
-        const rows = await page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => [tr.children[0].textContent, tr.children[1].textContent]));
-        assertEq(rows, [["legacy", "array · v2"], ["names", "array · v3"], ["temperature", "array · v3"], ["volume", "array · v3"]], "children of v3.zarr");
-        const kids = await expandTreeItem("demo/v3.zarr");
-        assertEq(kids, ["demo/v3.zarr/legacy", "demo/v3.zarr/names", "demo/v3.zarr/temperature", "demo/v3.zarr/volume"], "tree children of v3.zarr");
+        const got = await v3WithListedChild({ zarr_format: 2, node_type: "array", name: "legacy" }, { n: 0 });
+        assertEq(got.rows, [["legacy", "array · v2"], ["names", "array · v3"], ["temperature", "array · v3"], ["volume", "array · v3"]], "children of v3.zarr");
+        assertEq(got.kids, ["demo/v3.zarr/legacy", "demo/v3.zarr/names", "demo/v3.zarr/temperature", "demo/v3.zarr/volume"], "tree children of v3.zarr");
         assertEq(await page.getAttribute('#tree li[data-key="demo/v3.zarr/legacy"]', "data-type"), "array", "tree type of legacy");
       } finally {
-        await page.unroute(listRe);
+        await page.unroute(V3_LIST);
         await page.goto("about:blank");
       }
     });
