@@ -202,13 +202,11 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         .unwrap_or(Format::Json);
     can_hold(format, &shape, &meta.dtype)?;
     // Text is compressed as the request accepts; the other formats never are.
-    let coding = match format {
-        Format::Json | Format::Csv => super::compress::wanted(&state, &headers),
-        _ => None,
-    };
-    let text = |response: Response| match format {
-        Format::Json | Format::Csv => super::compress::apply(&state, &method, coding, response),
-        _ => response,
+    let is_text = matches!(format, Format::Json | Format::Csv);
+    let coding = is_text.then(|| super::compress::wanted(&state, &headers)).flatten();
+    let text = |response: Response| match is_text {
+        true => super::compress::apply(&state, &method, coding, response),
+        false => response,
     };
     if let (Format::Png, Some(lo), Some(hi)) = (format, png_opts.vmin, png_opts.vmax)
         && lo > hi
