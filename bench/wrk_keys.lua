@@ -1,5 +1,6 @@
 -- wrk script for bench/run.sh: GETs the paths listed in the file named by $WRK_KEYS
--- (one per line) round-robin, each thread starting at a different place, and prints one line
+-- (one per line) round-robin, each thread starting at a different place (a list of one path is
+-- sent as wrk's static request), and prints one line
 --   RESULT <requests/s> <p50 us> <p99 us> <errors> <bytes>
 -- at the end. Non-2xx/3xx answers count as errors. With $WRK_PACE_MS set, each connection waits
 -- that many milliseconds after a response before its next request (wrk's delay(), whole
@@ -23,10 +24,18 @@ if pace then
     function delay() return pace end
 end
 
-local i = 0
-function request()
-    i = i + 1
-    return wrk.format("GET", keys[((i + (offset or 0)) % #keys) + 1])
+-- One path: wrk's static request, formatted once a thread from wrk.path, as plain
+-- `wrk URL` sends it. A request() function is a call into Lua for every request, 1.5-2.5 us
+-- more of wrk's CPU a request (against zarrgate, nginx and the hyper floor alike, 2026-12-01:
+-- bench/README.md) on the cores the server under test shares: it is only for key lists.
+if #keys == 1 then
+    wrk.path = keys[1]
+else
+    local i = 0
+    function request()
+        i = i + 1
+        return wrk.format("GET", keys[((i + (offset or 0)) % #keys) + 1])
+    end
 end
 
 function done(summary, latency, requests)
