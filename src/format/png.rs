@@ -317,7 +317,12 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
 }
 
 #[cfg(test)]
+#[path = "../../tests/common/png_rgba.rs"]
+mod png_rgba;
+
+#[cfg(test)]
 mod tests {
+    use super::png_rgba::png_rgba as decode;
     use super::*;
     use crate::zarr::dtype::{DType, Kind};
 
@@ -327,21 +332,6 @@ mod tests {
         vmax: None,
         cmap: Colormap::Gray,
     };
-
-    /// Width, height and RGBA pixels (gray and alpha spread to RGBA, as viewers show them).
-    fn decode(png_bytes: &[u8]) -> (u32, u32, Vec<u8>) {
-        let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
-        let mut reader = decoder.read_info().unwrap();
-        let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-        let info = reader.next_frame(&mut buf).unwrap();
-        let buf = &buf[..info.buffer_size()];
-        let rgba = match info.color_type {
-            png::ColorType::Rgba => buf.to_vec(),
-            png::ColorType::GrayscaleAlpha => buf.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0], p[1]]).collect(),
-            other => panic!("unexpected colour type {other:?}"),
-        };
-        (info.width, info.height, rgba)
-    }
 
     /// `round_byte` rounds as `f64::round` does, halves and the values just below them too.
     #[test]

@@ -82,23 +82,6 @@ impl Reply {
     }
 }
 
-/// Width, height and RGBA pixels of a PNG (gray and alpha, which gray images are, spread to
-/// RGBA as viewers show them).
-pub fn png_rgba(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
-    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes.to_vec()))
-        .read_info()
-        .unwrap();
-    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
-    let info = reader.next_frame(&mut buf).unwrap();
-    let buf = &buf[..info.buffer_size()];
-    let rgba = match info.color_type {
-        png::ColorType::Rgba => buf.to_vec(),
-        png::ColorType::GrayscaleAlpha => buf.chunks_exact(2).flat_map(|p| [p[0], p[0], p[0], p[1]]).collect(),
-        other => panic!("unexpected colour type {other:?}"),
-    };
-    (info.width, info.height, rgba)
-}
-
 /// Sends one request through the app.
 pub async fn send(app: &App, request: Request<Body>) -> Reply {
     let response = app.clone().oneshot(request).await.expect("infallible");
@@ -124,6 +107,8 @@ pub async fn request(app: &App, method: &str, uri: &str, headers: &[(&str, &str)
 pub mod cases;
 pub mod expected;
 pub mod remote;
+
+include!("png_rgba.rs");
 
 /// What a [`ReadHook`] does for a read: given the wrapped store, the key and the range.
 pub type ReadFn = Box<
