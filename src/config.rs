@@ -172,6 +172,10 @@ pub struct LimitsConfig {
     pub max_concurrent_requests: usize,
     /// Seconds a request may take to its response head; then 504.
     pub request_timeout_s: f64,
+    /// Seconds a response's body may wait for its client to take more of it (the socket's
+    /// buffers full over HTTP/1, the stream's window closed over HTTP/2); then its connection
+    /// is closed, and with it what its bodies hold (nginx's `send_timeout`).
+    pub send_timeout_s: f64,
     /// Longest request target (path and query) in bytes; longer is 414.
     pub max_url_bytes: usize,
     /// Client connections open at once; more wait in the listen backlog until one closes.
@@ -185,6 +189,7 @@ impl Default for LimitsConfig {
             max_chunks_per_slice: 100_000,
             max_concurrent_requests: 1024,
             request_timeout_s: 60.0,
+            send_timeout_s: 120.0,
             max_url_bytes: 8192,
             max_connections: 1024,
         }
@@ -742,6 +747,11 @@ impl Config {
                 "limits.request_timeout_s must be between {MIN_TIMEOUT_S} s and {MAX_TIMEOUT_S} s (a day)"
             )));
         }
+        if !(MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&l.send_timeout_s) {
+            return Err(ConfigError::Invalid(format!(
+                "limits.send_timeout_s must be between {MIN_TIMEOUT_S} s and {MAX_TIMEOUT_S} s (a day)"
+            )));
+        }
         for origin in &self.server.cors_origins {
             if !valid_origin(origin) {
                 return Err(ConfigError::Invalid(format!(
@@ -884,12 +894,14 @@ mod tests {
     #[test]
     fn timeouts_are_bounded() {
         for bad in ["0", "-1", "1e20", "nan", "inf"] {
-            let err = parse(&format!("[limits]\nrequest_timeout_s = {bad}\n"))
-                .unwrap()
-                .validate()
-                .unwrap_err()
-                .to_string();
-            assert!(err.contains("request_timeout_s"), "{bad}: {err}");
+            for key in ["request_timeout_s", "send_timeout_s"] {
+                let err = parse(&format!("[limits]\n{key} = {bad}\n"))
+                    .unwrap()
+                    .validate()
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains(key), "{bad}: {err}");
+            }
             let err = parse(&format!("[mounts.m]\nurl = \"/\"\ntimeout_s = {bad}\n"))
                 .unwrap()
                 .validate()
@@ -898,7 +910,7 @@ mod tests {
             assert!(err.contains("mount 'm'") && err.contains("timeout_s"), "{bad}: {err}");
         }
         assert!(
-            parse("[limits]\nrequest_timeout_s = 86400\n")
+            parse("[limits]\nrequest_timeout_s = 86400\nsend_timeout_s = 86400\n")
                 .unwrap()
                 .validate()
                 .is_ok()
@@ -1014,6 +1026,7 @@ mod tests {
     fn limits_too_small_to_serve_and_origins_that_cannot_match_are_refused() {
         for (toml, named) in [
             ("[limits]\nrequest_timeout_s = 1e-12\n", "request_timeout_s"),
+            ("[limits]\nsend_timeout_s = 1e-12\n", "send_timeout_s"),
             ("[limits]\nmax_url_bytes = 5\n", "max_url_bytes"),
             ("[limits]\nmax_url_bytes = 65535\n", "max_url_bytes"),
             ("[mounts.a]\nurl = \"/\"\ntimeout_s = 0.0000001\n", "timeout_s"),

@@ -160,9 +160,12 @@ fn millis(d: Duration) -> f64 {
 
 /// A response body that counts what is handed on of it; the access log line is written when
 /// it is dropped ([`Finished`]), and its connection's mark of the request is given back then.
+/// One of more than one frame tells its connection when it waits for the client to take more
+/// ([`Activity::stalled`]).
 pub struct LoggedBody {
     body: axum::body::Body,
     done: Finished,
+    sending: Option<std::sync::Arc<Sending>>,
 }
 
 impl http_body::Body for LoggedBody {
@@ -174,11 +177,24 @@ impl http_body::Body for LoggedBody {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
+        if let Some(sending) = &this.sending {
+            sending.0.store(Sending::ASKED, std::sync::atomic::Ordering::Relaxed);
+        }
         let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
         match &polled {
             std::task::Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.done.bytes += data.len() as u64;
+                }
+                // Taken by the connection: from now on the body waits for it to ask again. A
+                // body whose length is all handed on (a tile, in one frame) is over, and is
+                // not watched.
+                if let Some(activity) = this.done.under_way.as_ref().map(|u| &u.activity) {
+                    match &this.sending {
+                        Some(sending) => sending.0.store(activity.now_ms(), std::sync::atomic::Ordering::Relaxed),
+                        None if this.done.length != Some(this.done.bytes) => this.sending = Some(activity.sending()),
+                        None => {}
+                    }
                 }
             }
             std::task::Poll::Ready(None) => this.done.ended = true,
@@ -418,7 +434,11 @@ impl App {
         let mut response = self.0.answer(request).await;
         finish(&mut response, head);
         done.head(&response);
-        response.map(|body| LoggedBody { body, done })
+        response.map(|body| LoggedBody {
+            body,
+            done,
+            sending: None,
+        })
     }
 }
 
@@ -754,17 +774,22 @@ impl Front {
     }
 }
 
-/// How long a connection may leave what it was sent unread (its window closed) or
-/// unacknowledged before the kernel closes it: a client that stopped reading a streamed
-/// response gives its turn back ([`crate::state::MAX_STREAMS`]).
-pub const STALLED: Duration = Duration::from_secs(120);
+/// `limits.send_timeout_s`: how long a response's body may wait for its client to take more
+/// of it ([`Activity::stalled`]), and how long the kernel lets what a connection sent go
+/// unacknowledged ([`tune_connection`]). Then the connection is closed: a client that stopped
+/// reading a streamed response gives its turn back ([`crate::state::MAX_STREAMS`]).
+pub fn send_timeout(limits: &crate::config::LimitsConfig) -> Duration {
+    // Validated at load: finite, a millisecond to a day.
+    Duration::try_from_secs_f64(limits.send_timeout_s).unwrap_or(Duration::from_secs(120))
+}
 
-/// Socket options of an accepted connection: a stalled peer is dropped after [`STALLED`].
+/// Socket options of an accepted connection: a peer that leaves what it was sent
+/// unacknowledged, or its receive window closed, for `stalled` is dropped by the kernel.
 /// (TCP_NODELAY measured 1-2% fewer warm tiles a second at 64 connections, and no gain.)
 #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(unused_variables))]
-fn tune_connection(tcp: &mut tokio::net::TcpStream) {
+fn tune_connection(tcp: &mut tokio::net::TcpStream, stalled: Duration) {
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    if let Err(e) = socket2::SockRef::from(&*tcp).set_tcp_user_timeout(Some(STALLED)) {
+    if let Err(e) = socket2::SockRef::from(&*tcp).set_tcp_user_timeout(Some(stalled)) {
         tracing::debug!(error = %e, "TCP_USER_TIMEOUT not set");
     }
 }
@@ -834,6 +859,7 @@ pub async fn serve_with(
     let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(state_connections));
     let open = state.clone();
     let header_list = state.config.limits.max_url_bytes.saturating_add(16 << 10);
+    let stalled = send_timeout(&state.config.limits);
     let app = app(state);
     let mut builder = Builder::new(TokioExecutor::new());
     // A client has `header_read` to send a request's head, and an idle keep-alive connection
@@ -871,7 +897,7 @@ pub async fn serve_with(
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let Some((tcp, turn)) = next_connection(&listener, &connections, shutdown.as_mut()).await else {
+        let Some((tcp, turn)) = next_connection(&listener, &connections, stalled, shutdown.as_mut()).await else {
             break;
         };
         // Given to a worker, it is registered anew with the worker's runtime.
@@ -934,7 +960,10 @@ pub async fn serve_with(
             // until the head is whole. Such a connection, with still no request under way a
             // moment later, is dropped (`cut_off`).
             let mut finishing = false;
-            let mut idle = std::pin::pin!(tokio::time::sleep(header_read));
+            // While requests are under way, bodies are checked for stalling this often (a
+            // quarter of the timeout past it, at most).
+            let check = header_read.min((stalled / 4).max(Duration::from_millis(10)));
+            let mut idle = std::pin::pin!(tokio::time::sleep(check));
             // A connection with no request under way `grace` after it was asked to finish (for
             // idleness or on shutdown) is dropped: one holding half a request head (a slow or
             // stalled client) would otherwise stay open, and keep the exit, until the head is
@@ -958,15 +987,28 @@ pub async fn serve_with(
                         tracing::debug!("client hung up with a request waiting for its answer");
                         break;
                     }
-                    () = idle.as_mut(), if !finishing => match activity.busy_until(header_read) {
-                        Some(until) => idle.as_mut().reset(until),
-                        None => {
-                            finishing = true;
-                            connection.as_mut().graceful_shutdown();
-                            cutting = true;
-                            cut_off.as_mut().reset(tokio::time::Instant::now() + grace);
+                    () = idle.as_mut(), if !finishing => {
+                        // A client that has left a body unread for `stalled` loses the
+                        // connection, and its bodies what they hold (their turns among it).
+                        // Over HTTP/1 the kernel closes it as well; over HTTP/2 a stream
+                        // whose window stays closed stalls no socket, and nothing else would.
+                        if activity.stalled(stalled) {
+                            tracing::info!(
+                                seconds = stalled.as_secs_f64(),
+                                "closing a connection whose client left a response unread for limits.send_timeout_s"
+                            );
+                            break;
                         }
-                    },
+                        match activity.busy_until(header_read, check) {
+                            Some(until) => idle.as_mut().reset(until),
+                            None => {
+                                finishing = true;
+                                connection.as_mut().graceful_shutdown();
+                                cutting = true;
+                                cut_off.as_mut().reset(tokio::time::Instant::now() + grace);
+                            }
+                        }
+                    }
                     _ = stopping.changed(), if !stopped => {
                         stopped = true;
                         if !finishing {
@@ -1016,6 +1058,7 @@ pub async fn serve_with(
 async fn next_connection<F: Future<Output = ()>>(
     listener: &TcpListener,
     turns: &std::sync::Arc<tokio::sync::Semaphore>,
+    stalled: Duration,
     mut shutdown: std::pin::Pin<&mut F>,
 ) -> Option<(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit)> {
     let turn = tokio::select! {
@@ -1026,7 +1069,7 @@ async fn next_connection<F: Future<Output = ()>>(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((mut tcp, _)) => {
-                    tune_connection(&mut tcp);
+                    tune_connection(&mut tcp, stalled);
                     return Some((tcp, turn));
                 }
                 Err(e) => {
@@ -1059,6 +1102,7 @@ pub async fn serve_health(
     let routes = health_routes()
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(state.clone());
+    let stalled = send_timeout(&state.config.limits);
     let app = build(state, routes, false, true);
     let turns = std::sync::Arc::new(tokio::sync::Semaphore::new(HEALTH_CONNECTIONS));
     let mut builder = Builder::new(TokioExecutor::new()).http1_only();
@@ -1070,7 +1114,7 @@ pub async fn serve_health(
     let builder = std::sync::Arc::new(builder);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let Some((tcp, turn)) = next_connection(&listener, &turns, shutdown.as_mut()).await else {
+        let Some((tcp, turn)) = next_connection(&listener, &turns, stalled, shutdown.as_mut()).await else {
             break;
         };
         let (app, builder) = (app.clone(), builder.clone());
@@ -1115,6 +1159,18 @@ struct Activity {
     unanswered: std::sync::atomic::AtomicUsize,
     /// Milliseconds from `born` to the last beginning or end of a request.
     last_ms: std::sync::atomic::AtomicU64,
+    /// The bodies of more than one frame under way ([`Sending`]), each kept by its body and
+    /// here (one kept here alone is over).
+    sending: std::sync::Mutex<Vec<std::sync::Arc<Sending>>>,
+}
+
+/// Where a response body of more than one frame is: the milliseconds from its connection's
+/// `born` to when the connection took its last frame and has not asked for the next since, or
+/// [`Sending::ASKED`] while the connection waits for the body.
+struct Sending(std::sync::atomic::AtomicU64);
+
+impl Sending {
+    const ASKED: u64 = u64::MAX;
 }
 
 /// A request under way on a connection ([`Activity::begin`]), until it is dropped: with its
@@ -1134,12 +1190,46 @@ impl Activity {
             under_way: 0.into(),
             unanswered: 0.into(),
             last_ms: 0.into(),
+            sending: std::sync::Mutex::new(Vec::new()),
         }
     }
 
+    /// Milliseconds since `born` (below [`Sending::ASKED`]).
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.born.elapsed().as_millis()).unwrap_or(Sending::ASKED - 1)
+    }
+
     fn touch(&self) {
-        let ms = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+        self.last_ms.store(self.now_ms(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn bodies(&self) -> std::sync::MutexGuard<'_, Vec<std::sync::Arc<Sending>>> {
+        // A plain list: consistent whenever the lock is released (a poisoned lock is taken
+        // over as is).
+        self.sending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A body of more than one frame, its first just taken: watched from now on
+    /// ([`Self::stalled`]).
+    fn sending(&self) -> std::sync::Arc<Sending> {
+        let sending = std::sync::Arc::new(Sending(self.now_ms().into()));
+        self.bodies().push(sending.clone());
+        sending
+    }
+
+    /// Whether a body under way has waited `limit` or longer for the connection to ask for
+    /// more of it: the client has not taken what it was sent (HTTP/1: the socket's buffers
+    /// are full; HTTP/2: the stream's or the connection's window is closed). Bodies that are
+    /// over are forgotten here.
+    fn stalled(&self, limit: Duration) -> bool {
+        let limit = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
+        let now = self.now_ms();
+        let mut bodies = self.bodies();
+        bodies.retain(|body| std::sync::Arc::strong_count(body) > 1);
+        bodies.iter().any(|body| {
+            let taken = body.0.load(std::sync::atomic::Ordering::Relaxed);
+            taken != Sending::ASKED && now.saturating_sub(taken) >= limit
+        })
     }
 
     fn begin(this: &std::sync::Arc<Self>) -> UnderWay {
@@ -1162,15 +1252,17 @@ impl Activity {
         self.under_way.load(std::sync::atomic::Ordering::Relaxed) == 0
     }
 
-    /// `None` when nothing has been under way for `idle`; else when to ask again.
-    fn busy_until(&self, idle: Duration) -> Option<tokio::time::Instant> {
+    /// `None` when nothing has been under way for `idle`; else when to ask again: at most
+    /// `check` from now while something is under way (at most `idle`).
+    fn busy_until(&self, idle: Duration, check: Duration) -> Option<tokio::time::Instant> {
         let last = self.born + Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
         let until = last + idle;
+        let now = tokio::time::Instant::now();
         let busy = !self.nothing_under_way();
-        match (busy, until > tokio::time::Instant::now()) {
+        match (busy, until > now) {
             (false, false) => None,
-            (true, false) => Some(tokio::time::Instant::now() + idle),
-            (_, true) => Some(until),
+            (false, true) => Some(until),
+            (true, later) => Some(if later { until } else { now + idle }.min(now + check)),
         }
     }
 }

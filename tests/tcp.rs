@@ -127,8 +127,9 @@ async fn shutdown_stops_waiting_for_stuck_requests() {
     );
 }
 
-/// Connections the server accepts are closed by the kernel once stalled (TCP_USER_TIMEOUT):
-/// read back from the server's own socket, found among this process's descriptors.
+/// Connections the server accepts are closed by the kernel once stalled (TCP_USER_TIMEOUT,
+/// `limits.send_timeout_s`, 120 s by default): read back from the server's own socket, found
+/// among this process's descriptors.
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn accepted_connections_time_out_when_stalled() {
@@ -156,7 +157,7 @@ async fn accepted_connections_time_out_when_stalled() {
     }
     assert!(!accepted.is_empty(), "the server's side of the connection was found");
     assert!(
-        accepted.iter().all(|t| *t == Some(zarrgate::server::STALLED)),
+        accepted.iter().all(|t| *t == Some(std::time::Duration::from_secs(120))),
         "{accepted:?}"
     );
     served.stop().await.unwrap();
@@ -920,6 +921,205 @@ async fn request_heads_past_their_bound_are_431() {
         let _ = conn.read_to_end(&mut answer).await;
         let answer = String::from_utf8_lossy(&answer);
         assert!(answer.get(9..12) == Some(status), "{field}: {answer}");
+    }
+    served.stop().await.unwrap();
+}
+
+/// A server whose `limits.send_timeout_s` is 0.5 s, with a 64 MB slice of fill (no chunk
+/// stored: streamed as fast as a client takes it) at `/api/v1/slice/m/big?format=bin`.
+async fn serve_big(dir: &std::path::Path) -> (Served, zarrgate::AppState) {
+    write_v3_array(
+        &dir.join("big"),
+        &[8000, 2000],
+        &[1000, 1000],
+        "float32",
+        serde_json::json!(1.5),
+        serde_json::json!([{"name": "bytes"}]),
+    );
+    let mut config = config_with(&[("m", dir)]);
+    config.limits.send_timeout_s = 0.5;
+    let state = zarrgate::AppState::from_config(config).unwrap();
+    (serve_state(state.clone()).await, state)
+}
+
+/// Waits up to 5 s for every stream turn of `state` to be free; the seconds it took.
+async fn turns_back(state: &zarrgate::AppState) -> f64 {
+    let start = std::time::Instant::now();
+    while state.streams.available_permits() < zarrgate::state::MAX_STREAMS {
+        assert!(start.elapsed().as_secs() < 5, "the stream turns are not given back");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// Over HTTP/2 a client that stops taking a streamed body (its stream's window stays closed)
+/// keeps its connection busy answering pings, and no socket stalls: after
+/// `limits.send_timeout_s` the server closes the connection, and the body's stream turn comes
+/// back. Before, it was held for as long as the client kept the connection. A client that
+/// takes the same body slowly, pausing for less than the timeout, gets all of it.
+#[tokio::test]
+async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout() {
+    use http_body_util::BodyExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (served, state) = serve_big(dir.path()).await;
+    let addr = served.addr;
+    let connect = || async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (send, connection) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .unwrap();
+        let connection = tokio::spawn(connection);
+        (send, connection)
+    };
+    let request = || {
+        axum::http::Request::get(format!("http://{addr}/api/v1/slice/m/big?format=bin"))
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+
+    // Stalled: the head is read, the body never.
+    let (mut send, connection) = connect().await;
+    let response = send.send_request(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        state.streams.available_permits(),
+        zarrgate::state::MAX_STREAMS - 1,
+        "the body holds a turn"
+    );
+    let start = std::time::Instant::now();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), connection)
+        .await
+        .expect("the server closes the connection");
+    let seconds = start.elapsed().as_secs_f64();
+    assert!(ended.is_ok(), "{ended:?}");
+    assert!((0.4..3.0).contains(&seconds), "closed after {seconds} s");
+    assert!(turns_back(&state).await < 1.0);
+    // What the client had of the body ends in an error, not as if complete.
+    let mut body = response.into_body();
+    let mut got = 0usize;
+    let end = loop {
+        match body.frame().await {
+            Some(Ok(frame)) => got += frame.data_ref().map_or(0, |d| d.len()),
+            Some(Err(e)) => break Err(e),
+            None => break Ok(()),
+        }
+    };
+    assert!(end.is_err() && got < 64_000_000, "{got} bytes, then {end:?}");
+
+    // Slow but moving: pauses of 50 ms between pieces, far from the timeout.
+    let (mut send, _connection) = connect().await;
+    let response = send.send_request(request()).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let (mut got, mut pauses) = (0usize, 0);
+    while let Some(frame) = body.frame().await {
+        let frame = frame.expect("the slow client gets the whole body");
+        if let Some(data) = frame.data_ref() {
+            assert!(data.iter().step_by(4093).all(|b| [0x00, 0xc0, 0x3f].contains(b)));
+            got += data.len();
+        }
+        if pauses < 10 && got > pauses * 4_000_000 {
+            pauses += 1;
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!((got, pauses), (64_000_000, 10));
+    turns_back(&state).await;
+    served.stop().await.unwrap();
+}
+
+/// Over HTTP/1 a client that stops reading a streamed body fills the socket's buffers: its
+/// connection is closed after `limits.send_timeout_s` too, and the turn comes back.
+#[tokio::test]
+async fn http1_bodies_left_unread_lose_their_connection_after_the_send_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let (served, state) = serve_big(dir.path()).await;
+    let mut tcp = tokio::net::TcpStream::connect(served.addr).await.unwrap();
+    tcp.write_all(b"GET /api/v1/slice/m/big?format=bin HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    tcp.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // The body's turn is taken, and given back once the connection is closed.
+    let start = std::time::Instant::now();
+    while state.streams.available_permits() == zarrgate::state::MAX_STREAMS {
+        assert!(start.elapsed().as_secs() < 5, "the body takes no turn");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let seconds = turns_back(&state).await;
+    assert!(seconds > 0.2, "given back after {seconds} s");
+    // What was sent ends short of the body: the connection was closed under it.
+    let mut rest = Vec::new();
+    let _ = tcp.read_to_end(&mut rest).await;
+    assert!(rest.len() < 64_000_000, "{} bytes", rest.len());
+    served.stop().await.unwrap();
+}
+
+/// A body that waits for its store is not stalled: with reads of chunks taking 0.7 s, longer
+/// than `limits.send_timeout_s` (0.5 s), the client that keeps reading gets the whole 32 MB
+/// body, over HTTP/1 and HTTP/2.
+#[tokio::test]
+async fn bodies_waiting_for_their_store_are_not_stalled() {
+    let dir = tempfile::tempdir().unwrap();
+    // Four chunks of 8 MB (a band each), stored.
+    write_v3_array(
+        &dir.path().join("slow"),
+        &[4000, 2000],
+        &[1000, 2000],
+        "float32",
+        serde_json::json!(0.0),
+        serde_json::json!([{"name": "bytes"}]),
+    );
+    for row in 0..4u8 {
+        let value = f32::from(row) + 0.25;
+        std::fs::create_dir_all(dir.path().join(format!("slow/c/{row}"))).unwrap();
+        std::fs::write(
+            dir.path().join(format!("slow/c/{row}/0")),
+            value.to_le_bytes().repeat(2_000_000),
+        )
+        .unwrap();
+    }
+    let store = ReadHook {
+        inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
+        head: None,
+        read: Box::new(|inner, key, range| {
+            Box::pin(async move {
+                if key.as_str().contains("/c/") {
+                    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+                }
+                inner.get(&key, range).await
+            })
+        }),
+    };
+    let mount = zarrgate::state::Mount {
+        name: "m".into(),
+        kind: "s3",
+        url: "lagging".into(),
+        consolidated: true,
+        store: zarrgate::store::Store::new(store),
+        tokens: Vec::new(),
+    };
+    let mut config = config_with(&[]);
+    config.limits.send_timeout_s = 0.5;
+    let served = serve_state(zarrgate::AppState::with_mounts(config, vec![mount])).await;
+    for http2 in [false, true] {
+        let (status, _, body) = over(served.addr, http2, "GET", "/api/v1/slice/m/slow?format=bin").await;
+        assert_eq!(status, 200, "http2={http2}");
+        assert_eq!(body.len(), 32_000_000, "http2={http2}");
+        for row in 0..4usize {
+            let want = (row as f32 + 0.25).to_le_bytes();
+            assert_eq!(body[row * 8_000_000..][..4], want, "http2={http2} row {row}");
+            assert_eq!(
+                body[row * 8_000_000 + 7_999_996..][..4],
+                want,
+                "http2={http2} row {row}"
+            );
+        }
     }
     served.stop().await.unwrap();
 }
