@@ -160,13 +160,23 @@ fn millis(d: Duration) -> f64 {
 
 /// A response body that counts what is handed on of it; the access log line is written when
 /// it is dropped ([`Finished`]), and its connection's mark of the request is given back then.
-/// One of more than one frame tells its connection when it waits for the client to take more
-/// ([`Activity::stalled`]).
+/// It hands on frames of at most [`MAX_FRAME`], and tells its connection when it waits for the
+/// client to take more ([`Activity::stalled`]): one of more than a frame, and any over HTTP/2.
 pub struct LoggedBody {
     body: axum::body::Body,
     done: Finished,
+    /// What is left of a frame of the body's over [`MAX_FRAME`].
+    rest: axum::body::Bytes,
+    /// Whether it is watched however short: over HTTP/2, a body handed on whole waits in the
+    /// connection, unsent, while its stream's window is closed.
+    watch_all: bool,
     sending: Option<std::sync::Arc<Sending>>,
 }
+
+/// The largest frame a response body hands on ([`LoggedBody`]). A connection asks for the next
+/// frame once it has sent most of the last: a stall is a client taking none of this in
+/// `limits.send_timeout_s`, not none of a whole 8 MiB answer (a client reading 70 KB/s).
+pub const MAX_FRAME: usize = 256 << 10;
 
 impl http_body::Body for LoggedBody {
     type Data = axum::body::Bytes;
@@ -180,19 +190,36 @@ impl http_body::Body for LoggedBody {
         if let Some(sending) = &this.sending {
             sending.0.store(Sending::ASKED, std::sync::atomic::Ordering::Relaxed);
         }
-        let polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+        let polled = if this.rest.is_empty() {
+            match std::pin::Pin::new(&mut this.body).poll_frame(cx) {
+                std::task::Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(mut data) if data.len() > MAX_FRAME => {
+                        this.rest = data.split_off(MAX_FRAME);
+                        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(data))))
+                    }
+                    Ok(data) => std::task::Poll::Ready(Some(Ok(http_body::Frame::data(data)))),
+                    Err(frame) => std::task::Poll::Ready(Some(Ok(frame))),
+                },
+                other => other,
+            }
+        } else {
+            let piece = this.rest.split_to(this.rest.len().min(MAX_FRAME));
+            std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
+        };
         match &polled {
             std::task::Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     this.done.bytes += data.len() as u64;
                 }
                 // Taken by the connection: from now on the body waits for it to ask again. A
-                // body whose length is all handed on (a tile, in one frame) is over, and is
-                // not watched.
+                // body whose length is all handed on (a tile, in one frame) is over over
+                // HTTP/1, and is not watched.
                 if let Some(activity) = this.done.under_way.as_ref().map(|u| &u.activity) {
                     match &this.sending {
                         Some(sending) => sending.0.store(activity.now_ms(), std::sync::atomic::Ordering::Relaxed),
-                        None if this.done.length != Some(this.done.bytes) => this.sending = Some(activity.sending()),
+                        None if this.watch_all || this.done.length != Some(this.done.bytes) => {
+                            this.sending = Some(activity.sending());
+                        }
                         None => {}
                     }
                 }
@@ -204,11 +231,21 @@ impl http_body::Body for LoggedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.rest.is_empty() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
-        self.body.size_hint()
+        let inner = self.body.size_hint();
+        if self.rest.is_empty() {
+            return inner;
+        }
+        let rest = self.rest.len() as u64;
+        let mut hint = http_body::SizeHint::new();
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper.saturating_add(rest));
+        }
+        hint.set_lower(inner.lower().saturating_add(rest).min(hint.upper().unwrap_or(u64::MAX)));
+        hint
     }
 }
 
@@ -430,6 +467,7 @@ impl App {
     /// response's body is over.
     async fn serve(self, request: Request, under_way: Option<UnderWay>) -> axum::http::Response<LoggedBody> {
         let mut done = Finished::begin(&self.0.state, &request, under_way);
+        let watch_all = request.version() == axum::http::Version::HTTP_2;
         let head = request.method() == Method::HEAD;
         let mut response = self.0.answer(request).await;
         finish(&mut response, head);
@@ -437,6 +475,8 @@ impl App {
         response.map(|body| LoggedBody {
             body,
             done,
+            rest: axum::body::Bytes::new(),
+            watch_all,
             sending: None,
         })
     }
@@ -775,21 +815,27 @@ impl Front {
 }
 
 /// `limits.send_timeout_s`: how long a response's body may wait for its client to take more
-/// of it ([`Activity::stalled`]), and how long the kernel lets what a connection sent go
-/// unacknowledged ([`tune_connection`]). Then the connection is closed: a client that stopped
-/// reading a streamed response gives its turn back ([`crate::state::MAX_STREAMS`]).
+/// of it ([`Activity::stalled`]); then its connection is closed: a client that stopped reading
+/// a streamed response gives its turn back ([`crate::state::MAX_STREAMS`]).
 pub fn send_timeout(limits: &crate::config::LimitsConfig) -> Duration {
-    // Validated at load: finite, a millisecond to a day.
-    Duration::try_from_secs_f64(limits.send_timeout_s).unwrap_or(Duration::from_secs(120))
+    // Validated at load: finite, a millisecond to a day (a state made in code is not
+    // validated: at least a millisecond).
+    Duration::try_from_secs_f64(limits.send_timeout_s)
+        .unwrap_or(Duration::from_secs(120))
+        .max(Duration::from_millis(1))
 }
 
-/// Socket options of an accepted connection: a peer that leaves what it was sent
-/// unacknowledged, or its receive window closed, for `stalled` is dropped by the kernel.
+/// How long the kernel lets a connection leave what it was sent unacknowledged (the peer gone,
+/// or its receive window closed) before it closes it. Not `limits.send_timeout_s`, which may
+/// be shorter than retransmissions take on a lossy network.
+pub const STALLED: Duration = Duration::from_secs(120);
+
+/// Socket options of an accepted connection: a stalled peer is dropped after [`STALLED`].
 /// (TCP_NODELAY measured 1-2% fewer warm tiles a second at 64 connections, and no gain.)
 #[cfg_attr(not(any(target_os = "linux", target_os = "android")), allow(unused_variables))]
-fn tune_connection(tcp: &mut tokio::net::TcpStream, stalled: Duration) {
+fn tune_connection(tcp: &mut tokio::net::TcpStream) {
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    if let Err(e) = socket2::SockRef::from(&*tcp).set_tcp_user_timeout(Some(stalled)) {
+    if let Err(e) = socket2::SockRef::from(&*tcp).set_tcp_user_timeout(Some(STALLED)) {
         tracing::debug!(error = %e, "TCP_USER_TIMEOUT not set");
     }
 }
@@ -897,7 +943,7 @@ pub async fn serve_with(
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let Some((tcp, turn)) = next_connection(&listener, &connections, stalled, shutdown.as_mut()).await else {
+        let Some((tcp, turn)) = next_connection(&listener, &connections, shutdown.as_mut()).await else {
             break;
         };
         // Given to a worker, it is registered anew with the worker's runtime.
@@ -987,11 +1033,11 @@ pub async fn serve_with(
                         tracing::debug!("client hung up with a request waiting for its answer");
                         break;
                     }
-                    () = idle.as_mut(), if !finishing => {
+                    () = idle.as_mut() => {
                         // A client that has left a body unread for `stalled` loses the
-                        // connection, and its bodies what they hold (their turns among it).
-                        // Over HTTP/1 the kernel closes it as well; over HTTP/2 a stream
-                        // whose window stays closed stalls no socket, and nothing else would.
+                        // connection, and its bodies what they hold (their turns among it),
+                        // also while it finishes: over HTTP/2 a stream whose window stays
+                        // closed stalls no socket, and nothing else would end it.
                         if activity.stalled(stalled) {
                             tracing::info!(
                                 seconds = stalled.as_secs_f64(),
@@ -1001,12 +1047,13 @@ pub async fn serve_with(
                         }
                         match activity.busy_until(header_read, check) {
                             Some(until) => idle.as_mut().reset(until),
-                            None => {
+                            None if !finishing => {
                                 finishing = true;
                                 connection.as_mut().graceful_shutdown();
                                 cutting = true;
                                 cut_off.as_mut().reset(tokio::time::Instant::now() + grace);
                             }
+                            None => idle.as_mut().reset(tokio::time::Instant::now() + check),
                         }
                     }
                     _ = stopping.changed(), if !stopped => {
@@ -1058,7 +1105,6 @@ pub async fn serve_with(
 async fn next_connection<F: Future<Output = ()>>(
     listener: &TcpListener,
     turns: &std::sync::Arc<tokio::sync::Semaphore>,
-    stalled: Duration,
     mut shutdown: std::pin::Pin<&mut F>,
 ) -> Option<(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit)> {
     let turn = tokio::select! {
@@ -1069,7 +1115,7 @@ async fn next_connection<F: Future<Output = ()>>(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((mut tcp, _)) => {
-                    tune_connection(&mut tcp, stalled);
+                    tune_connection(&mut tcp);
                     return Some((tcp, turn));
                 }
                 Err(e) => {
@@ -1102,7 +1148,6 @@ pub async fn serve_health(
     let routes = health_routes()
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(state.clone());
-    let stalled = send_timeout(&state.config.limits);
     let app = build(state, routes, false, true);
     let turns = std::sync::Arc::new(tokio::sync::Semaphore::new(HEALTH_CONNECTIONS));
     let mut builder = Builder::new(TokioExecutor::new()).http1_only();
@@ -1114,7 +1159,7 @@ pub async fn serve_health(
     let builder = std::sync::Arc::new(builder);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let Some((tcp, turn)) = next_connection(&listener, &turns, stalled, shutdown.as_mut()).await else {
+        let Some((tcp, turn)) = next_connection(&listener, &turns, shutdown.as_mut()).await else {
             break;
         };
         let (app, builder) = (app.clone(), builder.clone());
@@ -1213,7 +1258,14 @@ impl Activity {
     /// ([`Self::stalled`]).
     fn sending(&self) -> std::sync::Arc<Sending> {
         let sending = std::sync::Arc::new(Sending(self.now_ms().into()));
-        self.bodies().push(sending.clone());
+        let mut bodies = self.bodies();
+        // Bodies that are over go when the list would grow, not only when it is checked: a busy
+        // HTTP/2 connection begins many between two checks.
+        if bodies.len() == bodies.capacity() {
+            bodies.retain(|body| std::sync::Arc::strong_count(body) > 1);
+        }
+        bodies.push(sending.clone());
+        drop(bodies);
         sending
     }
 
@@ -1253,7 +1305,8 @@ impl Activity {
     }
 
     /// `None` when nothing has been under way for `idle`; else when to ask again: at most
-    /// `check` from now while something is under way (at most `idle`).
+    /// `check` from now (at most `idle`), so that a request begun meanwhile is checked on as
+    /// often.
     fn busy_until(&self, idle: Duration, check: Duration) -> Option<tokio::time::Instant> {
         let last = self.born + Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
         let until = last + idle;
@@ -1261,7 +1314,7 @@ impl Activity {
         let busy = !self.nothing_under_way();
         match (busy, until > now) {
             (false, false) => None,
-            (false, true) => Some(until),
+            (false, true) => Some(until.min(now + check)),
             (true, later) => Some(if later { until } else { now + idle }.min(now + check)),
         }
     }

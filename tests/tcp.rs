@@ -127,9 +127,8 @@ async fn shutdown_stops_waiting_for_stuck_requests() {
     );
 }
 
-/// Connections the server accepts are closed by the kernel once stalled (TCP_USER_TIMEOUT,
-/// `limits.send_timeout_s`, 120 s by default): read back from the server's own socket, found
-/// among this process's descriptors.
+/// Connections the server accepts are closed by the kernel once stalled (TCP_USER_TIMEOUT):
+/// read back from the server's own socket, found among this process's descriptors.
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn accepted_connections_time_out_when_stalled() {
@@ -157,7 +156,7 @@ async fn accepted_connections_time_out_when_stalled() {
     }
     assert!(!accepted.is_empty(), "the server's side of the connection was found");
     assert!(
-        accepted.iter().all(|t| *t == Some(std::time::Duration::from_secs(120))),
+        accepted.iter().all(|t| *t == Some(zarrgate::server::STALLED)),
         "{accepted:?}"
     );
     served.stop().await.unwrap();
@@ -924,9 +923,13 @@ async fn request_heads_past_their_bound_are_431() {
     }
     served.stop().await.unwrap();
 }
+/// The `limits.send_timeout_s` of the tests of it.
+const SEND_TIMEOUT_S: f64 = 1.0;
 
-/// A server whose `limits.send_timeout_s` is 0.5 s, with a 64 MB slice of fill (no chunk
-/// stored: streamed as fast as a client takes it) at `/api/v1/slice/m/big?format=bin`.
+/// A server whose `limits.send_timeout_s` is [`SEND_TIMEOUT_S`], with a 64 MB slice of fill
+/// (no chunk stored: streamed as fast as a client takes it) at
+/// `/api/v1/slice/m/big?format=bin`, and arrays of chunks whose reads take 3 s past the first
+/// 3 (`slow_a`, `slow_b`: four chunks of 8 MB, a band each, of 0.25, 1.25, ...).
 async fn serve_big(dir: &std::path::Path) -> (Served, zarrgate::AppState) {
     write_v3_array(
         &dir.join("big"),
@@ -936,53 +939,105 @@ async fn serve_big(dir: &std::path::Path) -> (Served, zarrgate::AppState) {
         serde_json::json!(1.5),
         serde_json::json!([{"name": "bytes"}]),
     );
-    let mut config = config_with(&[("m", dir)]);
-    config.limits.send_timeout_s = 0.5;
-    let state = zarrgate::AppState::from_config(config).unwrap();
+    for name in ["slow_a", "slow_b"] {
+        write_v3_array(
+            &dir.join(name),
+            &[4000, 2000],
+            &[1000, 2000],
+            "float32",
+            serde_json::json!(0.0),
+            serde_json::json!([{"name": "bytes"}]),
+        );
+        for row in 0..4u8 {
+            let value = f32::from(row) + 0.25;
+            std::fs::create_dir_all(dir.join(format!("{name}/c/{row}"))).unwrap();
+            std::fs::write(
+                dir.join(format!("{name}/c/{row}/0")),
+                value.to_le_bytes().repeat(2_000_000),
+            )
+            .unwrap();
+        }
+    }
+    let store = ReadHook {
+        inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir).unwrap()),
+        head: None,
+        read: Box::new(|inner, key, range| {
+            Box::pin(async move {
+                if key.as_str().ends_with("/c/3/0") {
+                    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+                }
+                inner.get(&key, range).await
+            })
+        }),
+    };
+    let mount = zarrgate::state::Mount {
+        name: "m".into(),
+        kind: "s3",
+        url: "lagging".into(),
+        consolidated: true,
+        store: zarrgate::store::Store::new(store),
+        tokens: Vec::new(),
+    };
+    let mut config = config_with(&[]);
+    config.limits.send_timeout_s = SEND_TIMEOUT_S;
+    let state = zarrgate::AppState::with_mounts(config, vec![mount]);
     (serve_state(state.clone()).await, state)
 }
 
-/// Waits up to 5 s for every stream turn of `state` to be free; the seconds it took.
+/// Waits up to 10 s for every stream turn of `state` to be free; the seconds it took.
 async fn turns_back(state: &zarrgate::AppState) -> f64 {
     let start = std::time::Instant::now();
     while state.streams.available_permits() < zarrgate::state::MAX_STREAMS {
-        assert!(start.elapsed().as_secs() < 5, "the stream turns are not given back");
+        assert!(start.elapsed().as_secs() < 10, "the stream turns are not given back");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     start.elapsed().as_secs_f64()
 }
 
+/// An HTTP/2 connection to `addr` whose streams' windows start at `window` bytes: its sender
+/// and its task (ended when the server closes it).
+async fn http2_connection(
+    addr: std::net::SocketAddr,
+    window: u32,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<Result<(), hyper::Error>>,
+) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, connection) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .initial_stream_window_size(window)
+        .handshake(hyper_util::rt::TokioIo::new(tcp))
+        .await
+        .unwrap();
+    (send, tokio::spawn(connection))
+}
+
+fn get_request(addr: std::net::SocketAddr, path: &str) -> axum::http::Request<http_body_util::Empty<bytes::Bytes>> {
+    axum::http::Request::get(format!("http://{addr}{path}"))
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap()
+}
+
 /// Over HTTP/2 a client that stops taking a streamed body (its stream's window stays closed)
 /// keeps its connection busy answering pings, and no socket stalls: after
 /// `limits.send_timeout_s` the server closes the connection, and the body's stream turn comes
-/// back. Before, it was held for as long as the client kept the connection. A client that
-/// takes the same body slowly, pausing for less than the timeout, gets all of it.
+/// back. Before, it was held for as long as the client kept the connection. So is a body
+/// handed on whole (a small slice) to a stream whose window never opens. A client that takes
+/// a body slowly, pausing for less than the timeout, gets all of it.
 #[tokio::test]
 async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout() {
     use http_body_util::BodyExt;
     let dir = tempfile::tempdir().unwrap();
     let (served, state) = serve_big(dir.path()).await;
     let addr = served.addr;
-    let connect = || async move {
-        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (send, connection) = hyper::client::conn::http2::handshake(
-            hyper_util::rt::TokioExecutor::new(),
-            hyper_util::rt::TokioIo::new(tcp),
-        )
-        .await
-        .unwrap();
-        let connection = tokio::spawn(connection);
-        (send, connection)
-    };
-    let request = || {
-        axum::http::Request::get(format!("http://{addr}/api/v1/slice/m/big?format=bin"))
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap()
-    };
+    let within = SEND_TIMEOUT_S * 0.5..SEND_TIMEOUT_S + 4.0;
 
     // Stalled: the head is read, the body never.
-    let (mut send, connection) = connect().await;
-    let response = send.send_request(request()).await.unwrap();
+    let (mut send, connection) = http2_connection(addr, 1 << 20).await;
+    let response = send
+        .send_request(get_request(addr, "/api/v1/slice/m/big?format=bin"))
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(
         state.streams.available_permits(),
@@ -990,12 +1045,12 @@ async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout()
         "the body holds a turn"
     );
     let start = std::time::Instant::now();
-    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), connection)
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), connection)
         .await
         .expect("the server closes the connection");
     let seconds = start.elapsed().as_secs_f64();
     assert!(ended.is_ok(), "{ended:?}");
-    assert!((0.4..3.0).contains(&seconds), "closed after {seconds} s");
+    assert!(within.contains(&seconds), "closed after {seconds} s");
     assert!(turns_back(&state).await < 1.0);
     // What the client had of the body ends in an error, not as if complete.
     let mut body = response.into_body();
@@ -1007,11 +1062,29 @@ async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout()
             None => break Ok(()),
         }
     };
-    assert!(end.is_err() && got < 64_000_000, "{got} bytes, then {end:?}");
+    assert!(end.is_err() && got <= 1 << 20, "{got} bytes, then {end:?}");
+
+    // A window that never opens: a one-chunk slice (4 KB, one frame) waits, unsent.
+    let (mut send, connection) = http2_connection(addr, 0).await;
+    let response = send
+        .send_request(get_request(addr, "/api/v1/slice/m/big?select=0:32,0:32&format=bin"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let start = std::time::Instant::now();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), connection)
+        .await
+        .expect("the server closes the connection");
+    assert!(ended.is_ok(), "{ended:?}");
+    let seconds = start.elapsed().as_secs_f64();
+    assert!(within.contains(&seconds), "closed after {seconds} s");
 
     // Slow but moving: pauses of 50 ms between pieces, far from the timeout.
-    let (mut send, _connection) = connect().await;
-    let response = send.send_request(request()).await.unwrap();
+    let (mut send, _connection) = http2_connection(addr, 1 << 20).await;
+    let response = send
+        .send_request(get_request(addr, "/api/v1/slice/m/big?format=bin"))
+        .await
+        .unwrap();
     assert_eq!(response.status(), 200);
     let mut body = response.into_body();
     let (mut got, mut pauses) = (0usize, 0);
@@ -1032,7 +1105,8 @@ async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout()
 }
 
 /// Over HTTP/1 a client that stops reading a streamed body fills the socket's buffers: its
-/// connection is closed after `limits.send_timeout_s` too, and the turn comes back.
+/// connection is closed after `limits.send_timeout_s` too (well before the kernel's
+/// TCP_USER_TIMEOUT), and the turn comes back.
 #[tokio::test]
 async fn http1_bodies_left_unread_lose_their_connection_after_the_send_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1052,7 +1126,7 @@ async fn http1_bodies_left_unread_lose_their_connection_after_the_send_timeout()
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let seconds = turns_back(&state).await;
-    assert!(seconds > 0.2, "given back after {seconds} s");
+    assert!(seconds > SEND_TIMEOUT_S * 0.5, "given back after {seconds} s");
     // What was sent ends short of the body: the connection was closed under it.
     let mut rest = Vec::new();
     let _ = tcp.read_to_end(&mut rest).await;
@@ -1060,56 +1134,21 @@ async fn http1_bodies_left_unread_lose_their_connection_after_the_send_timeout()
     served.stop().await.unwrap();
 }
 
-/// A body that waits for its store is not stalled: with reads of chunks taking 0.7 s, longer
-/// than `limits.send_timeout_s` (0.5 s), the client that keeps reading gets the whole 32 MB
-/// body, over HTTP/1 and HTTP/2.
+/// A body that waits for its store is not stalled: the last band's chunk takes 3 s to read,
+/// three times `limits.send_timeout_s`, while the client, which keeps reading, waits for it
+/// mid-body. It gets the whole 32 MB, over HTTP/1 and HTTP/2 (each its own array: nothing
+/// cached).
 #[tokio::test]
 async fn bodies_waiting_for_their_store_are_not_stalled() {
     let dir = tempfile::tempdir().unwrap();
-    // Four chunks of 8 MB (a band each), stored.
-    write_v3_array(
-        &dir.path().join("slow"),
-        &[4000, 2000],
-        &[1000, 2000],
-        "float32",
-        serde_json::json!(0.0),
-        serde_json::json!([{"name": "bytes"}]),
-    );
-    for row in 0..4u8 {
-        let value = f32::from(row) + 0.25;
-        std::fs::create_dir_all(dir.path().join(format!("slow/c/{row}"))).unwrap();
-        std::fs::write(
-            dir.path().join(format!("slow/c/{row}/0")),
-            value.to_le_bytes().repeat(2_000_000),
-        )
-        .unwrap();
-    }
-    let store = ReadHook {
-        inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
-        head: None,
-        read: Box::new(|inner, key, range| {
-            Box::pin(async move {
-                if key.as_str().contains("/c/") {
-                    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
-                }
-                inner.get(&key, range).await
-            })
-        }),
-    };
-    let mount = zarrgate::state::Mount {
-        name: "m".into(),
-        kind: "s3",
-        url: "lagging".into(),
-        consolidated: true,
-        store: zarrgate::store::Store::new(store),
-        tokens: Vec::new(),
-    };
-    let mut config = config_with(&[]);
-    config.limits.send_timeout_s = 0.5;
-    let served = serve_state(zarrgate::AppState::with_mounts(config, vec![mount])).await;
-    for http2 in [false, true] {
-        let (status, _, body) = over(served.addr, http2, "GET", "/api/v1/slice/m/slow?format=bin").await;
+    let (served, _) = serve_big(dir.path()).await;
+    for (http2, array) in [(false, "slow_a"), (true, "slow_b")] {
+        let start = std::time::Instant::now();
+        let path = format!("/api/v1/slice/m/{array}?format=bin");
+        let (status, _, body) = over(served.addr, http2, "GET", &path).await;
+        let seconds = start.elapsed().as_secs_f64();
         assert_eq!(status, 200, "http2={http2}");
+        assert!(seconds >= 3.0, "http2={http2}: {seconds} s");
         assert_eq!(body.len(), 32_000_000, "http2={http2}");
         for row in 0..4usize {
             let want = (row as f32 + 0.25).to_le_bytes();
@@ -1121,5 +1160,39 @@ async fn bodies_waiting_for_their_store_are_not_stalled() {
             );
         }
     }
+    served.stop().await.unwrap();
+}
+
+/// Bodies hand on frames of at most `server::MAX_FRAME` (a whole 4 MB chunk answered in one
+/// piece by its handler is 16 of them), so that a slow client's progress is seen frame by
+/// frame; the size stated stays exact throughout, and the bytes are the chunk's.
+#[tokio::test]
+async fn large_frames_are_handed_on_in_pieces() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (served, state) = serve_big(dir.path()).await;
+    let request = axum::http::Request::get("/api/v1/slice/m/big?select=0:1000,0:1000&format=bin")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = zarrgate::app(state).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut left = 4_000_000u64;
+    let mut frames = 0;
+    while left > 0 {
+        assert_eq!(http_body::Body::size_hint(&body).exact(), Some(left));
+        let data = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert!(
+            !data.is_empty() && data.len() <= zarrgate::server::MAX_FRAME,
+            "{}",
+            data.len()
+        );
+        assert!(data.chunks_exact(4).all(|v| v == 1.5f32.to_le_bytes()));
+        left -= data.len() as u64;
+        frames += 1;
+    }
+    assert!(body.frame().await.is_none() && http_body::Body::is_end_stream(&body));
+    assert_eq!(frames, 4_000_000usize.div_ceil(zarrgate::server::MAX_FRAME));
     served.stop().await.unwrap();
 }
