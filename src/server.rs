@@ -80,6 +80,10 @@ struct Finished {
     bytes: u64,
     /// Whether the body reached its end.
     ended: bool,
+    /// Whether the request came over HTTP/2, where a body handed on whole waits in the
+    /// connection, unsent, while its stream's window is closed: its body is watched however
+    /// short ([`LoggedBody`]).
+    http2: bool,
     /// The connection's mark of the request, held to the end of the body.
     under_way: Option<UnderWay>,
 }
@@ -98,6 +102,7 @@ impl Finished {
             length: None,
             bytes: 0,
             ended: false,
+            http2: request.version() == axum::http::Version::HTTP_2,
             under_way,
         }
     }
@@ -165,11 +170,16 @@ fn millis(d: Duration) -> f64 {
 pub struct LoggedBody {
     body: axum::body::Body,
     done: Finished,
+    /// Made for a body that needs it (a tile over HTTP/1 does not): hyper moves the body
+    /// several times a request.
+    more: Option<Box<MoreOfBody>>,
+}
+
+/// What a [`LoggedBody`] of more than one frame, or over HTTP/2, keeps.
+#[derive(Default)]
+struct MoreOfBody {
     /// What is left of a frame of the body's over [`MAX_FRAME`].
     rest: axum::body::Bytes,
-    /// Whether it is watched however short: over HTTP/2, a body handed on whole waits in the
-    /// connection, unsent, while its stream's window is closed.
-    watch_all: bool,
     sending: Option<std::sync::Arc<Sending>>,
 }
 
@@ -177,6 +187,15 @@ pub struct LoggedBody {
 /// frame once it has sent most of the last: a stall is a client taking none of this in
 /// `limits.send_timeout_s`, not none of a whole 8 MiB answer (a client reading 70 KB/s).
 pub const MAX_FRAME: usize = 256 << 10;
+
+impl LoggedBody {
+    fn rest(&self) -> Option<&axum::body::Bytes> {
+        self.more
+            .as_ref()
+            .map(|more| &more.rest)
+            .filter(|rest| !rest.is_empty())
+    }
+}
 
 impl http_body::Body for LoggedBody {
     type Data = axum::body::Bytes;
@@ -187,24 +206,27 @@ impl http_body::Body for LoggedBody {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
-        if let Some(sending) = &this.sending {
-            sending.0.store(Sending::ASKED, std::sync::atomic::Ordering::Relaxed);
-        }
-        let polled = if this.rest.is_empty() {
-            match std::pin::Pin::new(&mut this.body).poll_frame(cx) {
-                std::task::Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(mut data) if data.len() > MAX_FRAME => {
-                        this.rest = data.split_off(MAX_FRAME);
-                        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(data))))
-                    }
-                    Ok(data) => std::task::Poll::Ready(Some(Ok(http_body::Frame::data(data)))),
-                    Err(frame) => std::task::Poll::Ready(Some(Ok(frame))),
-                },
-                other => other,
+        let polled = match this.more.as_deref_mut() {
+            Some(more) if !more.rest.is_empty() => {
+                if let Some(sending) = &more.sending {
+                    sending.0.store(Sending::ASKED, std::sync::atomic::Ordering::Relaxed);
+                }
+                let piece = more.rest.split_to(more.rest.len().min(MAX_FRAME));
+                std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
             }
-        } else {
-            let piece = this.rest.split_to(this.rest.len().min(MAX_FRAME));
-            std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
+            more => {
+                if let Some(sending) = more.and_then(|more| more.sending.as_ref()) {
+                    sending.0.store(Sending::ASKED, std::sync::atomic::Ordering::Relaxed);
+                }
+                let mut polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
+                if let std::task::Poll::Ready(Some(Ok(frame))) = &mut polled
+                    && let Some(data) = frame.data_mut()
+                    && data.len() > MAX_FRAME
+                {
+                    this.more.get_or_insert_default().rest = data.split_off(MAX_FRAME);
+                }
+                polled
+            }
         };
         match &polled {
             std::task::Poll::Ready(Some(Ok(frame))) => {
@@ -215,10 +237,10 @@ impl http_body::Body for LoggedBody {
                 // body whose length is all handed on (a tile, in one frame) is over over
                 // HTTP/1, and is not watched.
                 if let Some(activity) = this.done.under_way.as_ref().map(|u| &u.activity) {
-                    match &this.sending {
+                    match this.more.as_ref().and_then(|more| more.sending.as_ref()) {
                         Some(sending) => sending.0.store(activity.now_ms(), std::sync::atomic::Ordering::Relaxed),
-                        None if this.watch_all || this.done.length != Some(this.done.bytes) => {
-                            this.sending = Some(activity.sending());
+                        None if this.done.http2 || this.done.length != Some(this.done.bytes) => {
+                            this.more.get_or_insert_default().sending = Some(activity.sending());
                         }
                         None => {}
                     }
@@ -231,15 +253,15 @@ impl http_body::Body for LoggedBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.rest.is_empty() && self.body.is_end_stream()
+        self.rest().is_none() && self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
         let inner = self.body.size_hint();
-        if self.rest.is_empty() {
+        let Some(rest) = self.rest() else {
             return inner;
-        }
-        let rest = self.rest.len() as u64;
+        };
+        let rest = rest.len() as u64;
         let mut hint = http_body::SizeHint::new();
         if let Some(upper) = inner.upper() {
             hint.set_upper(upper.saturating_add(rest));
@@ -467,18 +489,11 @@ impl App {
     /// response's body is over.
     async fn serve(self, request: Request, under_way: Option<UnderWay>) -> axum::http::Response<LoggedBody> {
         let mut done = Finished::begin(&self.0.state, &request, under_way);
-        let watch_all = request.version() == axum::http::Version::HTTP_2;
         let head = request.method() == Method::HEAD;
         let mut response = self.0.answer(request).await;
         finish(&mut response, head);
         done.head(&response);
-        response.map(|body| LoggedBody {
-            body,
-            done,
-            rest: axum::body::Bytes::new(),
-            watch_all,
-            sending: None,
-        })
+        response.map(|body| LoggedBody { body, done, more: None })
     }
 }
 
