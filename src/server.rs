@@ -186,7 +186,7 @@ struct MoreOfBody {
 /// The largest frame a response body hands on ([`LoggedBody`]). A connection asks for the next
 /// frame once it has sent most of the last: a stall is a client taking none of this in
 /// `limits.send_timeout_s`, not none of a whole 8 MiB answer (a client reading 70 KB/s).
-pub const MAX_FRAME: usize = 256 << 10;
+pub const MAX_FRAME: usize = 1 << 20;
 
 impl LoggedBody {
     fn rest(&self) -> Option<&axum::body::Bytes> {

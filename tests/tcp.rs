@@ -1164,7 +1164,7 @@ async fn bodies_waiting_for_their_store_are_not_stalled() {
 }
 
 /// Bodies hand on frames of at most `server::MAX_FRAME` (a whole 4 MB chunk answered in one
-/// piece by its handler is 16 of them), so that a slow client's progress is seen frame by
+/// piece by its handler is 4 of them), so that a slow client's progress is seen frame by
 /// frame; the size stated stays exact throughout, and the bytes are the chunk's.
 #[tokio::test]
 async fn large_frames_are_handed_on_in_pieces() {
