@@ -2133,14 +2133,7 @@ async fn remote_fetches_overlap_beyond_the_decode_turns() {
             })
         },
     };
-    let mount = zarrgate::state::Mount {
-        name: "m".into(),
-        kind: "s3",
-        url: "lagging".into(),
-        consolidated: true,
-        store: zarrgate::store::Store::new(store),
-        tokens: Vec::new(),
-    };
+    let mount = wrapped_mount("lagging", store);
     let state = zarrgate::AppState::with_mounts(Config::default(), vec![mount]);
     let turns = state.read_options.decode_turns;
     let app = zarrgate::app(state);

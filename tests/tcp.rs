@@ -970,14 +970,7 @@ async fn serve_big(dir: &std::path::Path) -> (Served, zarrgate::AppState) {
             })
         }),
     };
-    let mount = zarrgate::state::Mount {
-        name: "m".into(),
-        kind: "s3",
-        url: "lagging".into(),
-        consolidated: true,
-        store: zarrgate::store::Store::new(store),
-        tokens: Vec::new(),
-    };
+    let mount = wrapped_mount("lagging", store);
     let mut config = config_with(&[]);
     config.limits.send_timeout_s = SEND_TIMEOUT_S;
     let state = zarrgate::AppState::with_mounts(config, vec![mount]);

@@ -1163,19 +1163,15 @@ async fn refused_listings_fall_back_to_consolidated_metadata() {
     ];
     let local = fixture_app();
     for (error, code) in errors {
-        let mount = zarrgate::state::Mount {
-            name: "m".into(),
-            kind: "s3",
-            url: "s3://bucket/fx".into(),
-            consolidated: true,
-            store: zarrgate::store::Store::new(CountingStore {
+        let mount = wrapped_mount(
+            "s3://bucket/fx",
+            CountingStore {
                 inner: zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap()),
                 gets: Default::default(),
                 list_delay: std::time::Duration::ZERO,
                 list_error: Some(error),
-            }),
-            tokens: Vec::new(),
-        };
+            },
+        );
         let app = zarrgate::app(zarrgate::AppState::with_mounts(Default::default(), vec![mount]));
         let r = get(&app, "/api/v1/zom/m/v2/group_consolidated", &[]).await;
         assert_eq!(r.status, 200, "{code}: {:?}", r.body);

@@ -180,6 +180,19 @@ impl zarrgate::store::Backend for ReadHook {
     }
 }
 
+/// A mount `m` of `store` that calls itself remote (`s3`, at `url`): a wrapped store standing
+/// for a bucket (one that lags, fails or counts).
+pub fn wrapped_mount(url: &str, store: impl zarrgate::store::Backend) -> zarrgate::state::Mount {
+    zarrgate::state::Mount {
+        name: "m".into(),
+        kind: "s3",
+        url: url.into(),
+        consolidated: true,
+        store: zarrgate::store::Store::new(store),
+        tokens: Vec::new(),
+    }
+}
+
 /// A store wrapper that counts reads, to prove what the caches save, and can make listings
 /// slow (a remote store's), to show what waits for them, or fail.
 #[derive(Debug)]
