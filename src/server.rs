@@ -206,18 +206,15 @@ impl http_body::Body for LoggedBody {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = &mut *self;
+        if let Some(sending) = this.more.as_ref().and_then(|more| more.sending.as_ref()) {
+            sending.0.store(Sending::ASKED, std::sync::atomic::Ordering::Relaxed);
+        }
         let polled = match this.more.as_deref_mut() {
             Some(more) if !more.rest.is_empty() => {
-                if let Some(sending) = &more.sending {
-                    sending.0.store(Sending::ASKED, std::sync::atomic::Ordering::Relaxed);
-                }
                 let piece = more.rest.split_to(more.rest.len().min(MAX_FRAME));
                 std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
             }
-            more => {
-                if let Some(sending) = more.and_then(|more| more.sending.as_ref()) {
-                    sending.0.store(Sending::ASKED, std::sync::atomic::Ordering::Relaxed);
-                }
+            _ => {
                 let mut polled = std::pin::Pin::new(&mut this.body).poll_frame(cx);
                 if let std::task::Poll::Ready(Some(Ok(frame))) = &mut polled
                     && let Some(data) = frame.data_mut()
@@ -266,7 +263,8 @@ impl http_body::Body for LoggedBody {
         if let Some(upper) = inner.upper() {
             hint.set_upper(upper.saturating_add(rest));
         }
-        hint.set_lower(inner.lower().saturating_add(rest).min(hint.upper().unwrap_or(u64::MAX)));
+        // Still at most the upper bound: both grow by `rest`, and it saturates first.
+        hint.set_lower(inner.lower().saturating_add(rest));
         hint
     }
 }
@@ -1219,18 +1217,23 @@ struct Activity {
     unanswered: std::sync::atomic::AtomicUsize,
     /// Milliseconds from `born` to the last beginning or end of a request.
     last_ms: std::sync::atomic::AtomicU64,
-    /// The bodies of more than one frame under way ([`Sending`]), each kept by its body and
+    /// The watched bodies under way ([`Sending`], [`LoggedBody`]), each kept by its body and
     /// here (one kept here alone is over).
     sending: std::sync::Mutex<Vec<std::sync::Arc<Sending>>>,
 }
 
-/// Where a response body of more than one frame is: the milliseconds from its connection's
+/// Where a watched response body ([`LoggedBody`]) is: the milliseconds from its connection's
 /// `born` to when the connection took its last frame and has not asked for the next since, or
 /// [`Sending::ASKED`] while the connection waits for the body.
 struct Sending(std::sync::atomic::AtomicU64);
 
 impl Sending {
     const ASKED: u64 = u64::MAX;
+}
+
+/// Forgets the bodies that are over: kept by the list alone.
+fn forget_bodies_over(bodies: &mut Vec<std::sync::Arc<Sending>>) {
+    bodies.retain(|body| std::sync::Arc::strong_count(body) > 1);
 }
 
 /// A request under way on a connection ([`Activity::begin`]), until it is dropped: with its
@@ -1269,15 +1272,14 @@ impl Activity {
         self.sending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// A body of more than one frame, its first just taken: watched from now on
-    /// ([`Self::stalled`]).
+    /// A body whose first frame was just taken, watched from now on ([`Self::stalled`]).
     fn sending(&self) -> std::sync::Arc<Sending> {
         let sending = std::sync::Arc::new(Sending(self.now_ms().into()));
         let mut bodies = self.bodies();
         // Bodies that are over go when the list would grow, not only when it is checked: a busy
         // HTTP/2 connection begins many between two checks.
         if bodies.len() == bodies.capacity() {
-            bodies.retain(|body| std::sync::Arc::strong_count(body) > 1);
+            forget_bodies_over(&mut bodies);
         }
         bodies.push(sending.clone());
         drop(bodies);
@@ -1292,7 +1294,7 @@ impl Activity {
         let limit = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX);
         let now = self.now_ms();
         let mut bodies = self.bodies();
-        bodies.retain(|body| std::sync::Arc::strong_count(body) > 1);
+        forget_bodies_over(&mut bodies);
         bodies.iter().any(|body| {
             let taken = body.0.load(std::sync::atomic::Ordering::Relaxed);
             taken != Sending::ASKED && now.saturating_sub(taken) >= limit
@@ -1320,17 +1322,16 @@ impl Activity {
     }
 
     /// `None` when nothing has been under way for `idle`; else when to ask again: at most
-    /// `check` from now (at most `idle`), so that a request begun meanwhile is checked on as
-    /// often.
+    /// `check` (no more than `idle`) from now, so that a request begun meanwhile is checked on
+    /// as often.
     fn busy_until(&self, idle: Duration, check: Duration) -> Option<tokio::time::Instant> {
         let last = self.born + Duration::from_millis(self.last_ms.load(std::sync::atomic::Ordering::Relaxed));
         let until = last + idle;
         let now = tokio::time::Instant::now();
-        let busy = !self.nothing_under_way();
-        match (busy, until > now) {
-            (false, false) => None,
-            (false, true) => Some(until.min(now + check)),
-            (true, later) => Some(if later { until } else { now + idle }.min(now + check)),
+        match (self.nothing_under_way(), until > now) {
+            (true, false) => None,
+            (_, true) => Some(until.min(now + check)),
+            (false, false) => Some(now + check),
         }
     }
 }

@@ -923,6 +923,7 @@ async fn request_heads_past_their_bound_are_431() {
     }
     served.stop().await.unwrap();
 }
+
 /// The `limits.send_timeout_s` of the tests of it.
 const SEND_TIMEOUT_S: f64 = 1.0;
 
@@ -1005,6 +1006,17 @@ async fn http2_connection(
     (send, tokio::spawn(connection))
 }
 
+/// Waits up to 10 s for the server to close `connection` (a client's task, which must end
+/// without panicking); the seconds it took.
+async fn closed_after(connection: tokio::task::JoinHandle<Result<(), hyper::Error>>) -> f64 {
+    let start = std::time::Instant::now();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), connection)
+        .await
+        .expect("the server closes the connection");
+    assert!(ended.is_ok(), "{ended:?}");
+    start.elapsed().as_secs_f64()
+}
+
 fn get_request(addr: std::net::SocketAddr, path: &str) -> axum::http::Request<http_body_util::Empty<bytes::Bytes>> {
     axum::http::Request::get(format!("http://{addr}{path}"))
         .body(http_body_util::Empty::<bytes::Bytes>::new())
@@ -1037,12 +1049,7 @@ async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout()
         zarrgate::state::MAX_STREAMS - 1,
         "the body holds a turn"
     );
-    let start = std::time::Instant::now();
-    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), connection)
-        .await
-        .expect("the server closes the connection");
-    let seconds = start.elapsed().as_secs_f64();
-    assert!(ended.is_ok(), "{ended:?}");
+    let seconds = closed_after(connection).await;
     assert!(within.contains(&seconds), "closed after {seconds} s");
     assert!(turns_back(&state).await < 1.0);
     // What the client had of the body ends in an error, not as if complete.
@@ -1064,12 +1071,7 @@ async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout()
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let start = std::time::Instant::now();
-    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), connection)
-        .await
-        .expect("the server closes the connection");
-    assert!(ended.is_ok(), "{ended:?}");
-    let seconds = start.elapsed().as_secs_f64();
+    let seconds = closed_after(connection).await;
     assert!(within.contains(&seconds), "closed after {seconds} s");
 
     // Slow but moving: pauses of 50 ms between pieces, far from the timeout.
