@@ -2,6 +2,7 @@
 //! next, and what is read through them is still every value. Its own test binary: the pool of
 //! spare buffers is process-wide, and other tests decoding at the same time would take from it.
 
+#[path = "integration/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::Ordering;

@@ -317,7 +317,7 @@ pub fn encode(region: &Region, opts: &PngOptions) -> Result<Rendered, FormatErro
 }
 
 #[cfg(test)]
-#[path = "../../tests/common/png_rgba.rs"]
+#[path = "../../tests/integration/common/png_rgba.rs"]
 mod png_rgba;
 
 #[cfg(test)]

@@ -1,9 +1,8 @@
 //! Every raw-key rule of DESIGN.md, asserted on status, headers and bytes against the files on
 //! disk, through `app(state)` without sockets.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 
 const CHUNK: &str = "/zarr/fx/v2/compressor_zstd_i4/0.0";

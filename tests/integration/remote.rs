@@ -3,16 +3,15 @@
 //! the local fixtures give, with the upstream requests counted. Buckets (S3, GCS, Azure) are in
 //! tests/clouds.rs.
 
-mod common;
 
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::cases::{run_manifest_on, runtime};
-use common::remote::*;
-use common::*;
+use crate::common::cases::{run_manifest_on, runtime};
+use crate::common::remote::*;
+use crate::common::*;
 use zarrgate::config::MountConfig;
 use zarrgate::state::Mount;
 

@@ -1,11 +1,10 @@
 //! Hierarchies: ZOM JSON against the documents on disk, depth, listing, consolidated metadata
 //! on the raw-key routes, and JSON Schema validation.
 
-mod common;
 
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use serde_json::{Map, Value, json};
 
 fn read_json(path: &Path) -> Option<Value> {

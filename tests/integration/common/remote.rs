@@ -1,4 +1,4 @@
-//! Helpers of the tests of remote mounts (tests/remote.rs, tests/clouds.rs): protocol servers
+//! Helpers of the tests of remote mounts (remote.rs, clouds.rs): protocol servers
 //! started on 127.0.0.1 and stopped on drop, the project's installers of what they need, and
 //! the checks that a remote mount reads as the local fixtures do.
 

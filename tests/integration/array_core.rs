@@ -2,10 +2,9 @@
 //! with what zarr-python (or zarr 2) read from the same files. The zarrita fixtures in
 //! ../shared are read too when present.
 
-mod common;
 
-use common::cases::{open, run_manifest_on, runtime};
-use common::expected::{Expected, load, slice_naive};
+use crate::common::cases::{open, run_manifest_on, runtime};
+use crate::common::expected::{Expected, load, slice_naive};
 use proptest::prelude::*;
 use zarrgate::array::{ReadContext, Selection, load_region, read_region};
 use zarrgate::store::{Store, StoreKey, open_local};
@@ -13,9 +12,9 @@ use zarrgate::zarr::elements::Elements;
 
 #[test]
 fn every_fixture_matches_zarr_python() {
-    let root = common::fixtures();
+    let root = crate::common::fixtures();
     let store = Store::new(open_local(&root).unwrap());
-    let (n, failures) = run_manifest_on(&store, &common::repo().join("tests/fixtures/cases.json"), |p| {
+    let (n, failures) = run_manifest_on(&store, &crate::common::repo().join("tests/fixtures/cases.json"), |p| {
         Some(p.to_owned())
     });
     assert!(n > 150, "the manifest lists the fixtures ({n})");
@@ -29,7 +28,7 @@ fn every_fixture_matches_zarr_python() {
 
 #[test]
 fn every_zarrita_fixture_matches_zarr_python() {
-    let root = common::repo().join("../shared/fixtures/zarrita");
+    let root = crate::common::repo().join("../shared/fixtures/zarrita");
     if !root.is_dir() {
         eprintln!("skipped: ../shared/fixtures/zarrita is absent");
         return;
@@ -37,7 +36,7 @@ fn every_zarrita_fixture_matches_zarr_python() {
     let store = Store::new(open_local(&root).unwrap());
     let (n, failures) = run_manifest_on(
         &store,
-        &common::repo().join("tests/fixtures/zarrita_expected/cases.json"),
+        &crate::common::repo().join("tests/fixtures/zarrita_expected/cases.json"),
         |p| Some(p.to_owned()),
     );
     assert!(n > 50, "{n}");
@@ -50,7 +49,7 @@ fn every_zarrita_fixture_matches_zarr_python() {
 }
 
 fn expected_case(path: &str) -> Expected {
-    load(&common::repo().join(format!("tests/fixtures/expected/{path}.npy")))
+    load(&crate::common::repo().join(format!("tests/fixtures/expected/{path}.npy")))
 }
 
 proptest! {
@@ -70,7 +69,7 @@ proptest! {
         ]),
     ) {
         let expected = expected_case(case);
-        let store = Store::new(open_local(&common::fixtures()).unwrap());
+        let store = Store::new(open_local(&crate::common::fixtures()).unwrap());
         let rt = runtime();
         let meta = rt.block_on(open(&store, case)).unwrap();
         let shape = meta.shape.clone();

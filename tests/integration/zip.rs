@@ -2,10 +2,9 @@
 //! stored and deflated entries) read value for value, and an archive of our own fixtures
 //! (ZIP64 records, deflated metadata, stored chunks) served through the HTTP routes.
 
-mod common;
 
-use common::cases::run_manifest_on;
-use common::*;
+use crate::common::cases::run_manifest_on;
+use crate::common::*;
 use serde_json::json;
 use zarrgate::config::MountConfig;
 use zarrgate::store::Store;
@@ -71,7 +70,7 @@ async fn our_zip_serves_keys_slices_and_zom(archive: &str) {
         let r = get(&app, &format!("/zarr/z/{key}"), &[]).await;
         assert_eq!(r.status, 200, "{archive} {key}: {:?}", r.body);
         assert_eq!(&r.body[..], &want[..], "{archive} {key}");
-        let r = common::request(&app, "HEAD", &format!("/zarr/z/{key}"), &[]).await;
+        let r = crate::common::request(&app, "HEAD", &format!("/zarr/z/{key}"), &[]).await;
         assert_eq!(r.header("content-length"), Some(want.len().to_string().as_str()));
         let r = get(&app, &format!("/zarr/z/{key}"), &[("range", "bytes=3-9")]).await;
         assert_eq!(&r.body[..], &want[3..10], "{archive} {key}");
@@ -283,7 +282,7 @@ async fn conditional_requests_see_a_replaced_archive_within_the_ttl() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data.zip");
     std::fs::write(&path, zip_of(&[("a", b"old a")])).unwrap();
-    let mut config = common::config_with(&[("z", &path)]);
+    let mut config = crate::common::config_with(&[("z", &path)]);
     config.cache.ttl_seconds = 1;
     let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
     let r = get(&app, "/zarr/z/a", &[]).await;
@@ -524,7 +523,7 @@ fn encrypted_app(dir: &std::path::Path, mut zip: Vec<u8>, local: usize, record: 
 /// An entry refused as a whole: 422 on HEAD as on GET.
 async fn refused_on_head_and_get(app: &zarrgate::App, uri: &str) {
     for method in ["HEAD", "GET"] {
-        let r = common::request(app, method, uri, &[]).await;
+        let r = crate::common::request(app, method, uri, &[]).await;
         assert_eq!(r.status, 422, "{method} {uri}");
     }
 }
@@ -712,7 +711,7 @@ async fn an_unsupported_method_is_422_on_head_and_get() {
     std::fs::write(&path, zip).unwrap();
     let app = app_for(&[("z", &path)]);
     for method in ["HEAD", "GET"] {
-        let r = common::request(&app, method, "/zarr/z/blob", &[]).await;
+        let r = crate::common::request(&app, method, "/zarr/z/blob", &[]).await;
         assert_eq!(r.status, 422, "{method}");
     }
 }
@@ -736,7 +735,7 @@ async fn empty_entries_are_refused_and_checked_as_others() {
         let app = app_for(&[("z", &path)]);
         let r = get(&app, "/zarr/z/e", &[]).await;
         assert_eq!(r.status.as_u16(), status, "{name}");
-        let head = common::request(&app, "HEAD", "/zarr/z/e", &[]).await;
+        let head = crate::common::request(&app, "HEAD", "/zarr/z/e", &[]).await;
         assert_eq!(head.status.as_u16(), status, "{name}: HEAD as GET");
         if status == 200 {
             assert!(r.body.is_empty());
@@ -757,7 +756,7 @@ async fn archives_replaced_by_smaller_ones_are_read_at_once() {
     use zarrgate::store::{StoreError, StoreKey, zip::ZipBackend};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.zip");
-    let bucket = zarrgate::store::Store::new(common::ReadHook {
+    let bucket = zarrgate::store::Store::new(crate::common::ReadHook {
         inner: zarrgate::store::Store::new(zarrgate::store::open_local(dir.path()).unwrap()),
         head: None,
         read: Box::new(|inner, key, range| {

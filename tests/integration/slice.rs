@@ -1,18 +1,17 @@
 //! The slice API: every format checked value for value against the .npy that zarr-python
 //! wrote, every error code, the 413 on a huge sparse array, streaming, and the caches.
 
-mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::expected::{load, load_npy, slice_naive};
-use common::*;
+use crate::common::expected::{load, load_npy, slice_naive};
+use crate::common::*;
 use serde_json::{Value, json};
 use zarrgate::config::Config;
 use zarrgate::zarr::elements::Elements;
 
-fn expected(path: &str) -> common::expected::Expected {
+fn expected(path: &str) -> crate::common::expected::Expected {
     let dir = repo().join("tests/fixtures/expected");
     let npy = dir.join(format!("{path}.npy"));
     if npy.exists() {
@@ -2015,14 +2014,14 @@ async fn single_chunk_selections_are_zarr_pythons_blocks() {
     let (app, state, _) = counting_app(&fixtures(), Config::default());
     let store = zarrgate::store::Store::new(zarrgate::store::open_local(&fixtures()).unwrap());
     let mut checked = 0;
-    for case in common::cases::cases(&repo().join("tests/fixtures/cases.json")) {
-        let Ok(meta) = common::cases::open(&store, &case.path).await else {
+    for case in crate::common::cases::cases(&repo().join("tests/fixtures/cases.json")) {
+        let Ok(meta) = crate::common::cases::open(&store, &case.path).await else {
             continue;
         };
         let Some(item) = meta.dtype.item_size() else {
             continue;
         };
-        let e = common::expected::load(&case.expected);
+        let e = crate::common::expected::load(&case.expected);
         if !matches!(e.elements, Elements::Fixed(_)) || meta.shape.is_empty() {
             continue;
         }

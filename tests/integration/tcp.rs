@@ -1,9 +1,8 @@
 //! The server over a real socket on 127.0.0.1:0 with a real HTTP client: what hyper does to
 //! our responses (HEAD lengths, streaming, shutdown) is only visible here.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use tokio::sync::oneshot;
 
 /// zarrgate serving `config` on a free port of 127.0.0.1 until [`Served::stop`].
@@ -835,7 +834,7 @@ async fn answers_state_their_length_over_http1_and_http2() {
 async fn connections_are_served_with_any_number_of_workers() {
     let tile = "/api/v1/slice/fx/v2/compressor_zstd_i4?select=1:3,2:5&format=bin";
     // What zarr-python wrote, rows 1..3 and columns 2..5.
-    let array = common::expected::load_npy(&repo().join("tests/fixtures/expected/v2/compressor_zstd_i4.npy"));
+    let array = crate::common::expected::load_npy(&repo().join("tests/fixtures/expected/v2/compressor_zstd_i4.npy"));
     let zarrgate::zarr::elements::Elements::Fixed(data) = &array.elements else {
         panic!("fixed-size elements")
     };

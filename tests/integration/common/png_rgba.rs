@@ -1,5 +1,5 @@
 // The PNG reader of the tests: a module of the unit tests of `src/format/png.rs` (by path), and
-// included in `tests/common` for the integration tests.
+// included in `tests/integration/common` for the integration tests.
 
 /// Width, height and RGBA pixels of a PNG (gray and alpha, which gray images are, spread to
 /// RGBA as viewers show them).

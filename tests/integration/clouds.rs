@@ -7,15 +7,14 @@
 //! Credentials come from the standard environment, as in a deployment: every test here sets it
 //! (the same constant values) through [`cloud_env`] before it does anything else.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Once;
 
-use common::cases::runtime;
-use common::remote::*;
-use common::*;
+use crate::common::cases::runtime;
+use crate::common::remote::*;
+use crate::common::*;
 use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjectPath;
 use zarrgate::config::MountConfig;

@@ -1,11 +1,10 @@
 //! Hardening: access control on every route family, limits (414, 413 on chunk counts, 503 with
 //! Retry-After under overload, 504 on timeouts), and stored data that is corrupt or lies.
 
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use tower::ServiceExt;
 use zarrgate::config::{Config, MountConfig};

@@ -2,11 +2,10 @@
 //! web page and the metrics come in the coding the request accepts and decode to the bytes of
 //! the answer sent as it is; raw keys, binary answers and small answers never are compressed.
 
-mod common;
 
 use std::io::Read;
 
-use common::*;
+use crate::common::*;
 use zarrgate::AppState;
 
 const BROWSER: &str = "gzip, deflate, br, zstd";
@@ -199,7 +198,7 @@ async fn raw_keys_binary_and_small_answers_are_sent_as_they_are() {
 #[tokio::test]
 async fn hierarchies_page_and_metrics_are_compressed() {
     let app = fixture_app();
-    let page = include_bytes!("../static/index.html");
+    let page = include_bytes!("../../static/index.html");
     for uri in ["/api/v1/zom/demo/v3.zarr", "/", "/api/v1/zom-schema", "/metrics"] {
         let plain = get(&app, uri, &[]).await;
         assert_eq!(plain.status, 200, "{uri}");

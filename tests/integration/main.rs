@@ -1,0 +1,16 @@
+//! The integration tests, as modules of one test binary: one link of the crate instead of one
+//! per file. `cargo test --test integration zom::` runs one module.
+
+mod common;
+
+mod array_core;
+mod cli;
+mod clouds;
+mod compression;
+mod hardening;
+mod raw_keys;
+mod remote;
+mod slice;
+mod tcp;
+mod zip;
+mod zom;
