@@ -372,6 +372,7 @@ pub fn remembered(walked: &Walked) -> bool {
     match walked {
         Ok(_) => true,
         Err(HierarchyError::Store(e)) => matches!(e, StoreError::TooLarge { .. }),
+        Err(HierarchyError::Busy(_)) => false,
         Err(_) => true,
     }
 }

@@ -131,6 +131,9 @@ pub struct ServerConfig {
     /// Whether answers of text (JSON, CSV, the web page, metrics) are compressed (zstd or
     /// gzip) for clients whose `Accept-Encoding` takes it ([`crate::http::compress`]).
     pub compression: bool,
+    /// Whether `/api/v1/mounts` shows every caller each mount's URL (local paths, bucket names);
+    /// otherwise only callers that present one of a mount's tokens see its URL.
+    pub show_mount_urls: bool,
 }
 
 /// `server.log_format`.
@@ -156,6 +159,7 @@ impl Default for ServerConfig {
             drain_s: 30.0,
             log_format: LogFormat::Text,
             compression: true,
+            show_mount_urls: false,
         }
     }
 }

@@ -131,7 +131,21 @@ impl Drop for Finished {
         // A body of known length is over once that much is handed on (hyper stops polling it
         // there); HEAD, 204 and 304 bodies send nothing.
         let complete = self.head.is_some()
-            && (self.ended || self.method == Method::HEAD || self.length.is_some_and(|n| n == self.bytes));
+            && (self.method == Method::HEAD
+                || match self.length {
+                    Some(n) => n == self.bytes,
+                    None => self.ended,
+                });
+        if self.ended && !complete && self.head.is_some() {
+            // The body ended short of its stated length (a file truncated while it was sent):
+            // the client's connection is cut, and the response counts as aborted.
+            tracing::warn!(
+                path = %self.uri.path(),
+                sent = self.bytes,
+                length = self.length.unwrap_or_default(),
+                "response body ended before its length"
+            );
+        }
         self.state.metrics.ended(self.route, self.bytes, complete);
         if !tracing::enabled!(target: "zarrgate::access", tracing::Level::INFO) {
             return;

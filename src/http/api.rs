@@ -10,16 +10,29 @@ use crate::error::ApiError;
 use crate::state::AppState;
 
 /// `GET /api/v1/mounts`: the mounts this caller may read (protected ones need their token), so
-/// the answer varies with `Authorization`.
-pub async fn mounts(State(state): State<AppState>, headers: axum::http::HeaderMap) -> impl IntoResponse {
+/// the answer varies with `Authorization`. A mount's URL (a local path, a bucket) is shown to
+/// callers that presented its token, or to all with `server.show_mount_urls`.
+pub async fn mounts(
+    State(state): State<AppState>,
+    uri: axum::http::Uri,
+    headers: axum::http::HeaderMap,
+) -> Result<impl IntoResponse, ApiError> {
+    let [] = super::query(&uri, [])?;
     let token = crate::server::bearer(&headers);
+    let show_all = state.config.server.show_mount_urls;
     let list: Vec<Value> = state
         .mounts
         .values()
         .filter(|m| m.allows(token))
-        .map(|m| json!({"name": m.name, "kind": m.kind, "url": m.url, "consolidated": m.consolidated}))
+        .map(|m| {
+            let mut entry = json!({"name": m.name, "kind": m.kind, "consolidated": m.consolidated});
+            if show_all || (!m.tokens.is_empty() && token.is_some()) {
+                entry["url"] = json!(m.url);
+            }
+            entry
+        })
         .collect();
-    ([(header::VARY, "authorization")], Json(json!({ "mounts": list })))
+    Ok(([(header::VARY, "authorization")], Json(json!({ "mounts": list }))))
 }
 
 /// `GET /metrics`: OpenMetrics text when the `Accept` header asks for it (Prometheus does),

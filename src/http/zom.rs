@@ -38,6 +38,10 @@ impl From<HierarchyError> for ApiError {
             }
             HierarchyError::CannotList(m) => ApiError::Unsupported(m),
             HierarchyError::TooLarge(m) => ApiError::TooLarge(m),
+            HierarchyError::Busy(m) => {
+                tracing::warn!(%m, "walk refused");
+                ApiError::Overloaded
+            }
             HierarchyError::Store(s) => s.into(),
         }
     }
@@ -351,7 +355,11 @@ async fn zom_tree(state: &AppState, mount: &Mount, path: &StoreKey, depth: Optio
                 // as requests).
                 Some(Err(_)) | None => {
                     let _turn = state.caches.walks.acquire().await.ok();
-                    Arc::new(walk(&mount.store, path, Some(d), None).await?.ok_or_else(not_found)?)
+                    let walked = walk(&mount.store, path, Some(d), None).await;
+                    if matches!(walked, Err(HierarchyError::TooLarge(_))) {
+                        crate::workers::spawn_blocking(release_freed_memory);
+                    }
+                    Arc::new(walked?.ok_or_else(not_found)?)
                 }
             }
         }
@@ -385,7 +393,13 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Response, Ap
             let bytes = rendered_as(&state, mount, &path, tree, None, Document::Zom).await?;
             return Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response());
         }
-        Ok(Json(zom_of(&tree)).into_response())
+        let large = tree.node_count() > TRIM_AFTER_NODES;
+        let zom = Json(zom_of(&tree)).into_response();
+        drop(tree);
+        if large {
+            crate::workers::spawn_blocking(release_freed_memory);
+        }
+        Ok(zom)
     })
     .await
 }
@@ -412,7 +426,7 @@ fn described(found: Result<Option<Node>, HierarchyError>) -> Result<Option<Value
             tracing::debug!(%key, %message, "invalid metadata in a listing");
             Ok(Some(invalid(ApiError::invalid_metadata(key, &message))))
         }
-        Err(HierarchyError::Store(e @ StoreError::TooLarge { .. })) => {
+        Err(HierarchyError::Store(e @ (StoreError::TooLarge { .. } | StoreError::TooManyValues { .. }))) => {
             Ok(Some(invalid(ApiError::TooLarge(e.to_string()))))
         }
         Err(e) => Err(e.into()),
@@ -428,11 +442,26 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
 
 async fn listing(state: AppState, uri: Uri) -> Result<Json<Value>, ApiError> {
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/")?;
+    // A listing reads up to thousands of documents, as a walk does, and takes a walk's permit.
+    let _permit = state.caches.walks.acquire().await.map_err(|_| ApiError::Internal)?;
     // One bound on the documents read for the node and all it lists.
     let reads = Reads::default();
     let node = described(find_node(&mount.store, &path, &reads).await)?;
     let listing = mount.store.list(&path).await?;
-    if node.is_none() && !path.is_root() && listing.prefixes.is_empty() && listing.objects.is_empty() {
+    let nothing_below = listing.prefixes.is_empty() && listing.objects.is_empty();
+    // An empty directory is what its parent's listing says it is: a directory there (a local
+    // disk keeps empty ones; a bucket has no such thing).
+    if node.is_none()
+        && !path.is_root()
+        && nothing_below
+        && !mount
+            .store
+            .list(&path.parent())
+            .await?
+            .prefixes
+            .iter()
+            .any(|p| p == path.name())
+    {
         return Err(ApiError::NotFound(format!(
             "nothing at '{}' in mount '{}'",
             path.as_str(),
@@ -583,6 +612,68 @@ pub fn schema_fanout(schema: &Value) -> u64 {
     walk(schema, schema, &mut std::collections::HashMap::new(), &mut Vec::new())
 }
 
+/// Regular expressions one schema may hold, at most: each compiles to a program of up to
+/// [`PATTERN_PROGRAM_BYTES`] and matches with a cache of up to [`PATTERN_CACHE_BYTES`], so
+/// that a validation's memory stays within a few hundred MiB, whatever its patterns say.
+pub const MAX_SCHEMA_PATTERNS: usize = 64;
+/// The compiled program of one pattern, at most; a pattern whose program is larger (a nested
+/// repetition such as `(.{1,100}){1,100}`) is a malformed schema.
+pub const PATTERN_PROGRAM_BYTES: usize = 1 << 20;
+/// The lazy DFA's cache of one pattern, at most (it falls back to slower matching beyond).
+pub const PATTERN_CACHE_BYTES: usize = 1 << 20;
+/// Backtracking steps of one match of a pattern that needs backtracking (look-around,
+/// back-references), at most; past them the value fails to validate.
+pub const PATTERN_BACKTRACKS: usize = 100_000;
+/// Subschema applications one validation may make, at most (the schema's [`schema_fanout`]
+/// times the values of the document): the work cannot be stopped once started, so it is
+/// bounded before it starts.
+pub const MAX_VALIDATION_STEPS: u64 = 500_000_000;
+
+/// How many regular expressions `schema` holds: `pattern` strings and the keys of
+/// `patternProperties`, wherever they stand (an over-count where a property is named
+/// `pattern`, never an under-count).
+pub fn schema_patterns(schema: &Value) -> usize {
+    match schema {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, sub)| match (k.as_str(), sub) {
+                ("pattern", Value::String(_)) => 1,
+                ("patternProperties", Value::Object(p)) => p.len().saturating_add(schema_patterns(sub)),
+                _ => schema_patterns(sub),
+            })
+            .fold(0usize, usize::saturating_add),
+        Value::Array(items) => items.iter().map(schema_patterns).fold(0usize, usize::saturating_add),
+        _ => 0,
+    }
+}
+
+/// The values of `document` (objects, arrays and scalars alike).
+fn value_count(document: &Value) -> u64 {
+    let mut count = 0u64;
+    let mut open = vec![document];
+    while let Some(v) = open.pop() {
+        count += 1;
+        match v {
+            Value::Object(map) => open.extend(map.values()),
+            Value::Array(items) => open.extend(items.iter()),
+            _ => {}
+        }
+    }
+    count
+}
+
+/// A validator of `schema` whose regular expressions are compiled within the limits above.
+pub fn bounded_validator(schema: &Value) -> Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
+    jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex()
+                .size_limit(PATTERN_PROGRAM_BYTES)
+                .dfa_size_limit(PATTERN_CACHE_BYTES)
+                .backtrack_limit(PATTERN_BACKTRACKS),
+        )
+        .build(schema)
+}
+
 /// `POST /api/v1/validate/{mount}[/{path}]` with a JSON Schema body: validates the node's ZOM
 /// JSON against it. Validation runs on the blocking pool, one at a time in the server (a
 /// schema can make it long, and it cannot be stopped once started), after a schema whose
@@ -606,6 +697,12 @@ pub async fn validate(
             "the schema can apply {fanout} subschemas to one value (its references multiply); at most {MAX_SCHEMA_FANOUT} are validated"
         )));
     }
+    let patterns = schema_patterns(&schema);
+    if patterns > MAX_SCHEMA_PATTERNS {
+        return Err(ApiError::BadRequest(format!(
+            "the schema holds {patterns} regular expressions (pattern, patternProperties); at most {MAX_SCHEMA_PATTERNS} are compiled"
+        )));
+    }
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/validate/")?;
     // Compiling a schema (its regular expressions above all) and validating are CPU work of
     // any length: both run on the blocking pool, one validation's at a time, and never on the
@@ -615,12 +712,19 @@ pub async fn validate(
     let validator = joined(
         crate::workers::spawn_blocking(move || {
             let _turn = turn;
-            jsonschema::validator_for(&schema)
+            bounded_validator(&schema)
         })
         .await,
     )?
     .map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
     let zom = zom_of(&*zom_tree(&state, mount, &path, None).await?);
+    let values = value_count(&zom);
+    if fanout.saturating_mul(values) > MAX_VALIDATION_STEPS {
+        return Err(ApiError::TooLarge(format!(
+            "validating {values} values against a schema that applies up to {fanout} subschemas to each is more than \
+             {MAX_VALIDATION_STEPS} steps; validate a part of the hierarchy (a path below) or a smaller schema"
+        )));
+    }
     let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
     let errors = crate::workers::spawn_blocking(move || {
         let _turn = turn;

@@ -673,13 +673,18 @@ impl Backend for ObjectStoreBackend {
 
 /// The entries of directory `dir` below `root`, following symlinks that stay below `root`. An
 /// entry that cannot be a key (a name that is not UTF-8 or not a valid key segment, a dangling
-/// link, a link out of the root, a FIFO) is left out rather than failing the whole listing.
+/// link, a link out of the root, a FIFO) is left out rather than failing the whole listing, and
+/// so is a link to a directory on the way from `root` to `dir` (`dir` itself included, by the
+/// real path of each step): a loop, which would make the hierarchy endless for every walk. A
+/// walk that goes on for ever must come back to a directory it is in, and only through a link.
 fn list_local(root: &FsPath, dir: &FsPath) -> Result<Listing, StoreError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if names_nothing(&e) => return Ok(Listing::default()),
         Err(e) => return Err(e.into()),
     };
+    // Found at the first link listed.
+    let mut on_the_way: Option<Vec<std::path::PathBuf>> = None;
     let mut listing = Listing::default();
     for entry in entries.flatten() {
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
@@ -688,11 +693,18 @@ fn list_local(root: &FsPath, dir: &FsPath) -> Result<Listing, StoreError> {
         if StoreKey::new(&name).is_err() {
             continue;
         }
-        // Reads refuse what a link leads to outside the root: so does the listing.
-        let escapes = entry.file_type().is_ok_and(|t| t.is_symlink())
-            && !std::fs::canonicalize(entry.path()).is_ok_and(|real| real.starts_with(root));
-        if escapes {
-            continue;
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            // Reads refuse what a link leads to outside the root: so does the listing.
+            let Ok(real) = std::fs::canonicalize(entry.path()) else {
+                continue;
+            };
+            if !real.starts_with(root)
+                || on_the_way
+                    .get_or_insert_with(|| real_paths_on_the_way(root, dir))
+                    .contains(&real)
+            {
+                continue;
+            }
         }
         match std::fs::metadata(entry.path()) {
             Ok(m) if m.is_dir() => listing.prefixes.push(name),
@@ -703,6 +715,14 @@ fn list_local(root: &FsPath, dir: &FsPath) -> Result<Listing, StoreError> {
     listing.prefixes.sort();
     listing.objects.sort();
     Ok(listing)
+}
+
+/// The real paths of `dir` and of each directory above it, up to `root`.
+fn real_paths_on_the_way(root: &FsPath, dir: &FsPath) -> Vec<std::path::PathBuf> {
+    dir.ancestors()
+        .take_while(|step| step.starts_with(root))
+        .filter_map(|step| std::fs::canonicalize(step).ok())
+        .collect()
 }
 
 #[cfg(test)]

@@ -113,6 +113,47 @@ fn int_bytes(value: &Value, size: usize, signed: bool, text: bool) -> Option<Vec
     Some(wide.to_le_bytes()[..size].to_vec())
 }
 
+/// A JSON number as Python's `str()` writes it (`0`, `0.0`, `1e-05`, `1e+16`), which is what
+/// NumPy puts in a string element cast from it.
+fn python_text(value: &Value) -> String {
+    let Value::Number(n) = value else {
+        return String::new();
+    };
+    if n.is_i64() || n.is_u64() {
+        return n.to_string();
+    }
+    let f = n.as_f64().unwrap_or_default();
+    let magnitude = f.abs();
+    if magnitude != 0.0 && !(1e-4..1e16).contains(&magnitude) {
+        // Python: the shortest digits, an exponent of at least two digits with its sign.
+        let text = format!("{f:e}");
+        let (mantissa, exponent) = text.split_once('e').unwrap_or((&text, "0"));
+        let (sign, digits) = exponent.strip_prefix('-').map_or(("+", exponent), |d| ("-", d));
+        return format!("{mantissa}e{sign}{digits:0>2}");
+    }
+    let text = f.to_string();
+    if text.contains('.') { text } else { format!("{text}.0") }
+}
+
+/// The fill of a v2 `|S` or `<U` array stored as a number, as text that zarr-python 3 takes
+/// and that zarr-python 2 reads as the same value it reads the number as: base64 of the bytes
+/// for `|S` (`0` -> `"MA=="`, b"0"), the string for `<U` (`"0"`). `None` for any other array.
+/// zarr 3 refuses the number, and with it a whole consolidated group that names the array.
+pub fn v2_numeric_string_fill(dtype: &Value, fill: &Value) -> Option<Value> {
+    if !fill.is_number() {
+        return None;
+    }
+    match DType::from_v2(dtype).ok()?.kind {
+        Kind::FixedBytes(n) => {
+            let mut text = python_text(fill).into_bytes();
+            text.truncate(n);
+            Some(Value::String(BASE64.encode(text)))
+        }
+        Kind::FixedUnicode(n) => Some(Value::String(python_text(fill).chars().take(n).collect())),
+        _ => None,
+    }
+}
+
 fn base64_or_bytes(value: &Value) -> Option<Vec<u8>> {
     match value {
         Value::String(s) => BASE64.decode(s).ok(),
@@ -190,6 +231,22 @@ impl FillValue {
                 Value::String(s) if s == "NaT" => i64::MIN.to_le_bytes().to_vec(),
                 v => int_bytes(v, 8, true, false).ok_or_else(bad)?,
             },
+            // zarr-python 2 wrote 0 as the fill of `|S` and `<U` arrays by default, and reads a
+            // number as NumPy casts it to the type: its text ("0"), cut to the width.
+            Kind::FixedBytes(n) if zarr_format == 2 && value.is_number() => {
+                let mut raw = python_text(value).into_bytes();
+                raw.resize(*n, 0);
+                raw
+            }
+            Kind::FixedUnicode(n) if zarr_format == 2 && value.is_number() => {
+                let mut raw: Vec<u8> = python_text(value)
+                    .chars()
+                    .take(*n)
+                    .flat_map(|c| (c as u32).to_le_bytes())
+                    .collect();
+                raw.resize(4 * n, 0);
+                raw
+            }
             Kind::FixedBytes(n) | Kind::Raw(n) => {
                 let mut raw = base64_or_bytes(value).ok_or_else(bad)?;
                 raw.resize(*n, 0);
@@ -321,5 +378,34 @@ mod tests {
         let s = FillValue::parse(&json!(null), &DType::new(Kind::String), 2).unwrap();
         assert_eq!(s, FillValue::String(String::new()));
         assert!(FillValue::parse(&json!([1]), &DType::new(Kind::String), 3).is_err());
+    }
+
+    /// A number as the fill of a v2 `|S` or `<U` array (zarr-python 2's default was 0) is its
+    /// text, as zarr 2.18 reads it: 0 -> b"0", 0.0 -> b"0.0", cut to the width ("0." in <U2).
+    #[test]
+    fn numbers_as_fills_of_v2_strings() {
+        assert_eq!(fixed(json!(0), "|S1"), b"0");
+        assert_eq!(fixed(json!(0), "|S3"), b"0\0\0");
+        assert_eq!(fixed(json!(1), "|S3"), b"1\0\0");
+        assert_eq!(fixed(json!(0.0), "|S3"), b"0.0");
+        assert_eq!(fixed(json!(0.0), "<U2"), [b'0', 0, 0, 0, b'.', 0, 0, 0]);
+        assert_eq!(fixed(json!(0), ">U1"), [b'0', 0, 0, 0]);
+        for (number, text) in [
+            (1e-5, "1e-05"),
+            (1e16, "1e+16"),
+            (2.5e-7, "2.5e-07"),
+            (0.1, "0.1"),
+            (-3.0, "-3.0"),
+        ] {
+            assert_eq!(python_text(&json!(number)), text);
+        }
+        assert_eq!(v2_numeric_string_fill(&json!("|S1"), &json!(0)), Some(json!("MA==")));
+        assert_eq!(v2_numeric_string_fill(&json!("|S2"), &json!(0.0)), Some(json!("MC4=")));
+        assert_eq!(v2_numeric_string_fill(&json!("<U2"), &json!(0.0)), Some(json!("0.")));
+        assert_eq!(v2_numeric_string_fill(&json!("<U2"), &json!("x")), None);
+        assert_eq!(v2_numeric_string_fill(&json!("<i4"), &json!(0)), None);
+        // v3 has no such reading: its fixed-width types do not exist, and zarr 3 refuses it.
+        let v3 = FillValue::parse(&json!(0), &DType::from_v2(&json!("|S1")).unwrap(), 3);
+        assert!(v3.is_err());
     }
 }

@@ -33,6 +33,10 @@ pub enum HierarchyError {
     /// The hierarchy is larger or deeper than a walk may go.
     #[error("{0}")]
     TooLarge(String),
+    /// The walks and listings under way hold all the memory they may ([`WALKS_MEMORY_BYTES`]):
+    /// this one may be tried again later.
+    #[error("{0}")]
+    Busy(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -123,11 +127,113 @@ pub fn unmark_non_finite(value: &mut Value) {
 /// walk (a tree holds about 2-4 times its documents' bytes), whatever the documents hold.
 pub const MAX_WALK_DOCUMENT_BYTES: u64 = 128 << 20;
 
-/// What one walk or listing has read so far: nodes visited, and bytes of documents.
-#[derive(Debug, Default)]
+/// The memory all walks and listings under way may hold at once, as [`MemoryShare`] estimates
+/// it: each is bounded on its own (its documents to [`MAX_WALK_DOCUMENT_BYTES`], about four
+/// times that parsed: two such fit), but a few at once over large hierarchies held gigabytes.
+/// Past it a walk stops as busy (503), to be tried again.
+pub const WALKS_MEMORY_BYTES: u64 = 1 << 30;
+
+/// The memory a parsed document holds, estimated from its bytes: a node's own fields plus
+/// about four times its text (`serde_json` values of short keys and numbers).
+fn parsed_bytes(len: u64) -> u64 {
+    (super::NODE_BYTES as u64).saturating_add(len.saturating_mul(4))
+}
+
+/// Memory shared by the walks under way: what they hold, and the most they may.
+#[derive(Debug)]
+pub struct WalksMemory {
+    holding: AtomicU64,
+    limit: u64,
+}
+
+impl WalksMemory {
+    /// A budget of `limit` bytes.
+    pub const fn new(limit: u64) -> Self {
+        WalksMemory {
+            holding: AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    /// Bytes held by the walks under way.
+    pub fn holding(&self) -> u64 {
+        self.holding.load(Ordering::Relaxed)
+    }
+}
+
+/// The budget of every walk and listing of the process.
+pub static WALKS_MEMORY: WalksMemory = WalksMemory::new(WALKS_MEMORY_BYTES);
+
+/// One walk's part of a [`WalksMemory`], given back when the walk is over.
+#[derive(Debug)]
+pub struct MemoryShare {
+    of: &'static WalksMemory,
+    held: AtomicU64,
+    refused: std::sync::atomic::AtomicBool,
+}
+
+impl MemoryShare {
+    /// A share of nothing yet.
+    pub fn of(budget: &'static WalksMemory) -> Self {
+        MemoryShare {
+            of: budget,
+            held: AtomicU64::new(0),
+            refused: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Takes `bytes` more of the budget, or returns false (and remembers it) when they are not
+    /// there.
+    pub fn take(&self, bytes: u64) -> bool {
+        let taken = self
+            .of
+            .holding
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                h.checked_add(bytes).filter(|&total| total <= self.of.limit)
+            })
+            .is_ok();
+        if taken {
+            self.held.fetch_add(bytes, Ordering::Relaxed);
+        } else {
+            self.refused.store(true, Ordering::Relaxed);
+        }
+        taken
+    }
+
+    /// Whether a [`take`](Self::take) was refused.
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Bytes this share holds.
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for MemoryShare {
+    fn drop(&mut self) {
+        self.of.holding.fetch_sub(*self.held.get_mut(), Ordering::Relaxed);
+    }
+}
+
+/// What one walk or listing has read so far: nodes visited, bytes of documents, and its share
+/// of the memory of all walks ([`WALKS_MEMORY`]).
+#[derive(Debug)]
 pub struct Reads {
     nodes: AtomicUsize,
     bytes: AtomicU64,
+    memory: MemoryShare,
+}
+
+impl Default for Reads {
+    fn default() -> Self {
+        Reads {
+            nodes: AtomicUsize::new(0),
+            bytes: AtomicU64::new(0),
+            memory: MemoryShare::of(&WALKS_MEMORY),
+        }
+    }
 }
 
 impl Reads {
@@ -138,6 +244,12 @@ impl Reads {
                 read.checked_add(len).filter(|&total| total <= MAX_WALK_DOCUMENT_BYTES)
             })
             .is_ok()
+            && self.memory.take(parsed_bytes(len))
+    }
+
+    /// The memory the walk's documents are estimated to hold.
+    pub fn memory_held(&self) -> u64 {
+        self.memory.held()
     }
 }
 
@@ -149,6 +261,12 @@ async fn json_object(
     let bytes = match store.get_document_admitted(key, |len| reads.admit(len)).await? {
         None => return Ok(None),
         Some(Ok(bytes)) => bytes,
+        Some(Err(_)) if reads.memory.refused() => {
+            return Err(HierarchyError::Busy(format!(
+                "the hierarchy walks under way hold {} MiB of metadata, all they may; try again later",
+                WALKS_MEMORY_BYTES >> 20
+            )));
+        }
         Some(Err(_)) => {
             return Err(HierarchyError::TooLarge(format!(
                 "the metadata documents of this hierarchy hold more than {} MiB; ask for a part \
@@ -644,11 +762,46 @@ impl Node {
     /// left out of it, as zarr-python's own consolidation leaves out documents that do not
     /// parse; they are still served, and open by their path.
     fn opens(&self) -> bool {
+        self.consolidated_doc_opens(&self.consolidated_doc())
+    }
+
+    /// The node's document as consolidated metadata holds it: as stored, but for the fill of a
+    /// v2 `|S` / `<U` array stored as a number (zarr-python 2's default, 0), which is written
+    /// as the text both zarr-python 2 and 3 read as the value zarr 2 reads
+    /// ([`super::fill::v2_numeric_string_fill`]). The stored `.zarray` stays as it is.
+    pub fn consolidated_doc(&self) -> std::borrow::Cow<'_, Map<String, Value>> {
+        if self.zarr_format != 2 || self.is_group {
+            return std::borrow::Cow::Borrowed(&self.doc);
+        }
+        let dtype = self.doc.get("dtype");
+        let text_fill = dtype
+            .zip(self.doc.get("fill_value"))
+            .and_then(|(dtype, fill)| super::fill::v2_numeric_string_fill(dtype, fill));
+        // A type spelt another way than NumPy's `dtype.str` ("int32", "i4"), which zarr 2 reads
+        // as that type and zarr 3 refuses, is spelt as NumPy does.
+        let spelling = match dtype {
+            Some(Value::String(t)) => numpy_typestr(t).filter(|numpy| numpy != t),
+            _ => None,
+        };
+        if text_fill.is_none() && spelling.is_none() {
+            return std::borrow::Cow::Borrowed(&self.doc);
+        }
+        let mut doc = self.doc.clone();
+        if let Some(fill) = text_fill {
+            doc.insert("fill_value".into(), fill);
+        }
+        if let Some(spelling) = spelling {
+            doc.insert("dtype".into(), Value::String(spelling));
+        }
+        std::borrow::Cow::Owned(doc)
+    }
+
+    fn consolidated_doc_opens(&self, doc: &Map<String, Value>) -> bool {
         if self.is_group {
             const GROUP_FIELDS: &[&str] = &["zarr_format", "node_type", "attributes", "consolidated_metadata"];
             return self.zarr_format != 3 || self.doc.keys().all(|k| GROUP_FIELDS.contains(&k.as_str()));
         }
-        let mut doc = Value::Object(self.doc.clone());
+        let mut doc = Value::Object(doc.clone());
         unmark_non_finite(&mut doc);
         let parsed = match self.zarr_format {
             // An extension field it must understand: zarr-python refuses the array.
@@ -658,6 +811,7 @@ impl Node {
                 let dims = doc.get("dimension_names").and_then(Value::as_array).map(Vec::len);
                 let ndim = doc.get("shape").and_then(Value::as_array).map(Vec::len);
                 if !doc.get("data_type").is_some_and(|t| zarr_python_v3_type(t, false))
+                    || !doc.get("codecs").is_some_and(zarr_python_v3_codecs)
                     || name("/chunk_grid/name") != Some("regular")
                     || !matches!(name("/chunk_key_encoding/name"), Some("default" | "v2"))
                     || dims.is_some_and(|d| Some(d) != ndim)
@@ -730,6 +884,25 @@ fn zarr_python_v3_type(value: &Value, in_structure: bool) -> bool {
     }
 }
 
+/// Whether zarr-python 3.1 parses the configurations of the v3 codec list `codecs` (codecs it
+/// does not know are its registry's business, and may be registered): a transpose's order must
+/// be a list of axes (the older zarrita form `"F"` fails), inside shards too.
+fn zarr_python_v3_codecs(codecs: &Value) -> bool {
+    let Some(codecs) = codecs.as_array() else {
+        return false;
+    };
+    codecs.iter().all(|codec| {
+        let config = codec.get("configuration");
+        match codec.get("name").and_then(Value::as_str) {
+            Some("transpose") => config.and_then(|c| c.get("order")).is_some_and(Value::is_array),
+            Some("sharding_indexed") => ["codecs", "index_codecs"]
+                .iter()
+                .all(|field| config.and_then(|c| c.get(*field)).is_none_or(zarr_python_v3_codecs)),
+            _ => true,
+        }
+    })
+}
+
 /// Whether Python's `base64.standard_b64decode` decodes `text`: it drops the characters outside
 /// the alphabet, and takes padded groups with any trailing bits.
 fn python_base64(text: &str) -> bool {
@@ -747,6 +920,20 @@ fn python_base64(text: &str) -> bool {
     base64::Engine::decode(&LENIENT, kept).is_ok()
 }
 
+/// The v2 data type `t` as NumPy's `dtype.str` spells it (`<i4` for `int32`, `i4` or `<i4`);
+/// `None` for objects and what is not a data type here.
+fn numpy_typestr(t: &str) -> Option<String> {
+    if t == "|O" {
+        return None;
+    }
+    let d = super::DType::from_v2(&Value::from(t)).ok()?;
+    let canonical = d.typestr();
+    Some(match canonical.strip_prefix('<') {
+        Some(rest) if d.big_endian => format!(">{rest}"),
+        _ => canonical.into_owned(),
+    })
+}
+
 /// Whether zarr-python 3.1 knows the data type of the v2 array document `doc`: types spelt as
 /// NumPy writes them (`dtype.str`: `<i4`, not `int32`, `i4` or `|i4`), objects only when the
 /// first object codec among the filters and compressor is `vlen-utf8` or `vlen-bytes` and the
@@ -762,16 +949,7 @@ fn zarr_python_v2_type(doc: &Value) -> bool {
         "msgpack2",
         "categorize",
     ];
-    let numpy_spelling = |t: &str| {
-        t != "|O"
-            && super::DType::from_v2(&Value::from(t)).is_ok_and(|d| {
-                let canonical = d.typestr();
-                match canonical.strip_prefix('<') {
-                    Some(rest) if d.big_endian => format!(">{rest}") == t,
-                    _ => canonical == t,
-                }
-            })
-    };
+    let numpy_spelling = |t: &str| numpy_typestr(t).is_some_and(|numpy| numpy == t);
     match doc.get("dtype") {
         Some(Value::String(t)) if t == "|O" => {
             let codecs = doc.get("filters").and_then(Value::as_array).into_iter().flatten();
@@ -849,7 +1027,10 @@ impl Tree {
         let mut metadata = Map::new();
         let mut add = |prefix: &str, node: &Node| {
             let name = if node.is_group { ".zgroup" } else { ".zarray" };
-            metadata.insert(format!("{prefix}{name}"), Value::Object(node.doc.clone()));
+            metadata.insert(
+                format!("{prefix}{name}"),
+                Value::Object(node.consolidated_doc().into_owned()),
+            );
             if let Some(attrs) = &node.attrs {
                 metadata.insert(format!("{prefix}.zattrs"), Value::Object(attrs.clone()));
             }

@@ -2,7 +2,6 @@
 //! with what zarr-python (or zarr 2) read from the same files. The zarrita fixtures in
 //! ../shared are read too when present.
 
-
 use crate::common::cases::{open, run_manifest_on, runtime};
 use crate::common::expected::{Expected, load, slice_naive};
 use proptest::prelude::*;

@@ -7,7 +7,6 @@
 //! Credentials come from the standard environment, as in a deployment: every test here sets it
 //! (the same constant values) through [`cloud_env`] before it does anything else.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Once;

@@ -2,7 +2,6 @@
 //! web page and the metrics come in the coding the request accepts and decode to the bytes of
 //! the answer sent as it is; raw keys, binary answers and small answers never are compressed.
 
-
 use std::io::Read;
 
 use crate::common::*;

@@ -1,7 +1,6 @@
 //! Hardening: access control on every route family, limits (414, 413 on chunk counts, 503 with
 //! Retry-After under overload, 504 on timeouts), and stored data that is corrupt or lies.
 
-
 use std::time::Duration;
 
 use crate::common::*;
@@ -122,6 +121,22 @@ async fn protected_mounts_need_their_token_everywhere() {
     };
     assert_eq!(names(get(&app, "/api/v1/mounts", &[]).await), ["open"]);
     assert_eq!(names(get(&app, "/api/v1/mounts", &[good]).await), ["open", "secret"]);
+    // Mount URLs (absolute local paths here) are shown only to callers that presented the
+    // mount's token, or to all with `server.show_mount_urls`.
+    let listed = get(&app, "/api/v1/mounts", &[good]).await.json();
+    assert_eq!(
+        listed["mounts"][0],
+        json!({"name": "open", "kind": "local", "consolidated": true})
+    );
+    assert_eq!(listed["mounts"][1]["url"], json!(fixtures().display().to_string()));
+    let mut shown = config.clone();
+    shown.server.show_mount_urls = true;
+    let shown = zarrgate::app(zarrgate::AppState::from_config(shown).unwrap());
+    let listed = get(&shown, "/api/v1/mounts", &[]).await.json();
+    assert_eq!(listed["mounts"][0]["url"], json!(fixtures().display().to_string()));
+    // Unknown query parameters are refused here as on every /api/v1/ route.
+    let r = get(&app, "/api/v1/mounts?x=1", &[]).await;
+    assert_eq!((r.status.as_u16(), r.error_code().as_str()), (400, "bad_request"));
     // /metrics has its own token.
     assert_eq!(get(&app, "/metrics", &[]).await.status, 401);
     assert_eq!(get(&app, "/metrics", &[good]).await.status, 401);
@@ -708,6 +723,63 @@ async fn access_log_and_body_metrics_follow_the_body() {
     );
     assert_eq!(
         sample(&slow, "zarrgate_responses_aborted_total{route=\"zom\"}").await,
+        1.0
+    );
+}
+
+/// A file truncated while its raw key is sent: the body ends before its `Content-Length`, so
+/// the client's connection is cut, and the access log and the metrics say it was aborted (they
+/// said `status=200 aborted=false`).
+#[tokio::test]
+async fn a_body_cut_short_by_a_truncated_file_is_aborted() {
+    use http_body_util::BodyExt;
+    let logs = LogBuffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_env_filter("zarrgate=info")
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big");
+    std::fs::write(&file, vec![7u8; 16 << 20]).unwrap();
+    let app = app_for(&[("m", dir.path())]);
+    let response = app
+        .clone()
+        .oneshot(
+            axum::http::Request::get("/zarr/m/big")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-length"], (16u64 << 20).to_string().as_str());
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(first.len() < 16 << 20);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(first.len() as u64)
+        .unwrap();
+    let mut sent = first.len();
+    while let Some(Ok(frame)) = body.frame().await {
+        sent += frame.into_data().map_or(0, |d| d.len());
+    }
+    assert!(sent < 16 << 20, "{sent}");
+    drop(body);
+    let lines = logs.take();
+    let raw: Vec<_> = lines.iter().filter(|l| l.contains("/zarr/m/big")).collect();
+    assert!(
+        raw.iter()
+            .any(|l| l.contains("aborted=true") && l.contains("status=200")),
+        "{lines:?}"
+    );
+    assert_eq!(
+        sample(&app, "zarrgate_responses_aborted_total{route=\"raw\"}").await,
         1.0
     );
 }

@@ -1,7 +1,6 @@
 //! Every raw-key rule of DESIGN.md, asserted on status, headers and bytes against the files on
 //! disk, through `app(state)` without sockets.
 
-
 use crate::common::*;
 use proptest::prelude::*;
 

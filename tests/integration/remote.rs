@@ -3,7 +3,6 @@
 //! the local fixtures give, with the upstream requests counted. Buckets (S3, GCS, Azure) are in
 //! tests/clouds.rs.
 
-
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,7 +1,6 @@
 //! The slice API: every format checked value for value against the .npy that zarr-python
 //! wrote, every error code, the 413 on a huge sparse array, streaming, and the caches.
 
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 

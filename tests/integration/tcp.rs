@@ -1,7 +1,6 @@
 //! The server over a real socket on 127.0.0.1:0 with a real HTTP client: what hyper does to
 //! our responses (HEAD lengths, streaming, shutdown) is only visible here.
 
-
 use crate::common::*;
 use tokio::sync::oneshot;
 

@@ -48,7 +48,11 @@ port="$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.
 # Arrays larger than a streamed slice's first band, written by zarr-python (test_large_slices.py).
 "$venv/bin/python" tests/interop/make_large.py "$work/large" \
   || fail_setup "tests/interop/make_large.py could not write its arrays"
-mounts=(--mount "fx=$repo/tests/fixtures/data" --mount "large=$work/large")
+# The documents of tests/fixtures/consolidation_cases.json, as a v2 and a v3 group
+# (test_consolidated.py, test_v2_zarr2.py).
+"$venv/bin/python" tests/interop/consolidation_groups.py "$work/consolidation" \
+  || fail_setup "tests/interop/consolidation_groups.py could not write its groups"
+mounts=(--mount "fx=$repo/tests/fixtures/data" --mount "large=$work/large" --mount "cases=$work/consolidation")
 zarrita="$repo/../shared/fixtures/zarrita"
 if [ -d "$zarrita" ]; then
   mounts+=(--mount "zarrita=$zarrita")

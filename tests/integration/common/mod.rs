@@ -240,6 +240,72 @@ impl zarrgate::store::Backend for CountingStore {
     }
 }
 
+/// A hierarchy without end, as a walk meets one (a bucket of very many groups): every prefix
+/// lists `width` groups `g0`, `g1`, ..., and every key is read as the key of its name at the
+/// root of `inner` (so each group is the root group again).
+#[derive(Debug)]
+pub struct EndlessGroups {
+    pub inner: zarrgate::store::Store,
+    pub width: usize,
+}
+
+impl EndlessGroups {
+    fn at_root(key: &zarrgate::store::StoreKey) -> zarrgate::store::StoreKey {
+        zarrgate::store::StoreKey::new(key.name()).unwrap_or_else(|_| key.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl zarrgate::store::Backend for EndlessGroups {
+    async fn head(
+        &self,
+        key: &zarrgate::store::StoreKey,
+    ) -> Result<Option<zarrgate::store::ObjectMeta>, zarrgate::store::StoreError> {
+        self.inner.head(&Self::at_root(key)).await
+    }
+
+    async fn get(
+        &self,
+        key: &zarrgate::store::StoreKey,
+        range: Option<zarrgate::store::ByteRange>,
+    ) -> Result<Option<zarrgate::store::GetObject>, zarrgate::store::StoreError> {
+        self.inner.get(&Self::at_root(key), range).await
+    }
+
+    async fn list(
+        &self,
+        _prefix: &zarrgate::store::StoreKey,
+    ) -> Result<zarrgate::store::Listing, zarrgate::store::StoreError> {
+        Ok(zarrgate::store::Listing {
+            prefixes: (0..self.width).map(|i| format!("g{i}")).collect(),
+            objects: Vec::new(),
+        })
+    }
+}
+
+/// The app over [`EndlessGroups`] of `width` made from the root documents in `dir`, its reads
+/// counted.
+pub fn endless_app(
+    dir: &Path,
+    width: usize,
+    config: Config,
+) -> (App, zarrgate::AppState, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let gets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let inner = zarrgate::store::Store::new(zarrgate::store::open_local(dir).unwrap());
+    let mut mount = wrapped_mount(
+        "s3://endless",
+        CountingStore {
+            inner: zarrgate::store::Store::new(EndlessGroups { inner, width }),
+            gets: gets.clone(),
+            list_delay: std::time::Duration::ZERO,
+            list_error: None,
+        },
+    );
+    mount.kind = "local";
+    let state = AppState::with_mounts(config, vec![mount]);
+    (zarrgate::app(state.clone()), state, gets)
+}
+
 /// The app over one directory whose reads are counted.
 pub fn counting_app(
     dir: &Path,
