@@ -27,7 +27,7 @@ end
 -- One path: wrk's static request, formatted once a thread from wrk.path, as plain
 -- `wrk URL` sends it. A request() function is a call into Lua for every request, 1.5-2.2 us
 -- more of wrk's CPU a request (against zarrgate, nginx and the hyper floor alike, 2026-12-01:
--- bench/README.md) on the cores the server under test shares: it is only for key lists.
+-- bench/JOURNAL.md) on the cores the server under test shares: it is only for key lists.
 if #keys == 1 then
     wrk.path = keys[1]
 else

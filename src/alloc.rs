@@ -11,12 +11,12 @@
 //! the whole process's: the C libraries' temporaries would be mapped, faulted in and unmapped
 //! at each call as well. c-blosc allocates two blocks' worth (1 MiB for 512 KiB blocks) for
 //! every chunk it decodes, and with the pinned threshold a cold read of blosc chunks spent most
-//! of its time in the kernel (bench/README.md). Mapping Rust's large allocations here leaves
+//! of its time in the kernel (bench/JOURNAL.md). Mapping Rust's large allocations here leaves
 //! glibc's threshold free for C's short-lived ones, which its arenas reuse.
 //!
 //! A fresh mapping costs a page fault and a zeroed page per 4 KiB when first written: for a
 //! cold 64 MiB slice, whose decoded chunks are new memory while the chunk cache grows, that was
-//! a third of the server's CPU (bench/README.md). [`start_reserve`] keeps a reserve of pages
+//! a third of the server's CPU (bench/JOURNAL.md). [`start_reserve`] keeps a reserve of pages
 //! already faulted in, made while the machine is otherwise idle, and large blocks are carved
 //! from it while it lasts.
 

@@ -16,7 +16,7 @@ const POPULATE_FROM: usize = 256 << 10;
 /// fault per page (4 KiB here) as the decoder first writes each. The pages are the same zeroed
 /// pages the faults would map, and the bytes the buffer holds are unchanged; what is saved is
 /// a trap per page: a cold 64 MiB region of 1 MiB zstd chunks took ~9% less CPU
-/// (bench/README.md).
+/// (bench/JOURNAL.md).
 ///
 /// A block the allocator carved from its reserve ([`crate::alloc::start_reserve`]) has all its
 /// pages faulted in already, and asking again walks them all for nothing (6% of the server's CPU

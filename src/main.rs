@@ -24,7 +24,7 @@ static ALLOCATOR: zarrgate::alloc::MapLarge = zarrgate::alloc::MapLarge;
 ///   twice as long).
 ///
 /// Either setting also turns off glibc's dynamic adjustment of the other. See load/README.md
-/// and bench/README.md. An operator's `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
+/// and bench/JOURNAL.md. An operator's `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
 /// `GLIBC_TUNABLES` wins.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune_allocator() {

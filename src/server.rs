@@ -666,7 +666,7 @@ impl Front {
             // An answer that does not say how it may be cached (a slice, a hierarchy, a listing)
             // is `no-cache`, as raw keys and errors are: a shared cache would otherwise keep it
             // for a heuristic lifetime of its own (CloudFront: a day), past the staleness bound
-            // the README states.
+            // docs/operations.md states.
             headers.entry(header::CACHE_CONTROL).or_insert(NO_CACHE);
             match cors {
                 Cors::None | Cors::Options(None) => {}

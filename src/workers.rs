@@ -5,7 +5,7 @@
 //! On the runtime every thread shares, a connection's task moved between threads as they stole
 //! work from each other, and its hyper state, buffers and request futures with it; workers woke
 //! each other and parked. With a runtime per thread, a warm tile took 4-11% less CPU a request
-//! at 64 connections, and was served 8-15% more times a second (bench/README.md).
+//! at 64 connections, and was served 8-15% more times a second (bench/JOURNAL.md).
 //!
 //! What a worker does not share: a request's async work runs on its connection's worker (the
 //! streams of an HTTP/2 connection too), where a long poll holds up the worker's other

@@ -4,7 +4,7 @@
 //! tasks run in whatever order the runtime polls them: tokio runs the task spawned last first.
 //! With turns handed out first come, first served, the third band's units took the turns
 //! before the first band's, and the first byte of a cold 64 MiB slice waited for three bands
-//! to be read (bench/README.md). Here a waiter of a lower rank (an earlier band) is served
+//! to be read (bench/JOURNAL.md). Here a waiter of a lower rank (an earlier band) is served
 //! before any of a higher one, and waiters of one rank in the order they came.
 
 use std::collections::BTreeMap;

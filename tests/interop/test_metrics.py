@@ -1,7 +1,7 @@
 """/metrics as Prometheus reads it: asked with Prometheus's Accept header, the exposition parses
 with the Prometheus client library's strict OpenMetrics parser (sample names match their
 families, the text ends with # EOF), under the content type it claims, and the families the
-README documents are there with their labels. Asked without it (curl, older scrapers), it is
+docs/operations.md documents are there with their labels. Asked without it (curl, older scrapers), it is
 the text format 0.0.4, which the library's parser for that format reads into the same families."""
 import pytest
 import requests
