@@ -174,7 +174,7 @@ fn cut_end(slot: &mut (usize, usize), keep: usize, gone: &mut (usize, usize)) ->
 /// process's memory-map lock), and one at idle priority (Linux's `SCHED_IDLE`: it runs only on
 /// a CPU with nothing else to run) faults their pages in, in a region nobody else uses yet and
 /// that the kernel keeps apart ([`apart`]). A reserve larger than `room()` (the cache filled,
-/// or its spare buffers took the room) is given back.
+/// or its spare buffers took the room) is released.
 pub fn start_reserve(most: usize, room: impl Fn() -> usize + Send + 'static) -> std::io::Result<()> {
     if KEEPER.get().is_some() {
         return Ok(());
@@ -343,6 +343,47 @@ unsafe impl GlobalAlloc for MapLarge {
     }
 }
 
+/// Tunes glibc's malloc, which serves Rust's small allocations and all of the C libraries'
+/// (codecs): their temporaries are freed at the end of each call and reused from the arenas.
+///
+/// - The mmap threshold is fixed at glibc's own ceiling (32 MiB on 64-bit targets): below it,
+///   C temporaries (c-blosc's two blocks, bzip2's and lzma's state) are not mapped, faulted in
+///   and unmapped at every chunk. Rust's large buffers do not reach glibc.
+/// - The trim threshold is 4 MiB, not 128 KiB: at 128 KiB every freed 64 KiB response piece
+///   gave its pages back and the next one faulted them in again (a streamed 64 MiB slice took
+///   twice as long).
+///
+/// Either setting also turns off glibc's dynamic adjustment of the other. See load/README.md
+/// and bench/JOURNAL.md. An operator's `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
+/// `GLIBC_TUNABLES` wins.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub fn tune_glibc_malloc() {
+    // glibc's ceiling for the threshold: 32 MiB on 64-bit targets, 512 KiB on 32-bit ones.
+    const MMAP_THRESHOLD: i32 = if cfg!(target_pointer_width = "64") {
+        32 << 20
+    } else {
+        512 << 10
+    };
+    if std::env::var_os("GLIBC_TUNABLES").is_some() {
+        return;
+    }
+    for (var, param, value) in [
+        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        ("MALLOC_TRIM_THRESHOLD_", libc::M_TRIM_THRESHOLD, 4 << 20),
+    ] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: mallopt only changes allocator parameters; it runs before any other
+            // thread exists, and glibc serialises it against allocations anyway.
+            unsafe {
+                libc::mallopt(param, value);
+            }
+        }
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn tune_glibc_malloc() {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -451,7 +492,7 @@ mod tests {
                 assert!(!p.is_null());
                 assert_eq!(p as usize % MIN_PAGE, 0);
                 // Carved from the reserve (unless another test's block or the keeper took its
-                // turn at the lock, which the allocator never waits for).
+                // permit at the lock, which the allocator never waits for).
                 let carved = RESERVED.load(Ordering::Relaxed) < before;
                 assert!((0..layout.size()).all(|i| p.add(i).read() == 0));
                 fill(p, layout.size());
@@ -473,10 +514,10 @@ mod tests {
                 a.dealloc(p, layout);
             }
         }
-        // No room: the reserve is given back.
+        // No room: the reserve is released.
         TEST_ROOM.store(0, Ordering::Relaxed);
         KEEPER.get().unwrap().unpark();
-        wait_for("the reserve is given back", || RESERVED.load(Ordering::Relaxed) == 0);
+        wait_for("the reserve is released", || RESERVED.load(Ordering::Relaxed) == 0);
     }
 
     #[test]

@@ -106,13 +106,13 @@ const SETTLE_EVERY: u64 = 8;
 /// read, and a viewer that cancels requests as it pans would have each chunk decoded again. At
 /// most `most` such loads run at once; a load left over that bound is stopped.
 #[derive(Debug)]
-pub struct Orphans {
+pub struct DetachedLoads {
     running: AtomicUsize,
     stopped: AtomicU64,
     most: usize,
 }
 
-impl Orphans {
+impl DetachedLoads {
     /// Room for `most` orphaned loads.
     pub const fn new(most: usize) -> Self {
         Self {
@@ -135,17 +135,17 @@ impl Orphans {
 
 /// The orphaned loads of the server (chunks, shard indexes, renderings of consolidated
 /// documents): a few, as decoding and rendering are CPU work no request is waiting for any more.
-pub static ORPHANED_LOADS: Orphans = Orphans::new(8);
+pub static DETACHED_LOADS: DetachedLoads = DetachedLoads::new(8);
 
 const ATTACHED: u8 = 0;
-const ORPHANED: u8 = 1;
+const DETACHED: u8 = 1;
 const FINISHED: u8 = 2;
 
 /// Runs `work` in a task of its own and waits for it. If this future is dropped before the
 /// task has finished, the task runs on as one of `orphans`' loads when there is room, and is
 /// stopped when there is none.
 pub fn detach<T: Send + 'static>(
-    orphans: &'static Orphans,
+    orphans: &'static DetachedLoads,
     work: impl std::future::Future<Output = T> + Send + 'static,
 ) -> Detached<T> {
     let state = Arc::new(AtomicU8::new(ATTACHED));
@@ -170,12 +170,12 @@ pub fn detach<T: Send + 'static>(
 /// its orphan's room if it was running as one.
 struct Finish {
     state: Arc<AtomicU8>,
-    orphans: &'static Orphans,
+    orphans: &'static DetachedLoads,
 }
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        if self.state.swap(FINISHED, Ordering::AcqRel) == ORPHANED {
+        if self.state.swap(FINISHED, Ordering::AcqRel) == DETACHED {
             self.orphans.running.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -185,7 +185,7 @@ impl Drop for Finish {
 /// which runs on by itself) before it does its own: `work` is given the [`Working`] mark to set
 /// when it begins its own, and until then the task is stopped when dropped, taking no orphan's
 /// room.
-pub fn detach_working<T, F>(orphans: &'static Orphans, work: impl FnOnce(Working) -> F) -> Detached<T>
+pub fn detach_working<T, F>(orphans: &'static DetachedLoads, work: impl FnOnce(Working) -> F) -> Detached<T>
 where
     T: Send + 'static,
     F: std::future::Future<Output = T> + Send + 'static,
@@ -212,7 +212,7 @@ impl Working {
 pub struct Detached<T> {
     handle: tokio::task::JoinHandle<T>,
     state: Arc<AtomicU8>,
-    orphans: &'static Orphans,
+    orphans: &'static DetachedLoads,
     finished: bool,
     /// Set once the task does work of its own ([`detach_working`]; `None`: it always does).
     working: Option<Arc<AtomicBool>>,
@@ -253,7 +253,7 @@ impl<T> Drop for Detached<T> {
         }
         let adopted = self
             .state
-            .compare_exchange(ATTACHED, ORPHANED, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(ATTACHED, DETACHED, Ordering::AcqRel, Ordering::Acquire)
             .is_ok();
         if !adopted {
             // It finished meanwhile: nothing runs on.
@@ -332,12 +332,12 @@ pub struct Caches {
     /// no node there), or why it stopped when it will stop there again (too large, a store
     /// that cannot list).
     pub hierarchies: Cache<WalkKey, Walked>,
-    /// Turns to walk a hierarchy (whole, or to a ZOM request's depth), [`WALKS`] of them. A
+    /// PrioritySemaphore to walk a hierarchy (whole, or to a ZOM request's depth), [`WALKS`] of them. A
     /// whole walk runs in a task of its own and ends even when its requests have gone (it is
     /// cached for the next one), so this, not the request limit, bounds the walks running and
     /// the trees being built.
     pub walks: tokio::sync::Semaphore,
-    /// The walks under way or waiting for a turn, at most [`MAX_PENDING_WALKS`]; requests for
+    /// The walks under way or waiting for a permit, at most [`MAX_PENDING_WALKS`]; requests for
     /// the same hierarchy share one.
     pub walking: Walking,
     /// Documents rendered from a walked hierarchy (consolidated metadata synthesized for a
@@ -391,7 +391,7 @@ where
 /// How many whole hierarchies are walked at once ([`Caches::walks`]).
 pub const WALKS: usize = 4;
 
-/// How many walks may be under way or waiting their turn at once ([`Caches::walking`]):
+/// How many walks may be under way or waiting their permit at once ([`Caches::walking`]):
 /// beyond, a request that needs another is refused (503) rather than queued without end.
 pub const MAX_PENDING_WALKS: usize = 64;
 
@@ -425,7 +425,7 @@ pub enum Document {
 /// A rendered document's key: (mount, node, which document).
 pub type ConsolidatedKey = (Arc<str>, StoreKey, Document);
 
-/// A place where the requests for one consolidated document take turns to render it; holds
+/// A place where the requests for one consolidated document take permits to render it; holds
 /// the last one rendered while requests still wait there.
 type RenderSlot = Arc<tokio::sync::Mutex<Option<Rendered>>>;
 
@@ -444,9 +444,9 @@ impl Rendering {
     }
 
     /// The place for `key`, shared with the other requests for it until the last lets go.
-    pub fn enter(&self, key: RenderKey) -> RenderTurn<'_> {
+    pub fn enter(&self, key: RenderKey) -> RenderPermit<'_> {
         let slot = self.slots().entry(key.clone()).or_default().clone();
-        RenderTurn {
+        RenderPermit {
             rendering: self,
             key,
             slot: Some(slot),
@@ -456,24 +456,24 @@ impl Rendering {
 
 /// A request's hold on a [`RenderSlot`]; the slot leaves the map with its last holder.
 #[derive(Debug)]
-pub struct RenderTurn<'a> {
+pub struct RenderPermit<'a> {
     rendering: &'a Rendering,
     key: RenderKey,
     /// `None` only once let go.
     slot: Option<RenderSlot>,
 }
 
-impl RenderTurn<'_> {
-    /// The slot (borrowed: its holders are counted by their turns).
+impl RenderPermit<'_> {
+    /// The slot (borrowed: its holders are counted by their permits).
     pub fn slot(&self) -> Option<&tokio::sync::Mutex<Option<Rendered>>> {
         self.slot.as_deref()
     }
 }
 
-impl Drop for RenderTurn<'_> {
+impl Drop for RenderPermit<'_> {
     fn drop(&mut self) {
-        // Turns take and let go of their slots under the map's lock only, so the count seen
-        // here is every holder: this turn and the map when it is the last.
+        // PrioritySemaphore take and let go of their slots under the map's lock only, so the count seen
+        // here is every holder: this permit and the map when it is the last.
         let mut slots = self.rendering.slots();
         if let Some(slot) = self.slot.take() {
             if Arc::strong_count(&slot) == 2 && slots.get(&self.key).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
@@ -611,7 +611,7 @@ mod tests {
         let a = rendering.enter(key.clone());
         let b = rendering.enter(key.clone());
         let c = rendering.enter(other);
-        let same = |x: &RenderTurn, y: &RenderTurn| std::ptr::eq(x.slot().unwrap(), y.slot().unwrap());
+        let same = |x: &RenderPermit, y: &RenderPermit| std::ptr::eq(x.slot().unwrap(), y.slot().unwrap());
         assert!(same(&a, &b));
         assert!(!same(&a, &c));
         assert_eq!(slots(&rendering), 2);
@@ -631,7 +631,7 @@ mod tests {
     }
 
     /// Waits (up to a second) for the orphaned loads of `orphans` to end.
-    async fn ended(orphans: &Orphans) {
+    async fn ended(orphans: &DetachedLoads) {
         for _ in 0..100 {
             if orphans.running() == 0 {
                 break;
@@ -644,7 +644,7 @@ mod tests {
     /// stopped when there is none; one awaited to its end is never an orphan.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn detached_loads_run_on_within_their_bound() {
-        static ONE: Orphans = Orphans::new(1);
+        static ONE: DetachedLoads = DetachedLoads::new(1);
         let done = Arc::new(AtomicUsize::new(0));
         // Each piece of work waits for a permit (permits added before it waits are kept).
         let release = Arc::new(tokio::sync::Semaphore::new(0));

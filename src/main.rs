@@ -13,47 +13,6 @@ use zarrgate::{AppState, server};
 #[global_allocator]
 static ALLOCATOR: zarrgate::alloc::MapLarge = zarrgate::alloc::MapLarge;
 
-/// Tunes glibc's malloc, which serves Rust's small allocations and all of the C libraries'
-/// (codecs): their temporaries are freed at the end of each call and reused from the arenas.
-///
-/// - The mmap threshold is fixed at glibc's own ceiling (32 MiB on 64-bit targets): below it,
-///   C temporaries (c-blosc's two blocks, bzip2's and lzma's state) are not mapped, faulted in
-///   and unmapped at every chunk. Rust's large buffers do not reach glibc.
-/// - The trim threshold is 4 MiB, not 128 KiB: at 128 KiB every freed 64 KiB response piece
-///   gave its pages back and the next one faulted them in again (a streamed 64 MiB slice took
-///   twice as long).
-///
-/// Either setting also turns off glibc's dynamic adjustment of the other. See load/README.md
-/// and bench/JOURNAL.md. An operator's `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_` or
-/// `GLIBC_TUNABLES` wins.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn tune_allocator() {
-    // glibc's ceiling for the threshold: 32 MiB on 64-bit targets, 512 KiB on 32-bit ones.
-    const MMAP_THRESHOLD: i32 = if cfg!(target_pointer_width = "64") {
-        32 << 20
-    } else {
-        512 << 10
-    };
-    if std::env::var_os("GLIBC_TUNABLES").is_some() {
-        return;
-    }
-    for (var, param, value) in [
-        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-        ("MALLOC_TRIM_THRESHOLD_", libc::M_TRIM_THRESHOLD, 4 << 20),
-    ] {
-        if std::env::var_os(var).is_none() {
-            // SAFETY: mallopt only changes allocator parameters; it runs before any other
-            // thread exists, and glibc serialises it against allocations anyway.
-            unsafe {
-                libc::mallopt(param, value);
-            }
-        }
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn tune_allocator() {}
-
 /// Pages faulted in ahead of need for large blocks, at most this many bytes, and no more than
 /// the chunk cache has room for: they are the memory its next chunks take (see
 /// [`zarrgate::alloc::start_reserve`]). A 64 MiB slice takes about 70 MiB of large blocks.
@@ -72,7 +31,8 @@ fn start_reserve(caches: std::sync::Arc<zarrgate::cache::Caches>) {
 fn start_reserve(_: std::sync::Arc<zarrgate::cache::Caches>) {}
 
 fn main() -> ExitCode {
-    tune_allocator();
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    zarrgate::alloc::tune_glibc_malloc();
     let (action, args) = Cli::parse().action();
     let env = |k: &str| std::env::var(k).ok();
     let loaded = match action {
@@ -216,38 +176,10 @@ fn say(line: std::fmt::Arguments) {
     let _ = writeln!(std::io::stdout(), "{line}");
 }
 
-/// `zarrgate healthcheck`: GET /healthz of the server at the configured address (its
-/// `server.health_bind` when it has one; a wildcard address is asked on loopback), within 5 s;
-/// success when it answers 200.
+/// `zarrgate healthcheck`: success when the server answers its health check
+/// ([`server::healthcheck`]).
 fn healthcheck(config: &Config) -> ExitCode {
-    use std::io::{Read, Write};
-    let check = || -> Result<String, String> {
-        // The health listener when there is one: what it is for.
-        let mut addr = match config.health_addr().map_err(|e| e.to_string())? {
-            Some(health) => health,
-            None => config.bind_addr().map_err(|e| e.to_string())?,
-        };
-        if addr.ip().is_unspecified() {
-            addr.set_ip(match addr {
-                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let wait = std::time::Duration::from_secs(5);
-        let mut tcp = std::net::TcpStream::connect_timeout(&addr, wait).map_err(|e| format!("{addr}: {e}"))?;
-        tcp.set_read_timeout(Some(wait)).map_err(|e| e.to_string())?;
-        tcp.write_all(b"GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .map_err(|e| format!("{addr}: {e}"))?;
-        let mut head = [0u8; 12];
-        tcp.read_exact(&mut head).map_err(|e| format!("{addr}: {e}"))?;
-        let status = String::from_utf8_lossy(&head).into_owned();
-        if status.ends_with(" 200") {
-            Ok(format!("{addr}: {status}"))
-        } else {
-            Err(format!("{addr}: {status}"))
-        }
-    };
-    match check() {
+    match server::healthcheck(config) {
         Ok(said) => {
             say(format_args!("zarrgate: healthy ({said})"));
             ExitCode::SUCCESS

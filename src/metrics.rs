@@ -303,7 +303,7 @@ impl Metrics {
             crate::buffers::DECODED.reuses(),
             crate::buffers::READS.reuses()
         );
-        let orphans = &crate::cache::ORPHANED_LOADS;
+        let orphans = &crate::cache::DETACHED_LOADS;
         let _ = writeln!(
             text,
             "# HELP zarrgate_orphaned_loads Loads (chunks, shard indexes, consolidated documents) running on after their request ended, to be cached.\n# TYPE zarrgate_orphaned_loads gauge\nzarrgate_orphaned_loads {}\n# HELP zarrgate_orphaned_loads_stopped Loads stopped when their request ended, for want of room to run on.\n# TYPE zarrgate_orphaned_loads_stopped counter\nzarrgate_orphaned_loads_stopped_total {}",

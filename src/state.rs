@@ -58,7 +58,7 @@ pub struct StateInner {
     pub read_options: ReadOptions,
     /// The token protecting /metrics, if any.
     pub metrics_token: Option<Secret>,
-    /// Turns to send a streamed slice (or one answered whole over a band's size), [`MAX_STREAMS`]
+    /// PrioritySemaphore to send a streamed slice (or one answered whole over a band's size), [`MAX_STREAMS`]
     /// of them. Such a body is sent after its request has left the request limit and timeout,
     /// holding a few bands of decoded chunks (or itself) while its client reads: this bounds how
     /// many do at once.
@@ -73,7 +73,7 @@ pub struct StateInner {
 }
 
 /// The mebibytes slice answers built whole may hold at once: four times
-/// `limits.max_slice_bytes`, at least 64 MiB. The turns of [`AppState::streams`] bound how many
+/// `limits.max_slice_bytes`, at least 64 MiB. The permits of [`AppState::streams`] bound how many
 /// are sent at once, but one image of a region at the limit holds some 330 MB (the region, its
 /// pixels and the image), and 32 of them held 10 GiB.
 pub fn whole_budget_mib(max_slice_bytes: u64) -> u32 {

@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt, stream};
 
+use super::priority_semaphore::{PriorityPermit, PrioritySemaphore};
 use super::selection::{CellPart, DimSelection, Selection, cells};
-use super::turns::{Turn, Turns};
 use crate::cache::{
-    CacheCounters, CachedChunk, CachedIndex, Caches, ChunkId, Decoded, ORPHANED_LOADS, cached, detach, detach_working,
+    CacheCounters, CachedChunk, CachedIndex, Caches, ChunkId, DETACHED_LOADS, Decoded, cached, detach, detach_working,
 };
 use crate::codec::CodecError;
 use crate::codec::chain::CodecChain;
@@ -101,7 +101,7 @@ pub struct ReadOptions {
     /// Largest decoded chunk (or inner chunk) read; arrays with larger chunks are refused.
     pub max_chunk_bytes: u64,
     /// Decodes one request runs at once (see [`ReadContext::decoders`]).
-    pub decode_turns: usize,
+    pub decode_permits: usize,
     /// Bytes a result of variable-length elements may hold in all (their contents and 24 bytes
     /// each), checked as its chunks are copied in.
     pub max_result_bytes: u64,
@@ -119,7 +119,7 @@ impl Default for ReadOptions {
             coalesce_gap: 1 << 20,
             variable_chunk_limit: 256 << 20,
             max_chunk_bytes: 1 << 30,
-            decode_turns: default_decoders(),
+            decode_permits: default_decoders(),
             max_result_bytes: 256 << 20,
         }
     }
@@ -136,23 +136,23 @@ pub struct ReadContext {
     pub caches: Option<Arc<Caches>>,
     /// Tuning.
     pub opts: ReadOptions,
-    /// Turns to decode, `opts.decode_turns` of them, shared by the reads of this context (one
+    /// Permits to decode, `opts.decode_permits` of them, shared by the reads of this context (one
     /// request's). Decoding is CPU work: one request running more of it at once than the
-    /// machine has cores only makes threads take turns and evict each other's caches (a cold
+    /// machine has cores only makes threads take permits and evict each other's caches (a cold
     /// 64 MiB slice on two cores took ~10% longer with 24-48 decodes in flight than with 4).
     /// Not shared across requests: a server-wide queue made cached slices whose few chunks
     /// were evicted wait behind bulk reads (load test p99 72 -> 617 ms). Handed out by
     /// [`Self::rank`]. Made at the first decode ([`Self::decoders`]): a read served from the
     /// cache needs none. A clone shares them (made then, if they were not yet).
-    decoders: std::sync::OnceLock<Arc<Turns>>,
-    /// The rank of this context's reads for decode turns: a streamed slice gives each band its
+    decoders: std::sync::OnceLock<Arc<PrioritySemaphore>>,
+    /// The rank of this context's reads for decode permits: a streamed slice gives each band its
     /// own, in the order they are sent, so that the first band is decoded first
-    /// ([`super::turns`]).
+    /// ([`super::priority_semaphore`]).
     pub rank: u64,
 }
 
 impl Clone for ReadContext {
-    /// The same context, sharing its decode turns.
+    /// The same context, sharing its decode permits.
     fn clone(&self) -> Self {
         Self {
             store: self.store.clone(),
@@ -178,12 +178,13 @@ impl ReadContext {
         }
     }
 
-    /// The decode turns of this context and of its clones.
-    pub fn decoders(&self) -> &Arc<Turns> {
-        self.decoders.get_or_init(|| Turns::new(self.opts.decode_turns))
+    /// The decode permits of this context and of its clones.
+    pub fn decoders(&self) -> &Arc<PrioritySemaphore> {
+        self.decoders
+            .get_or_init(|| PrioritySemaphore::new(self.opts.decode_permits))
     }
 
-    /// The same context (sharing its decode turns) for reads of rank `rank`.
+    /// The same context (sharing its decode permits) for reads of rank `rank`.
     pub fn ranked(&self, rank: u64) -> Self {
         Self { rank, ..self.clone() }
     }
@@ -925,7 +926,7 @@ async fn decode(
     inner: bool,
 ) -> Result<Arc<Decoded>, ReadError> {
     let decoder = Decoder::new(ctx, meta, key, inner);
-    let _turn = decode_turn(ctx).await;
+    let _permit = decode_permit(ctx).await;
     crate::workers::spawn_blocking(move || {
         decoder.decode(|chain, shape, fill, limit| chain.decode_bytes(bytes, shape, fill, limit))
     })
@@ -935,9 +936,9 @@ async fn decode(
 
 /// Reads a stored unit (`inner`: a range of the shard at `key`, with the shard as its index
 /// saw it; `None`: a whole chunk) and decodes it; `None` when it is missing. Local stores read
-/// and decode in the same trip to the blocking pool, during a decode turn. Remote stores fetch
-/// first, outside the turns (a fetch is waiting, not CPU work: up to `concurrency` of them run
-/// at once, while only `decode_turns` decodes do).
+/// and decode in the same trip to the blocking pool, during a decode permit. Remote stores fetch
+/// first, outside the permits (a fetch is waiting, not CPU work: up to `concurrency` of them run
+/// at once, while only `decode_permits` decodes do).
 async fn read_and_decode(
     ctx: &ReadContext,
     meta: &Arc<ArrayMeta>,
@@ -973,7 +974,7 @@ async fn read_and_decode(
     }
     // Local: opened, refused by its size if need be, read and decoded in one blocking call.
     let decoder = Decoder::new(ctx, meta, key, is_inner);
-    let _turn = decode_turn(ctx).await;
+    let _permit = decode_permit(ctx).await;
     let changed = key.to_string();
     let decoded = ctx
         .store
@@ -1039,9 +1040,9 @@ fn too_large_unit(key: &str, size: u64, most: u64) -> ReadError {
     ))
 }
 
-/// Waits for a turn to decode (see [`ReadContext::decoders`]); the turn ends when it is
+/// Waits for a permit to decode (see [`ReadContext::decoders`]); the permit ends when it is
 /// dropped.
-async fn decode_turn(ctx: &ReadContext) -> Turn {
+async fn decode_permit(ctx: &ReadContext) -> PriorityPermit {
     ctx.decoders().take(ctx.rank).await
 }
 
@@ -1127,7 +1128,7 @@ async fn load_unit(
 
 /// Looks a decoded chunk or a shard index up in `caches` (`pick` says which cache), loading it
 /// on a miss in a task of its own ([`detach`]): a load the request no longer waits for (it
-/// timed out, its client went) runs on, within [`ORPHANED_LOADS`], and is cached for the next.
+/// timed out, its client went) runs on, within [`DETACHED_LOADS`], and is cached for the next.
 /// `load` makes the load's future only on a miss: that future (a store read and a decode) is
 /// kilobytes, which every hit would otherwise move around, and owns clones of what it reads
 /// (the context, the metadata, the key), which a hit need not make.
@@ -1149,7 +1150,7 @@ where
     let (caches, load) = (caches.clone(), load());
     // Its own work once this request's task is the one loading (moka runs one caller's load
     // for a key; the others wait for it, and need not run on for it).
-    let loaded = detach_working(&ORPHANED_LOADS, |working| async move {
+    let loaded = detach_working(&DETACHED_LOADS, |working| async move {
         let (cache, counters) = pick(&caches);
         let load = move || async move {
             working.begin();
@@ -1401,7 +1402,7 @@ async fn read_shard_once(
             let members = members.into_iter().map(|(i, r)| (i, wanted[i].number, r)).collect();
             // Decoded inner chunks come back as they are done, a few at most waiting to be
             // copied, and each is dropped once copied (the span's members may be thousands).
-            let (sent, mut decoded) = tokio::sync::mpsc::channel(ctx.opts.decode_turns.max(1));
+            let (sent, mut decoded) = tokio::sync::mpsc::channel(ctx.opts.decode_permits.max(1));
             let load = fetch_inner(
                 ctx.clone(),
                 meta.clone(),
@@ -1426,7 +1427,7 @@ async fn read_shard_once(
                 // they decode is cached (see through_cache).
                 let loaded = async {
                     match &ctx.caches {
-                        Some(_) => detach(&ORPHANED_LOADS, load).await.map_err(load_task_failed)?,
+                        Some(_) => detach(&DETACHED_LOADS, load).await.map_err(load_task_failed)?,
                         None => load.await,
                     }
                 };
@@ -1468,7 +1469,7 @@ async fn fetch_inner(
         return Err(ReadError::Changed(key.to_string()));
     }
     // The inner chunks of one fetched range decode concurrently, as many at once as the
-    // request has decode turns.
+    // request has decode permits.
     let (ctx, meta, key, shard, bytes, done) = (&ctx, &meta, &key, &shard, &bytes, &done);
     stream::iter(members)
         .map(|(i, number, r)| async move {
@@ -1487,7 +1488,7 @@ async fn fetch_inner(
             let _ = done.send((i, block)).await;
             Ok(())
         })
-        .buffer_unordered(ctx.opts.decode_turns.max(1))
+        .buffer_unordered(ctx.opts.decode_permits.max(1))
         .try_collect::<Vec<()>>()
         .await
         .map(|_| ())
@@ -1500,7 +1501,7 @@ mod tests {
     use super::*;
     use crate::zarr::parse_v2;
 
-    /// A context's decode turns are made at the first decode, or when it is cloned: every
+    /// A context's decode permits are made at the first decode, or when it is cloned: every
     /// clone and ranked copy shares them, whenever it was made.
     #[test]
     fn decode_turns_are_made_when_needed_and_shared_by_clones() {
@@ -1508,7 +1509,7 @@ mod tests {
         let ctx = ReadContext::uncached(Store::new(crate::store::open_local(dir.path()).unwrap()));
         assert!(
             ctx.decoders.get().is_none(),
-            "a context that decodes nothing makes no turns"
+            "a context that decodes nothing makes no permits"
         );
         let (clone, ranked) = (ctx.clone(), ctx.ranked(3));
         assert!(Arc::ptr_eq(ctx.decoders(), clone.decoders()));

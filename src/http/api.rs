@@ -18,7 +18,7 @@ pub async fn mounts(
     headers: axum::http::HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
     let [] = super::query(&uri, [])?;
-    let token = crate::server::bearer(&headers);
+    let token = super::auth::bearer(&headers);
     let show_all = state.config.server.show_mount_urls;
     let list: Vec<Value> = state
         .mounts

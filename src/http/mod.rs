@@ -2,6 +2,7 @@
 //! ([`compress`]).
 
 pub mod api;
+pub mod auth;
 pub mod compress;
 pub mod raw;
 pub mod slice;

@@ -297,8 +297,10 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     {
         let mut response = response;
         super::append(&mut response, X_ZARR_DTYPE, dtype_header(meta.dtype.typestr())?);
-        let turn = stream_turn(&state)?;
-        return stream_bands(ctx, path, meta, sel, rows, response, turn).await.map(text);
+        let permit = stream_permit(&state)?;
+        return stream_bands(ctx, path, meta, sel, rows, response, permit)
+            .await
+            .map(text);
     }
     if matches!(format, Format::Bin | Format::Npy) && fixed {
         super::append(&mut response, X_ZARR_DTYPE, dtype_header(meta.dtype.typestr())?);
@@ -319,16 +321,16 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     }
 
     // A result that is sent whole but large (an image, text of variable-length elements)
-    // takes its turn before it is read: the region and its encoding are held meanwhile, and a
+    // takes its permit before it is read: the region and its encoding are held meanwhile, and a
     // busy server refuses before reading rather than after.
     let whole = match format {
         Format::Png => asked.max(pixels.saturating_mul(4)),
         _ => asked,
     };
-    let (turn, held) = match whole > BAND_BYTES {
+    let (permit, held) = match whole > BAND_BYTES {
         // The region and its encoding, at once: the encoding's share of the memory budget.
         true => (
-            Some(stream_turn(&state)?),
+            Some(stream_permit(&state)?),
             Some(whole_share(&state, asked.saturating_add(whole))?),
         ),
         false => (None, None),
@@ -421,7 +423,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     response
         .header(X_ZARR_DTYPE, dtype_header(dtype)?)
         .header(header::CONTENT_LENGTH, length_header(length as u64))
-        .body(whole_body(&state, Bytes::from(body), turn, held)?)
+        .body(whole_body(&state, Bytes::from(body), permit, held)?)
         .map(text)
         .map_err(|_| ApiError::Internal)
 }
@@ -441,33 +443,33 @@ fn whole_share(state: &AppState, bytes: u64) -> Result<tokio::sync::OwnedSemapho
 }
 
 /// The body of a response encoded whole (png, variable-length elements, text of small
-/// results). One over [`BAND_BYTES`] holds a stream turn (`turn`, taken before it was read, or
+/// results). One over [`BAND_BYTES`] holds a stream permit (`permit`, taken before it was read, or
 /// one taken now), as a streamed one does, and is sent in pieces of [`PIECE_BYTES`]: hyper
 /// takes a body of one piece at once, so clients that did not read held such bodies (a 26 MB
 /// image each) past every limit, and the access log counted them as sent.
 fn whole_body(
     state: &AppState,
     body: Bytes,
-    turn: Option<tokio::sync::OwnedSemaphorePermit>,
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
     held: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Result<Body, ApiError> {
     if body.len() as u64 <= BAND_BYTES {
         return Ok(Body::from(body));
     }
-    let turn = match turn {
-        Some(turn) => turn,
-        None => stream_turn(state)?,
+    let permit = match permit {
+        Some(permit) => permit,
+        None => stream_permit(state)?,
     };
     let piece = PIECE_BYTES as usize;
     let pieces = (0..body.len().div_ceil(piece))
         .map(move |i| Ok::<Bytes, std::io::Error>(body.slice(i * piece..((i + 1) * piece).min(body.len()))));
-    // The body holds its share of the memory budget until it is sent, as its turn.
-    Ok(holding(stream::iter(pieces), (turn, held)))
+    // The body holds its share of the memory budget until it is sent, as its permit.
+    Ok(holding(stream::iter(pieces), (permit, held)))
 }
 
-/// A turn to send a streamed (or large whole) body ([`AppState::streams`]); 503 when none is
+/// A permit to send a streamed (or large whole) body ([`AppState::streams`]); 503 when none is
 /// left.
-fn stream_turn(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+fn stream_permit(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
     state
         .streams
         .clone()
@@ -475,13 +477,13 @@ fn stream_turn(state: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, Ap
         .map_err(|_| ApiError::Overloaded)
 }
 
-/// A body of `pieces` that holds `turn` until it is sent or dropped.
+/// A body of `pieces` that holds `permit` until it is sent or dropped.
 fn holding(
     pieces: impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
-    turn: impl Send + 'static,
+    permit: impl Send + 'static,
 ) -> Body {
     Body::from_stream(pieces.map(move |piece| {
-        let _sending = &turn;
+        let _sending = &permit;
         piece
     }))
 }
@@ -854,7 +856,7 @@ async fn stream_bands(
     sel: Selection,
     rows_as: RowsAs,
     mut response: axum::http::response::Builder,
-    turn: tokio::sync::OwnedSemaphorePermit,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Response, ApiError> {
     let (head, tail) = rows_as.frame(&meta, &sel);
     if let RowsAs::Bytes { .. } = rows_as {
@@ -870,10 +872,10 @@ async fn stream_bands(
     let ahead = (BAND_BYTES * BANDS_AHEAD as u64 / held).clamp(1, BANDS_AHEAD as u64) as usize;
     let mut loads = stream::iter(bands.into_iter().zip(0..))
         .map(move |((first, band), rank)| {
-            // Ranked by band: the turns to decode go to the band sent first.
+            // Ranked by band: the permits to decode go to the band sent first.
             let (ctx, path, meta) = (ctx.ranked(rank), path.clone(), meta.clone());
             // Aborted when dropped: a client that leaves stops the bands still loading (the
-            // chunk loads they started run on to be cached, within ORPHANED_LOADS).
+            // chunk loads they started run on to be cached, within DETACHED_LOADS).
             tokio_util::task::AbortOnDropHandle::new(crate::workers::spawn(async move {
                 (first, load_region(&ctx, &path, meta, &band).await)
             }))
@@ -900,7 +902,7 @@ async fn stream_bands(
         .chain(rows_as.pieces(first, first_row))
         .chain(rest)
         .chain(stream::iter([Ok(tail)]));
-    response.body(holding(body, turn)).map_err(|_| ApiError::Internal)
+    response.body(holding(body, permit)).map_err(|_| ApiError::Internal)
 }
 
 #[cfg(test)]

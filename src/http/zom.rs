@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use super::{joined, own_task, query};
 use crate::cache::{
-    Caches, Document, MAX_PENDING_WALKS, ORPHANED_LOADS, Rendered, WalkKey, Walked, Working, detach_working, fits,
+    Caches, DETACHED_LOADS, Document, MAX_PENDING_WALKS, Rendered, WalkKey, Walked, Working, detach_working, fits,
     remembered,
 };
 use crate::error::ApiError;
@@ -93,7 +93,7 @@ async fn tree_as(
     pending.await.map_err(ApiError::from)
 }
 
-/// Walks the hierarchy at `key` in its turn ([`Caches::walks`]), caches what is
+/// Walks the hierarchy at `key` with a permit ([`Caches::walks`]), caches what is
 /// [`remembered`], and then (or when the task ends otherwise) removes the walk from those
 /// under way.
 async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: WalkKey) -> Walked {
@@ -110,7 +110,7 @@ async fn walk_and_cache(caches: Arc<Caches>, store: Store, key: WalkKey) -> Walk
     }
     let done = Done(caches, key);
     let walked = {
-        let _turn = done.0.walks.acquire().await.ok();
+        let _permit = done.0.walks.acquire().await.ok();
         walk(&store, &done.1.1, None, done.1.2).await.map(|t| t.map(Arc::new))
     };
     // Weighing serializes the tree's documents.
@@ -230,8 +230,8 @@ async fn rendered_as(
         // One rendering at a time per document and walked tree: the requests that missed
         // together (they waited for the same walk) take the one rendered first, from the cache
         // or, for a document too large for it, from the slot they share.
-        let turn = caches.rendering.enter((key.clone(), Arc::as_ptr(&tree) as usize));
-        let mut slot = turn.slot().ok_or(ApiError::Internal)?.lock().await;
+        let permit = caches.rendering.enter((key.clone(), Arc::as_ptr(&tree) as usize));
+        let mut slot = permit.slot().ok_or(ApiError::Internal)?.lock().await;
         let done = match slot.as_ref() {
             Some(done) if same_rendering(done, &tree, own.as_ref()) => Some(done.clone()),
             _ => caches
@@ -274,7 +274,7 @@ async fn rendered_as(
         }
         Ok(bytes)
     };
-    detach_working(&ORPHANED_LOADS, render)
+    detach_working(&DETACHED_LOADS, render)
         .await
         .map_err(|_| ApiError::Internal)?
 }
@@ -351,10 +351,10 @@ async fn zom_tree(state: &AppState, mount: &Mount, path: &StoreKey, depth: Optio
                 Some(Ok(Some(t))) => Arc::new(pruned(&t, d)),
                 Some(Ok(None)) => return Err(not_found()),
                 // Not walked yet, or too large as a whole: walk down to the depth asked, in a
-                // walk turn as whole walks are (the request limit alone lets as many walks run
+                // walk permit as whole walks are (the request limit alone lets as many walks run
                 // as requests).
                 Some(Err(_)) | None => {
-                    let _turn = state.caches.walks.acquire().await.ok();
+                    let _permit = state.caches.walks.acquire().await.ok();
                     let walked = walk(&mount.store, path, Some(d), None).await;
                     if matches!(walked, Err(HierarchyError::TooLarge(_))) {
                         crate::workers::spawn_blocking(release_freed_memory);
@@ -708,10 +708,10 @@ pub async fn validate(
     // any length: both run on the blocking pool, one validation's at a time, and never on the
     // async workers that serve everything else. The permit goes with the work: a request that
     // times out or is dropped while its work runs on does not let another start beside it.
-    let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
+    let permit = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
     let validator = joined(
         crate::workers::spawn_blocking(move || {
-            let _turn = turn;
+            let _permit = permit;
             bounded_validator(&schema)
         })
         .await,
@@ -725,9 +725,9 @@ pub async fn validate(
              {MAX_VALIDATION_STEPS} steps; validate a part of the hierarchy (a path below) or a smaller schema"
         )));
     }
-    let turn = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
+    let permit = VALIDATIONS.acquire().await.map_err(|_| ApiError::Internal)?;
     let errors = crate::workers::spawn_blocking(move || {
-        let _turn = turn;
+        let _permit = permit;
         validator
             .iter_errors(&zom)
             .take(MAX_VALIDATION_ERRORS)

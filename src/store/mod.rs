@@ -8,7 +8,7 @@
 //! - bodies are streams, so a large object never has to sit in memory.
 
 mod key;
-mod nowait;
+mod nonblocking;
 mod object;
 pub mod open;
 mod origin;
@@ -25,7 +25,7 @@ use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
 pub use key::{KeyError, StoreKey};
-pub use nowait::Nowait;
+pub use nonblocking::NonBlocking;
 pub use object::{ObjectStoreBackend, open_local};
 
 /// Errors of the storage layer. A missing key is not one of them.
@@ -243,15 +243,15 @@ pub trait BlockingRead: Send + Sync + fmt::Debug {
     fn open_range(&self, key: &StoreKey, range: Range<u64>) -> Result<Option<OpenedRange>, StoreError>;
 
     /// [`Self::read_into`] on the async worker, when it can be done without waiting (the
-    /// object is in memory and small), with the range read; otherwise [`Nowait::WouldBlock`]
+    /// object is in memory and small), with the range read; otherwise [`NonBlocking::WouldBlock`]
     /// and `buf` is left to be replaced. The default never reads.
     fn read_nowait(
         &self,
         _key: &StoreKey,
         _range: Option<ByteRange>,
         _buf: &mut Vec<u8>,
-    ) -> Nowait<Result<nowait::Read, StoreError>> {
-        Nowait::WouldBlock
+    ) -> NonBlocking<Result<nonblocking::Read, StoreError>> {
+        NonBlocking::WouldBlock
     }
 }
 
@@ -300,13 +300,13 @@ pub(crate) fn fetch_nowait(
     reader: &dyn BlockingRead,
     key: &StoreKey,
     range: Option<ByteRange>,
-) -> Nowait<Result<Fetched, StoreError>> {
+) -> NonBlocking<Result<Fetched, StoreError>> {
     let mut buf = SpareBuffer::take();
     match reader.read_nowait(key, range, &mut buf.0) {
-        Nowait::Done(read) => {
-            Nowait::Done(read.map(|found| found.map(|(meta, range)| (Bytes::from_owner(buf), meta, range))))
+        NonBlocking::Done(read) => {
+            NonBlocking::Done(read.map(|found| found.map(|(meta, range)| (Bytes::from_owner(buf), meta, range))))
         }
-        Nowait::WouldBlock => Nowait::WouldBlock,
+        NonBlocking::WouldBlock => NonBlocking::WouldBlock,
     }
 }
 
@@ -453,7 +453,7 @@ impl Store {
         range: Option<ByteRange>,
     ) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
         if let Some(reader) = self.0.blocking_reader() {
-            if let Nowait::Done(read) = fetch_nowait(&*reader, key, range) {
+            if let NonBlocking::Done(read) = fetch_nowait(&*reader, key, range) {
                 return read.map(|found| found.map(|(bytes, meta, _)| (bytes, meta)));
             }
             return read_blocking(reader, key, range).await;
@@ -529,7 +529,7 @@ impl Store {
     }
 }
 
-/// Turns a stream of `Bytes` from any source into the store's body type.
+/// PrioritySemaphore a stream of `Bytes` from any source into the store's body type.
 pub(crate) fn body_stream<S, E>(s: S) -> BoxStream<'static, Result<Bytes, StoreError>>
 where
     S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,

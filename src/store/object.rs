@@ -14,7 +14,7 @@ use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectSt
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
-use super::nowait::{self, Nowait};
+use super::nonblocking::{self, NonBlocking};
 use super::{
     Backend, BlockingRead, ByteRange, GetObject, Listing, ObjectMeta, StoreError, StoreKey, body_stream, joined,
     resolve_range,
@@ -50,7 +50,7 @@ pub struct ObjectStoreBackend {
     /// The mount's upstream requests in flight (`concurrency`), each held until its response
     /// head arrives: a body then streams without one, so clients reading bodies slowly do not
     /// hold the mount's requests (object_store's LimitStore keeps its permit in the body).
-    turns: Option<Arc<tokio::sync::Semaphore>>,
+    permits: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 /// How long ranges are cut out of whole-object reads after an upstream answered one with the
@@ -69,14 +69,14 @@ pub fn open_local(dir: &FsPath) -> Result<ObjectStoreBackend, String> {
         store: Arc::new(fs),
         prefix: Vec::new(),
         local: Some(Arc::new(LocalFiles {
-            nowait: nowait::Root::open(&root).map(Arc::new),
+            nowait: nonblocking::Root::open(&root).map(Arc::new),
             root,
         })),
         can_list: true,
         suffix_ranges: true,
         ranges_refused: Arc::default(),
         denied_is_missing: false,
-        turns: None,
+        permits: None,
     })
 }
 
@@ -91,20 +91,20 @@ impl ObjectStoreBackend {
             suffix_ranges: true,
             ranges_refused: Arc::default(),
             denied_is_missing: false,
-            turns: None,
+            permits: None,
         }
     }
 
-    /// At most `n` upstream requests in flight, each until its response head (see `turns`).
+    /// At most `n` upstream requests in flight, each until its response head (see `permits`).
     pub fn with_concurrency(mut self, n: usize) -> Self {
-        self.turns = Some(Arc::new(tokio::sync::Semaphore::new(n)));
+        self.permits = Some(Arc::new(tokio::sync::Semaphore::new(n)));
         self
     }
 
-    /// Runs an upstream request in one of the mount's turns.
-    async fn in_turn<T>(&self, request: impl std::future::Future<Output = T>) -> T {
-        let _turn = match &self.turns {
-            Some(turns) => turns.acquire().await.ok(),
+    /// Runs an upstream request in one of the mount's permits.
+    async fn with_permit<T>(&self, request: impl std::future::Future<Output = T>) -> T {
+        let _permit = match &self.permits {
+            Some(permits) => permits.acquire().await.ok(),
             None => None,
         };
         request.await
@@ -238,12 +238,12 @@ fn open_local_file(root: &FsPath, key: &StoreKey) -> Result<LocalFile, StoreErro
 }
 
 /// Opens `key` under `root`: resolved by the kernel below `beneath` (the root opened for
-/// [`nowait`] reads) where it can decide, else by hand ([`open_local_file`]).
-fn open_local_key(root: &FsPath, beneath: Option<&nowait::Root>, key: &StoreKey) -> Result<LocalFile, StoreError> {
+/// [`nonblocking`] reads) where it can decide, else by hand ([`open_local_file`]).
+fn open_local_key(root: &FsPath, beneath: Option<&nonblocking::Root>, key: &StoreKey) -> Result<LocalFile, StoreError> {
     match beneath.map(|b| b.open_file_waiting(key)) {
-        Some(Nowait::Done(Some((meta, file)))) => Ok(LocalFile::Found(meta, file)),
-        Some(Nowait::Done(None)) => Ok(LocalFile::Missing),
-        None | Some(Nowait::WouldBlock) => open_local_file(root, key),
+        Some(NonBlocking::Done(Some((meta, file)))) => Ok(LocalFile::Found(meta, file)),
+        Some(NonBlocking::Done(None)) => Ok(LocalFile::Missing),
+        None | Some(NonBlocking::WouldBlock) => open_local_file(root, key),
     }
 }
 
@@ -251,7 +251,7 @@ fn open_local_key(root: &FsPath, beneath: Option<&nowait::Root>, key: &StoreKey)
 /// `None` when the file does not exist, [`StoreError::Range`] when the range is unsatisfiable.
 fn open_local_range(
     root: &FsPath,
-    beneath: Option<&nowait::Root>,
+    beneath: Option<&nonblocking::Root>,
     key: &StoreKey,
     range: Option<ByteRange>,
 ) -> Result<Option<(ObjectMeta, Range<u64>, std::fs::File)>, StoreError> {
@@ -290,7 +290,7 @@ fn read_range(
 
 impl LocalFiles {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
-        if let Some(Nowait::Done(found)) = self.nowait.as_ref().map(|n| n.open_file(key)) {
+        if let Some(NonBlocking::Done(found)) = self.nowait.as_ref().map(|n| n.open_file(key)) {
             return Ok(found.map(|(meta, _)| meta));
         }
         let (root, beneath, key) = (self.root.clone(), self.nowait.clone(), key.clone());
@@ -306,7 +306,7 @@ impl LocalFiles {
     /// Small ranges are read whole: from memory on the worker when they are there, otherwise
     /// in the blocking call that opens the file. Larger ones stream from the file.
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
-        if let Nowait::Done(read) = super::fetch_nowait(self, key, range) {
+        if let NonBlocking::Done(read) = super::fetch_nowait(self, key, range) {
             return Ok(read?.map(|(bytes, meta, range)| GetObject {
                 range,
                 meta,
@@ -455,7 +455,7 @@ impl From<std::io::Error> for StoreError {
 struct LocalFiles {
     root: PathBuf,
     /// The root opened for reads that do not wait, where the platform has them.
-    nowait: Option<Arc<nowait::Root>>,
+    nowait: Option<Arc<nonblocking::Root>>,
 }
 
 impl BlockingRead for LocalFiles {
@@ -500,10 +500,10 @@ impl BlockingRead for LocalFiles {
         key: &StoreKey,
         range: Option<ByteRange>,
         buf: &mut Vec<u8>,
-    ) -> Nowait<Result<nowait::Read, StoreError>> {
+    ) -> NonBlocking<Result<nonblocking::Read, StoreError>> {
         match self.nowait.as_ref() {
             Some(root) => root.read(key, range, SMALL_READ, buf),
-            None => Nowait::WouldBlock,
+            None => NonBlocking::WouldBlock,
         }
     }
 }
@@ -525,7 +525,7 @@ impl Backend for ObjectStoreBackend {
         if !Self::addressable(&path) {
             return Ok(None);
         }
-        match self.in_turn(self.store.head(&path)).await {
+        match self.with_permit(self.store.head(&path)).await {
             Ok(m) => Ok(Some(meta_from(&m))),
             Err(e) => self.missing_or(e),
         }
@@ -567,14 +567,17 @@ impl Backend for ObjectStoreBackend {
         // sent decides, not the flag, which another read may set meanwhile.
         let mut cutting = range.is_some() && self.refusing_ranges();
         let sent = if cutting { GetOptions::default() } else { options };
-        let result = match self.in_turn(self.store.get_opts(&path, sent)).await {
+        let result = match self.with_permit(self.store.get_opts(&path, sent)).await {
             Ok(r) => r,
             // An origin that answered a range with the whole object: read it whole, and cut.
             // Only a range of part of a non-empty object shows that the origin serves no ranges
             // (of an empty object, or one the range covers whole, servers may answer 200).
             Err(object_store::Error::NotSupported { .. }) if range.is_some() && !cutting => {
                 cutting = true;
-                let whole = match self.in_turn(self.store.get_opts(&path, GetOptions::default())).await {
+                let whole = match self
+                    .with_permit(self.store.get_opts(&path, GetOptions::default()))
+                    .await
+                {
                     Ok(r) => r,
                     Err(e) => return self.missing_or(e),
                 };
@@ -655,7 +658,7 @@ impl Backend for ObjectStoreBackend {
         let listing = self
             .store
             .list_with_delimiter(if path.as_ref().is_empty() { None } else { Some(&path) });
-        let listed = match self.in_turn(listing).await {
+        let listed = match self.with_permit(listing).await {
             Ok(l) => l,
             Err(object_store::Error::NotFound { .. }) => return Ok(Listing::default()),
             Err(e) => return Err(e.into()),
@@ -849,8 +852,8 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn blocking_opens_follow_links_only_inside_the_root() {
-        let (_dir, root) = super::nowait::tests::link_tree();
-        let beneath = super::nowait::Root::open(&root);
+        let (_dir, root) = super::nonblocking::tests::link_tree();
+        let beneath = super::nonblocking::Root::open(&root);
         if std::env::var_os("ZARRGATE_EXPECT_NOWAIT").is_some() {
             assert!(beneath.is_some(), "the kernel's lookups are not available here");
         }

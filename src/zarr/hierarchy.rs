@@ -164,7 +164,7 @@ impl WalksMemory {
 /// The budget of every walk and listing of the process.
 pub static WALKS_MEMORY: WalksMemory = WalksMemory::new(WALKS_MEMORY_BYTES);
 
-/// One walk's part of a [`WalksMemory`], given back when the walk is over.
+/// One walk's part of a [`WalksMemory`], released when the walk is over.
 #[derive(Debug)]
 pub struct MemoryShare {
     of: &'static WalksMemory,

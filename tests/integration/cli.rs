@@ -196,7 +196,7 @@ fn the_health_listener_is_where_healthcheck_asks() {
         .and_then(|rest| rest.strip_suffix("/healthz, /metrics"))
         .unwrap_or_else(|| panic!("{second}"))
         .to_string();
-    // Bound and never answering (a port given back could be another test's server's by then).
+    // Bound and never answering (a port released could be another test's server's by then).
     let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let nobody = silent.local_addr().unwrap().to_string();
     let check = |bind: &str, health_bind: &str| {

@@ -949,8 +949,8 @@ fn streamed_text_values(r: &Reply, format: &str, shape: [u64; 2], outer: usize) 
 }
 
 /// Streamed responses are sent after the request limit has let their requests go: they take
-/// turns of their own, held by the body until it is sent or dropped; with none left, 503.
-/// Every stream turn of `state`, held until dropped: the server is as busy as it lets itself be.
+/// permits of their own, held by the body until it is sent or dropped; with none left, 503.
+/// Every stream permit of `state`, held until dropped: the server is as busy as it lets itself be.
 async fn every_turn(state: &zarrgate::AppState) -> tokio::sync::OwnedSemaphorePermit {
     let all = zarrgate::state::MAX_STREAMS as u32;
     state.streams.clone().acquire_many_owned(all).await.unwrap()
@@ -979,29 +979,33 @@ async fn streamed_responses_take_turns() {
     assert_eq!(
         state.streams.available_permits(),
         MAX_STREAMS - 1,
-        "the body holds a turn"
+        "the body holds a permit"
     );
     let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
     assert_eq!(body.len(), 12_000_000);
-    assert_eq!(state.streams.available_permits(), MAX_STREAMS, "sent: the turn is back");
+    assert_eq!(
+        state.streams.available_permits(),
+        MAX_STREAMS,
+        "sent: the permit is back"
+    );
     let response = app.clone().oneshot(request()).await.unwrap();
     drop(response);
     assert_eq!(
         state.streams.available_permits(),
         MAX_STREAMS,
-        "dropped: the turn is back"
+        "dropped: the permit is back"
     );
     let every = every_turn(&state).await;
     let r = get(&app, uri, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
     assert!(r.header("retry-after").is_some());
-    // Small slices do not stream and need no turn.
+    // Small slices do not stream and need no permit.
     assert_eq!(get(&app, "/api/v1/slice/m/big?select=0:10,0:10", &[]).await.status, 200);
     drop(every);
     assert_eq!(get(&app, uri, &[]).await.body.len(), 12_000_000);
 }
 
-/// A response answered whole (here a png) over a band's size takes a stream turn too, held by
+/// A response answered whole (here a png) over a band's size takes a stream permit too, held by
 /// its body, which is sent in pieces: clients that did not read held such bodies past every
 /// limit.
 #[tokio::test]
@@ -1042,11 +1046,15 @@ async fn large_whole_responses_take_turns() {
     assert_eq!(
         state.streams.available_permits(),
         MAX_STREAMS - 1,
-        "the body holds a turn"
+        "the body holds a permit"
     );
     let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
     assert_eq!(body.len(), length);
-    assert_eq!(state.streams.available_permits(), MAX_STREAMS, "sent: the turn is back");
+    assert_eq!(
+        state.streams.available_permits(),
+        MAX_STREAMS,
+        "sent: the permit is back"
+    );
     let (width, height, rgba) = png_rgba(&body);
     assert_eq!((width, height), (n as u32, n as u32));
     // The range spans the values besides the fill (0, transparent).
@@ -1064,7 +1072,7 @@ async fn large_whole_responses_take_turns() {
     let every = every_turn(&state).await;
     let r = get(&app, uri, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (503, "overloaded"));
-    // The turn is taken before the region is read: a server with none left reads nothing.
+    // The permit is taken before the region is read: a server with none left reads nothing.
     let fresh = zarrgate::AppState::from_config(config_with(&[("m", dir.path())])).unwrap();
     let fresh_app = zarrgate::app(fresh.clone());
     let _every_fresh = every_turn(&fresh).await;
@@ -1075,7 +1083,7 @@ async fn large_whole_responses_take_turns() {
         text.contains("zarrgate_cache_misses_total{cache=\"chunks\"} 0"),
         "{text}"
     );
-    // Smaller whole responses need no turn.
+    // Smaller whole responses need no permit.
     assert_eq!(
         get(&app, "/api/v1/slice/m/noise?select=0:100,0:100&format=png", &[])
             .await
@@ -2094,7 +2102,7 @@ async fn single_chunk_selections_are_zarr_pythons_blocks() {
 }
 
 /// Over a remote-like store, chunk fetches overlap up to the read concurrency, not only up to
-/// the decode turns: a fetch waits on the network and takes no turn.
+/// the decode permits: a fetch waits on the network and takes no permit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_fetches_overlap_beyond_the_decode_turns() {
     let dir = tempfile::tempdir().unwrap();
@@ -2133,13 +2141,13 @@ async fn remote_fetches_overlap_beyond_the_decode_turns() {
     };
     let mount = wrapped_mount("lagging", store);
     let state = zarrgate::AppState::with_mounts(Config::default(), vec![mount]);
-    let turns = state.read_options.decode_turns;
+    let permits = state.read_options.decode_permits;
     let app = zarrgate::app(state);
     let r = get(&app, "/api/v1/slice/m/a", &[]).await;
     let want: Vec<i32> = (0..64).map(|i| i * 3).collect();
     assert_eq!(r.json()["data"], json!(want));
     let most = most.load(Ordering::SeqCst);
-    assert!(most > turns, "{most} reads at once, with {turns} decode turns");
+    assert!(most > permits, "{most} reads at once, with {permits} decode permits");
 }
 
 /// An array at the root of a mount is sliced at `/api/v1/slice/{mount}` (with or without the

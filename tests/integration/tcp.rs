@@ -397,7 +397,7 @@ async fn the_health_listener_answers_while_every_connection_is_taken() {
         let _ = health_stopped.await;
     }));
     let served = serve_state(state).await;
-    // The one turn on `bind`, kept open: the next connection there waits.
+    // The one permit on `bind`, kept open: the next connection there waits.
     let mut first = tokio::net::TcpStream::connect(served.addr).await.unwrap();
     healthz_over(&mut first).await;
     let waiting = tokio::spawn(reqwest::get(format!("{}/healthz", served.base)));
@@ -463,7 +463,7 @@ async fn the_health_listener_answers_while_every_connection_is_taken() {
 
 /// An HTTP/2 connection (prior knowledge, as h2c clients open it) is closed once it has had no
 /// request under way for the header read timeout, as an idle HTTP/1 keep-alive connection is:
-/// hyper keeps one as long as its client answers pings, and a few idle clients held every turn
+/// hyper keeps one as long as its client answers pings, and a few idle clients held every permit
 /// of `limits.max_connections`. One with requests coming stays open.
 #[tokio::test]
 async fn idle_http2_connections_are_closed() {
@@ -557,8 +557,8 @@ async fn a_body_being_sent_keeps_its_connection() {
     stopped_within(server, 5, "stops at once").await;
 }
 
-/// A request still waiting for its answer when its client hangs up is dropped: its turn of
-/// `limits.max_concurrent_requests` is given back (the next request is served, not refused
+/// A request still waiting for its answer when its client hangs up is dropped: its permit of
+/// `limits.max_concurrent_requests` is released (the next request is served, not refused
 /// with 503) and it is counted aborted, rather than held until the store answers (here an
 /// hour). The same on a keep-alive connection whose first request was answered at once.
 #[tokio::test]
@@ -581,7 +581,7 @@ async fn a_request_whose_client_hangs_up_is_dropped() {
     };
     assert_eq!(aborted().await, Some(0));
     for (round, answered_first) in [(1u64, false), (2, true)] {
-        // The listing waits on the store, holding the one turn: another request is refused.
+        // The listing waits on the store, holding the one permit: another request is refused.
         // It is sent again if it was refused itself: the workers may serve a request for the
         // mounts at the same moment.
         let start = std::time::Instant::now();
@@ -597,7 +597,7 @@ async fn a_request_whose_client_hangs_up_is_dropped() {
             loop {
                 assert!(
                     start.elapsed() < std::time::Duration::from_secs(5),
-                    "round {round}: the listing never took the turn"
+                    "round {round}: the listing never took the permit"
                 );
                 let status = mounts().await.unwrap().status();
                 if status == 503 {
@@ -612,12 +612,12 @@ async fn a_request_whose_client_hangs_up_is_dropped() {
             }
         };
         drop(conn);
-        // Hung up: the listing is dropped and its turn given back.
+        // Hung up: the listing is dropped and its permit released.
         let start = std::time::Instant::now();
         while mounts().await.unwrap().status() != 200 {
             assert!(
                 start.elapsed() < std::time::Duration::from_secs(5),
-                "round {round}: the request of a client that hung up still holds its turn"
+                "round {round}: the request of a client that hung up still holds its permit"
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
@@ -976,11 +976,11 @@ async fn serve_big(dir: &std::path::Path) -> (Served, zarrgate::AppState) {
     (serve_state(state.clone()).await, state)
 }
 
-/// Waits up to 10 s for every stream turn of `state` to be free; the seconds it took.
+/// Waits up to 10 s for every stream permit of `state` to be free; the seconds it took.
 async fn turns_back(state: &zarrgate::AppState) -> f64 {
     let start = std::time::Instant::now();
     while state.streams.available_permits() < zarrgate::state::MAX_STREAMS {
-        assert!(start.elapsed().as_secs() < 10, "the stream turns are not given back");
+        assert!(start.elapsed().as_secs() < 10, "the stream permits are not released");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     start.elapsed().as_secs_f64()
@@ -1023,7 +1023,7 @@ fn get_request(addr: std::net::SocketAddr, path: &str) -> axum::http::Request<ht
 
 /// Over HTTP/2 a client that stops taking a streamed body (its stream's window stays closed)
 /// keeps its connection busy answering pings, and no socket stalls: after
-/// `limits.send_timeout_s` the server closes the connection, and the body's stream turn comes
+/// `limits.send_timeout_s` the server closes the connection, and the body's stream permit comes
 /// back. Before, it was held for as long as the client kept the connection. So is a body
 /// handed on whole (a small slice) to a stream whose window never opens. A client that takes
 /// a body slowly, pausing for less than the timeout, gets all of it.
@@ -1045,7 +1045,7 @@ async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout()
     assert_eq!(
         state.streams.available_permits(),
         zarrgate::state::MAX_STREAMS - 1,
-        "the body holds a turn"
+        "the body holds a permit"
     );
     let seconds = closed_after(connection).await;
     assert!(within.contains(&seconds), "closed after {seconds} s");
@@ -1099,7 +1099,7 @@ async fn http2_bodies_left_unread_lose_their_connection_after_the_send_timeout()
 
 /// Over HTTP/1 a client that stops reading a streamed body fills the socket's buffers: its
 /// connection is closed after `limits.send_timeout_s` too (well before the kernel's
-/// TCP_USER_TIMEOUT), and the turn comes back.
+/// TCP_USER_TIMEOUT), and the permit comes back.
 #[tokio::test]
 async fn http1_bodies_left_unread_lose_their_connection_after_the_send_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1112,14 +1112,14 @@ async fn http1_bodies_left_unread_lose_their_connection_after_the_send_timeout()
     let mut head = [0u8; 12];
     tcp.read_exact(&mut head).await.unwrap();
     assert_eq!(&head, b"HTTP/1.1 200");
-    // The body's turn is taken, and given back once the connection is closed.
+    // The body's permit is taken, and released once the connection is closed.
     let start = std::time::Instant::now();
     while state.streams.available_permits() == zarrgate::state::MAX_STREAMS {
-        assert!(start.elapsed().as_secs() < 5, "the body takes no turn");
+        assert!(start.elapsed().as_secs() < 5, "the body takes no permit");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     let seconds = turns_back(&state).await;
-    assert!(seconds > SEND_TIMEOUT_S * 0.5, "given back after {seconds} s");
+    assert!(seconds > SEND_TIMEOUT_S * 0.5, "released after {seconds} s");
     // What was sent ends short of the body: the connection was closed under it.
     let mut rest = Vec::new();
     let _ = tcp.read_to_end(&mut rest).await;

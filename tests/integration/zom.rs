@@ -180,7 +180,7 @@ async fn directory_links_that_loop_are_left_out() {
 }
 
 /// The memory of all walks under way is shared: a walk that would take more than is left stops
-/// as busy (503), and what a walk held is given back when it is over.
+/// as busy (503), and what a walk held is released when it is over.
 #[test]
 fn walks_share_one_memory_budget() {
     use zarrgate::zarr::hierarchy::{MemoryShare, WalksMemory};
@@ -674,7 +674,7 @@ async fn a_slow_walk_finishes_for_the_next_request() {
     assert_eq!(gets.load(std::sync::atomic::Ordering::SeqCst), before + 1);
 }
 
-/// Requests for one hierarchy share its walk; walks under way or waiting for their turn are
+/// Requests for one hierarchy share its walk; walks under way or waiting for their permit are
 /// bounded, and a request that needs one more is refused with 503 rather than queued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn walks_under_way_are_shared_and_bounded() {
@@ -961,7 +961,7 @@ async fn concurrent_requests_share_one_rendering() {
 /// the next request takes it from the cache.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rendering_outlives_the_request_that_started_it() {
-    use zarrgate::cache::ORPHANED_LOADS;
+    use zarrgate::cache::DETACHED_LOADS;
     let dir = tempfile::tempdir().unwrap();
     // Thousands of arrays with long attributes: megabytes of JSON, rendered for a while on the
     // blocking pool.
@@ -984,7 +984,7 @@ async fn a_rendering_outlives_the_request_that_started_it() {
     assert!(begun, "the rendering was over before the request could go");
     drop(first);
     for _ in 0..2000 {
-        if ORPHANED_LOADS.running() == 0 {
+        if DETACHED_LOADS.running() == 0 {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
@@ -1720,7 +1720,7 @@ async fn walks_reach_64_levels() {
     assert_eq!(r.status, 413, "{:?}", r.body);
 }
 
-/// A ZOM request with a depth walks in a walk turn too: with every turn taken it waits, and it
+/// A ZOM request with a depth walks in a walk permit too: with every permit taken it waits, and it
 /// answers once one is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn depth_walks_take_walk_turns() {
@@ -1741,11 +1741,11 @@ async fn depth_walks_take_walk_turns() {
         async move { get(&app, "/api/v1/zom/m/g?depth=1", &[]).await }
     });
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    assert!(!request.is_finished(), "waits for a walk turn");
+    assert!(!request.is_finished(), "waits for a walk permit");
     drop(all);
     let r = tokio::time::timeout(std::time::Duration::from_secs(10), request)
         .await
-        .expect("answers once a turn is free")
+        .expect("answers once a permit is free")
         .unwrap();
     assert_eq!(r.status, 200);
     assert!(r.json()["members"]["sub"].is_object(), "{:?}", r.json());

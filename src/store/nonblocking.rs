@@ -7,7 +7,7 @@
 //! is opened with `openat2(RESOLVE_CACHED)` (Linux 5.12), which fails rather than wait for a
 //! lookup that needs I/O, and read with `preadv2(RWF_NOWAIT)`, which fails rather than wait for
 //! the disk. Whatever would wait, and whatever this path does not decide for certain, is
-//! [`Nowait::WouldBlock`]: the caller then takes the blocking path, which gives the answer for
+//! [`NonBlocking::WouldBlock`]: the caller then takes the blocking path, which gives the answer for
 //! every case. Only an open regular file below the root (`RESOLVE_BENEATH`, so no symlink leaves
 //! it) or a name that does not exist is decided here, as the blocking path would decide it:
 //! - the root is looked up by its path on every read, as the blocking path does, so a root
@@ -29,7 +29,7 @@ use super::{ByteRange, ObjectMeta, StoreError, StoreKey, resolve_range};
 
 /// What a read that must not wait found.
 #[derive(Debug)]
-pub enum Nowait<T> {
+pub enum NonBlocking<T> {
     /// Decided without waiting.
     Done(T),
     /// Deciding would wait (or is not certain here): use the blocking path.
@@ -64,7 +64,7 @@ impl Root {
 
     /// Opens `key`, with the metadata of the regular file it names; `Done(None)` when nothing
     /// by that name exists, or it is no regular file.
-    pub fn open_file(&self, key: &StoreKey) -> Nowait<Option<(ObjectMeta, File)>> {
+    pub fn open_file(&self, key: &StoreKey) -> NonBlocking<Option<(ObjectMeta, File)>> {
         self.open_file_with(key, false)
     }
 
@@ -72,20 +72,20 @@ impl Root {
     /// resolves the path in the kernel, where resolving it by hand (`realpath`: a `readlink` per
     /// component) and opening it took nine. `WouldBlock` still means undecided here (a symlink
     /// out of the root or an absolute one, a mount point): the caller resolves the path itself.
-    pub fn open_file_waiting(&self, key: &StoreKey) -> Nowait<Option<(ObjectMeta, File)>> {
+    pub fn open_file_waiting(&self, key: &StoreKey) -> NonBlocking<Option<(ObjectMeta, File)>> {
         self.open_file_with(key, true)
     }
 
-    fn open_file_with(&self, key: &StoreKey, wait: bool) -> Nowait<Option<(ObjectMeta, File)>> {
+    fn open_file_with(&self, key: &StoreKey, wait: bool) -> NonBlocking<Option<(ObjectMeta, File)>> {
         let file = match imp::open_beneath(self, key.as_str(), wait) {
-            Nowait::Done(Some(file)) => file,
-            Nowait::Done(None) => return Nowait::Done(None),
-            Nowait::WouldBlock => return Nowait::WouldBlock,
+            NonBlocking::Done(Some(file)) => file,
+            NonBlocking::Done(None) => return NonBlocking::Done(None),
+            NonBlocking::WouldBlock => return NonBlocking::WouldBlock,
         };
         match file.metadata() {
-            Ok(m) if m.is_file() => Nowait::Done(Some((super::object::local_meta(&m), file))),
-            Ok(_) => Nowait::Done(None),
-            Err(_) => Nowait::WouldBlock,
+            Ok(m) if m.is_file() => NonBlocking::Done(Some((super::object::local_meta(&m), file))),
+            Ok(_) => NonBlocking::Done(None),
+            Err(_) => NonBlocking::WouldBlock,
         }
     }
 
@@ -98,33 +98,33 @@ impl Root {
         range: Option<ByteRange>,
         max: u64,
         buf: &mut Vec<u8>,
-    ) -> Nowait<Result<Read, StoreError>> {
+    ) -> NonBlocking<Result<Read, StoreError>> {
         if self.reads_refused.load(std::sync::atomic::Ordering::Relaxed) {
-            return Nowait::WouldBlock;
+            return NonBlocking::WouldBlock;
         }
         let (meta, file) = match self.open_file(key) {
-            Nowait::Done(Some(found)) => found,
-            Nowait::Done(None) => return Nowait::Done(Ok(None)),
-            Nowait::WouldBlock => return Nowait::WouldBlock,
+            NonBlocking::Done(Some(found)) => found,
+            NonBlocking::Done(None) => return NonBlocking::Done(Ok(None)),
+            NonBlocking::WouldBlock => return NonBlocking::WouldBlock,
         };
         let range = match resolve_range(range, meta.size) {
             Ok(r) => r,
-            Err(e) => return Nowait::Done(Err(e)),
+            Err(e) => return NonBlocking::Done(Err(e)),
         };
         let Some(want) = Some(range.end - range.start)
             .filter(|n| *n <= max)
             .and_then(|n| usize::try_from(n).ok())
         else {
-            return Nowait::WouldBlock;
+            return NonBlocking::WouldBlock;
         };
         buf.clear();
         if buf.try_reserve(want).is_err() {
-            return Nowait::WouldBlock;
+            return NonBlocking::WouldBlock;
         }
         match imp::read_at(self, &file, buf, want, range.start) {
-            Nowait::Done(()) if buf.len() == want => Nowait::Done(Ok(Some((meta, range)))),
+            NonBlocking::Done(()) if buf.len() == want => NonBlocking::Done(Ok(Some((meta, range)))),
             // Short (the file shrank since its metadata was read) or not in memory.
-            _ => Nowait::WouldBlock,
+            _ => NonBlocking::WouldBlock,
         }
     }
 }
@@ -136,7 +136,7 @@ mod imp {
     use std::os::fd::{AsRawFd, FromRawFd, RawFd};
     use std::sync::atomic::Ordering;
 
-    use super::{Nowait, Root};
+    use super::{NonBlocking, Root};
 
     /// Filesystems whose opens and metadata never leave the machine.
     const LOCAL: [libc::c_long; 6] = [
@@ -214,29 +214,29 @@ mod imp {
     /// Opens `key` (relative, already checked by [`crate::store::StoreKey`]) below the root,
     /// following symlinks only where they stay below it and on its filesystem, if no lookup has
     /// to wait (or if the caller may `wait`).
-    pub fn open_beneath(root: &Root, key: &str, wait: bool) -> Nowait<Option<File>> {
+    pub fn open_beneath(root: &Root, key: &str, wait: bool) -> NonBlocking<Option<File>> {
         let Ok(path) = CString::new(key) else {
-            return Nowait::WouldBlock;
+            return NonBlocking::WouldBlock;
         };
         let Ok(dir) = open_root(root, wait) else {
-            return Nowait::WouldBlock;
+            return NonBlocking::WouldBlock;
         };
         // Non-blocking, as on the blocking path: opening a FIFO must not wait for a writer.
         let resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_MAGICLINKS | cached(wait);
         match openat2(dir.as_raw_fd(), &path, libc::O_RDONLY | libc::O_NONBLOCK, resolve) {
-            Ok(file) => Nowait::Done(Some(file)),
+            Ok(file) => NonBlocking::Done(Some(file)),
             // Nothing by that name (a cached negative lookup), or a file in the way.
-            Err(libc::ENOENT | libc::ENOTDIR) => Nowait::Done(None),
+            Err(libc::ENOENT | libc::ENOTDIR) => NonBlocking::Done(None),
             // EAGAIN (not cached, or a symlink whose access time needs updating), EXDEV (a
             // symlink out of the root or an absolute one, which may still point inside it, or a
             // mount point), ELOOP, and the rest: the blocking path decides.
-            Err(_) => Nowait::WouldBlock,
+            Err(_) => NonBlocking::WouldBlock,
         }
     }
 
     /// Appends `want` bytes of `file` from `offset` to `buf` (which has room for them) as far as
     /// the page cache holds them; `WouldBlock` when a read would wait for the disk.
-    pub fn read_at(root: &Root, file: &File, buf: &mut Vec<u8>, want: usize, offset: u64) -> Nowait<()> {
+    pub fn read_at(root: &Root, file: &File, buf: &mut Vec<u8>, want: usize, offset: u64) -> NonBlocking<()> {
         let start = buf.len();
         while buf.len() - start < want {
             let done = buf.len() - start;
@@ -246,7 +246,7 @@ mod imp {
                 iov_len: spare.len(),
             };
             let Ok(at) = libc::off_t::try_from(offset + done as u64) else {
-                return Nowait::WouldBlock;
+                return NonBlocking::WouldBlock;
             };
             // SAFETY: `iov` describes spare capacity of `buf` that nothing else references; the
             // kernel writes at most `iov_len` bytes there.
@@ -261,11 +261,11 @@ mod imp {
                     if std::io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
                         root.reads_refused.store(true, Ordering::Relaxed);
                     }
-                    return Nowait::WouldBlock;
+                    return NonBlocking::WouldBlock;
                 }
             }
         }
-        Nowait::Done(())
+        NonBlocking::Done(())
     }
 }
 
@@ -274,18 +274,18 @@ mod imp {
     use std::ffi::CStr;
     use std::fs::File;
 
-    use super::{Nowait, Root};
+    use super::{NonBlocking, Root};
 
     pub fn usable(_: &CStr) -> bool {
         false
     }
 
-    pub fn open_beneath(_: &Root, _: &str, _: bool) -> Nowait<Option<File>> {
-        Nowait::WouldBlock
+    pub fn open_beneath(_: &Root, _: &str, _: bool) -> NonBlocking<Option<File>> {
+        NonBlocking::WouldBlock
     }
 
-    pub fn read_at(_: &Root, _: &File, _: &mut Vec<u8>, _: usize, _: u64) -> Nowait<()> {
-        Nowait::WouldBlock
+    pub fn read_at(_: &Root, _: &File, _: &mut Vec<u8>, _: usize, _: u64) -> NonBlocking<()> {
+        NonBlocking::WouldBlock
     }
 }
 
@@ -313,8 +313,8 @@ pub(in crate::store) mod tests {
     fn read(root: &Root, k: &str, range: Option<ByteRange>, max: u64) -> Option<Result<Option<Found>, StoreError>> {
         let mut buf = b"old bytes".to_vec();
         match root.read(&key(k), range, max, &mut buf) {
-            Nowait::Done(read) => Some(read.map(|found| found.map(|(meta, range)| (buf, meta, range)))),
-            Nowait::WouldBlock => None,
+            NonBlocking::Done(read) => Some(read.map(|found| found.map(|(meta, range)| (buf, meta, range)))),
+            NonBlocking::WouldBlock => None,
         }
     }
 
@@ -394,12 +394,15 @@ pub(in crate::store) mod tests {
         let Some(root) = root else { return };
         for dir in ["a", "a/b"] {
             assert!(root_path.join(dir).is_dir());
-            assert!(matches!(root.open_file(&key(dir)), Nowait::Done(None)), "{dir}");
+            assert!(matches!(root.open_file(&key(dir)), NonBlocking::Done(None)), "{dir}");
         }
         for missing in ["nope", "a/nope", "a/b/c/d"] {
             assert!(!root_path.join(missing).exists());
             assert!(
-                matches!(root.open_file(&key(missing)), Nowait::Done(None) | Nowait::WouldBlock),
+                matches!(
+                    root.open_file(&key(missing)),
+                    NonBlocking::Done(None) | NonBlocking::WouldBlock
+                ),
                 "{missing}"
             );
         }
@@ -488,9 +491,9 @@ pub(in crate::store) mod tests {
                 read(&root, name, None, 1 << 20).is_none(),
                 "{name} was decided without the blocking path"
             );
-            assert!(matches!(root.open_file(&key(name)), Nowait::WouldBlock), "{name}");
+            assert!(matches!(root.open_file(&key(name)), NonBlocking::WouldBlock), "{name}");
             assert!(
-                matches!(root.open_file_waiting(&key(name)), Nowait::WouldBlock),
+                matches!(root.open_file_waiting(&key(name)), NonBlocking::WouldBlock),
                 "{name} was decided by the waiting open"
             );
         }
@@ -504,7 +507,7 @@ pub(in crate::store) mod tests {
         let Some(root) = root else { return };
         let names: &[&str] = if cfg!(unix) { &["a/b/c", "alias"] } else { &["a/b/c"] };
         for name in names {
-            let Nowait::Done(Some((meta, mut file))) = root.open_file_waiting(&key(name)) else {
+            let NonBlocking::Done(Some((meta, mut file))) = root.open_file_waiting(&key(name)) else {
                 panic!("{name} was not opened");
             };
             let (want, want_meta) = blocking(&root_path.join("a/b/c"), 0..data.len());
@@ -516,7 +519,7 @@ pub(in crate::store) mod tests {
         // Missing, under a file, and a directory (no key): nothing, decided here.
         for name in ["nothing", "a/b/c/under", "a/b"] {
             assert!(
-                matches!(root.open_file_waiting(&key(name)), Nowait::Done(None)),
+                matches!(root.open_file_waiting(&key(name)), NonBlocking::Done(None)),
                 "{name}"
             );
         }

@@ -1,8 +1,8 @@
-//! Turns to decode, handed out in the order a response needs the units.
+//! PrioritySemaphore to decode, handed out in the order a response needs the units.
 //!
 //! A streamed slice loads a few bands of units at once, each in a task of its own, and the
 //! tasks run in whatever order the runtime polls them: tokio runs the task spawned last first.
-//! With turns handed out first come, first served, the third band's units took the turns
+//! With permits handed out first come, first served, the third band's units took the permits
 //! before the first band's, and the first byte of a cold 64 MiB slice waited for three bands
 //! to be read (bench/JOURNAL.md). Here a waiter of a lower rank (an earlier band) is served
 //! before any of a higher one, and waiters of one rank in the order they came.
@@ -12,29 +12,29 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::oneshot;
 
-/// A fixed number of turns, handed out by rank (see the module documentation).
+/// A fixed number of permits, handed out by rank (see the module documentation).
 #[derive(Debug)]
-pub struct Turns {
+pub struct PrioritySemaphore {
     state: Mutex<State>,
 }
 
 #[derive(Debug)]
 struct State {
-    /// Turns no one holds or has been handed.
+    /// PrioritySemaphore no one holds or has been handed.
     free: usize,
     /// Waiters by (rank, arrival).
-    waiting: BTreeMap<(u64, u64), oneshot::Sender<Turn>>,
+    waiting: BTreeMap<(u64, u64), oneshot::Sender<PriorityPermit>>,
     arrivals: u64,
 }
 
-/// A turn: handed on to the first waiter (or freed) when dropped.
+/// A permit: handed on to the first waiter (or freed) when dropped.
 #[derive(Debug)]
-pub struct Turn {
-    turns: Option<Arc<Turns>>,
+pub struct PriorityPermit {
+    permits: Option<Arc<PrioritySemaphore>>,
 }
 
-impl Turns {
-    /// `count` turns (at least one).
+impl PrioritySemaphore {
+    /// `count` permits (at least one).
     pub fn new(count: usize) -> Arc<Self> {
         Arc::new(Self {
             state: Mutex::new(State {
@@ -51,16 +51,16 @@ impl Turns {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Waits for a turn: at once if one is free and no one waits, else after every waiter of a
+    /// Waits for a permit: at once if one is free and no one waits, else after every waiter of a
     /// lower rank, and every earlier one of the same rank, has had one. Dropping the future
-    /// gives up the place (or the turn, if it was already handed over).
-    pub async fn take(self: &Arc<Self>, rank: u64) -> Turn {
+    /// gives up the place (or the permit, if it was already handed over).
+    pub async fn take(self: &Arc<Self>, rank: u64) -> PriorityPermit {
         let handed = {
             let mut state = self.state();
             if state.free > 0 && state.waiting.is_empty() {
                 state.free -= 1;
-                return Turn {
-                    turns: Some(self.clone()),
+                return PriorityPermit {
+                    permits: Some(self.clone()),
                 };
             }
             let (tx, rx) = oneshot::channel();
@@ -70,32 +70,32 @@ impl Turns {
             rx
         };
         match handed.await {
-            Ok(turn) => turn,
+            Ok(permit) => permit,
             // The sender is dropped only with the queue, which `self` keeps alive: not reached.
-            // A turn of no queue is still a correct (if unlimited) answer.
-            Err(_) => Turn { turns: None },
+            // A permit of no queue is still a correct (if unlimited) answer.
+            Err(_) => PriorityPermit { permits: None },
         }
     }
 
-    /// Turns free now.
+    /// PrioritySemaphore free now.
     #[cfg(test)]
     fn free(&self) -> usize {
         self.state().free
     }
 }
 
-impl Drop for Turn {
+impl Drop for PriorityPermit {
     fn drop(&mut self) {
-        let Some(turns) = self.turns.take() else {
+        let Some(permits) = self.permits.take() else {
             return;
         };
         loop {
-            // The first waiter, or the turn freed, in one hold of the lock: a waiter that came
-            // between the two would wait with a turn free. The lock is not held while handing
-            // over: a turn dropped inside the channel (its waiter gone at that moment) comes
+            // The first waiter, or the permit freed, in one hold of the lock: a waiter that came
+            // between the two would wait with a permit free. The lock is not held while handing
+            // over: a permit dropped inside the channel (its waiter gone at that moment) comes
             // back here, and takes the lock itself.
             let waiter = {
-                let mut state = turns.state();
+                let mut state = permits.state();
                 match state.waiting.pop_first() {
                     Some((_, waiter)) => waiter,
                     None => {
@@ -104,12 +104,12 @@ impl Drop for Turn {
                     }
                 }
             };
-            match waiter.send(Turn {
-                turns: Some(turns.clone()),
+            match waiter.send(PriorityPermit {
+                permits: Some(permits.clone()),
             }) {
                 Ok(()) => return,
                 // The waiter gave up its place: the next one.
-                Err(mut unsent) => unsent.turns = None,
+                Err(mut unsent) => unsent.permits = None,
             }
         }
     }
@@ -130,57 +130,61 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn turns_go_by_rank_then_arrival_and_never_exceed_the_count() {
-        let turns = Turns::new(2);
-        let a = turns.take(9).await;
-        let b = turns.take(9).await;
-        assert_eq!(turns.free(), 0);
+    async fn permits_go_by_rank_then_arrival_and_never_exceed_the_count() {
+        let permits = PrioritySemaphore::new(2);
+        let a = permits.take(9).await;
+        let b = permits.take(9).await;
+        assert_eq!(permits.free(), 0);
         let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
-        // Turns held by the tasks at once, and the most ever.
+        // PrioritySemaphore held by the tasks at once, and the most ever.
         let (holding, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let mut tasks = Vec::new();
         for (name, rank) in [("r5", 5), ("r1", 1), ("r3 first", 3), ("r3 second", 3), ("r0", 0)] {
-            let (turns, tx, holding, most) = (turns.clone(), tx.clone(), holding.clone(), most.clone());
+            let (permits, tx, holding, most) = (permits.clone(), tx.clone(), holding.clone(), most.clone());
             tasks.push(tokio::spawn(async move {
-                let turn = turns.take(rank).await;
+                let permit = permits.take(rank).await;
                 most.fetch_max(holding.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
                 tx.send(name).unwrap();
                 // Held a while, so that the others wait.
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 holding.fetch_sub(1, Ordering::SeqCst);
-                drop(turn);
+                drop(permit);
             }));
             settle().await;
         }
-        assert!(order.try_recv().is_err(), "no turn is free");
+        assert!(order.try_recv().is_err(), "no permit is free");
         drop(a);
         drop(b);
         let mut got = Vec::new();
         for _ in 0..5 {
             got.push(order.recv().await.unwrap());
         }
-        // Two at a time: r0 and r1 first, the rest as turns come back.
+        // Two at a time: r0 and r1 first, the rest as permits come back.
         assert_eq!(got, ["r0", "r1", "r3 first", "r3 second", "r5"]);
         for t in tasks {
             t.await.unwrap();
         }
-        assert_eq!(turns.free(), 2);
-        assert_eq!(most.load(Ordering::SeqCst), 2, "two turns, held by two at once at most");
+        assert_eq!(permits.free(), 2);
+        assert_eq!(
+            most.load(Ordering::SeqCst),
+            2,
+            "two permits, held by two at once at most"
+        );
     }
 
     #[tokio::test]
-    async fn a_waiter_that_gives_up_loses_no_turn() {
-        let turns = Turns::new(1);
-        let held = turns.take(0).await;
-        // One waiter gives up before the turn comes back, and one is handed the turn but gone
+    async fn a_waiter_that_gives_up_loses_no_permit() {
+        let permits = PrioritySemaphore::new(1);
+        let held = permits.take(0).await;
+        // One waiter gives up before the permit comes back, and one is handed the permit but gone
         // before it looks: neither keeps it.
         let gone = {
-            let turns = turns.clone();
-            tokio::spawn(async move { turns.take(0).await })
+            let permits = permits.clone();
+            tokio::spawn(async move { permits.take(0).await })
         };
         let late = {
-            let turns = turns.clone();
-            tokio::spawn(async move { turns.take(1).await })
+            let permits = permits.clone();
+            tokio::spawn(async move { permits.take(1).await })
         };
         settle().await;
         gone.abort();
@@ -188,17 +192,17 @@ mod tests {
         drop(held);
         settle().await;
         let late = late.await.unwrap();
-        assert_eq!(turns.free(), 0);
+        assert_eq!(permits.free(), 0);
         drop(late);
-        assert_eq!(turns.free(), 1);
-        // A take dropped after the turn was handed to it gives the turn back.
-        let held = turns.take(0).await;
-        let mut waiting = Box::pin(turns.take(0));
+        assert_eq!(permits.free(), 1);
+        // A take dropped after the permit was handed to it releases the permit.
+        let held = permits.take(0).await;
+        let mut waiting = Box::pin(permits.take(0));
         assert!(futures::poll!(waiting.as_mut()).is_pending());
         drop(held);
         drop(waiting);
-        assert_eq!(turns.free(), 1);
-        let _again = tokio::time::timeout(Duration::from_secs(5), turns.take(3))
+        assert_eq!(permits.free(), 1);
+        let _again = tokio::time::timeout(Duration::from_secs(5), permits.take(3))
             .await
             .unwrap();
     }
