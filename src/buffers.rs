@@ -74,7 +74,7 @@ pub static READS: BufferPool = BufferPool::new(0, 4 << 20, 16 << 20);
 
 /// Buffers of decoded chunks (and inner chunks of shards), kept when a chunk leaves the chunk
 /// cache: a server whose cache is full decodes each new chunk into the buffer of one it
-/// evicted. Sized with the cache ([`crate::cache::Caches::new`]). Smaller buffers come from the
+/// evicted. Sized with the cache (`cache::Caches::new`). Smaller buffers come from the
 /// allocator's arenas, where freed memory is reused anyway.
 pub static DECODED: BufferPool = BufferPool::new(64 << 10, usize::MAX, 0);
 

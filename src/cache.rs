@@ -15,9 +15,9 @@ use moka::notification::RemovalCause;
 use crate::buffers;
 use crate::codec::sharding::ShardIndex;
 use crate::config::CacheConfig;
+use crate::dtype::elements::Elements;
 use crate::store::{ObjectMeta, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
-use crate::zarr::elements::Elements;
 use crate::zarr::hierarchy::{HierarchyError, Tree};
 
 /// Identifies a stored object (or an inner chunk of a shard) across mounts.

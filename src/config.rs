@@ -108,7 +108,7 @@ pub struct ServerConfig {
     /// Listen address.
     pub bind: String,
     /// A second listen address answering `/healthz` and `/metrics` alone, on connections of its
-    /// own (at most [`crate::server::HEALTH_CONNECTIONS`]): probes and scrapes are answered
+    /// own (at most 16, `server::HEALTH_CONNECTIONS`): probes and scrapes are answered
     /// while every one of `limits.max_connections` is taken. None: `bind` alone.
     pub health_bind: Option<String>,
     /// Allowed CORS origins; `"*"` allows any.
@@ -129,7 +129,7 @@ pub struct ServerConfig {
     /// object per line, for log collectors). Env `ZARRGATE_LOG_FORMAT` outranks it.
     pub log_format: LogFormat,
     /// Whether answers of text (JSON, CSV, the web page, metrics) are compressed (zstd or
-    /// gzip) for clients whose `Accept-Encoding` takes it ([`crate::http::compress`]).
+    /// gzip) for clients whose `Accept-Encoding` takes it (`http::compress`).
     pub compression: bool,
     /// Whether `/api/v1/mounts` shows every caller each mount's URL (local paths, bucket names);
     /// otherwise only callers that present one of a mount's tokens see its URL.

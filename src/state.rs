@@ -68,8 +68,8 @@ pub struct StateInner {
     /// before the region is read until the body is sent (or its encoding, which goes on when
     /// its client leaves, ends). [`whole_budget_mib`] of them.
     pub whole_mib: Arc<tokio::sync::Semaphore>,
-    /// Compressors of text answers, [`crate::http::compress::MAX_COMPRESSING`] of them.
-    pub compressing: Arc<tokio::sync::Semaphore>,
+    /// The compression of text answers.
+    pub compression: crate::http::compress::Compression,
 }
 
 /// The mebibytes slice answers built whole may hold at once: four times
@@ -133,8 +133,10 @@ impl AppState {
             max_result_bytes: config.limits.max_slice_bytes,
             ..ReadOptions::default()
         };
+        let compression = crate::http::compress::Compression::new(config.server.compression);
         Self(Arc::new(StateInner {
             metrics_token,
+            compression,
             config,
             mounts,
             caches,
@@ -142,7 +144,6 @@ impl AppState {
             read_options,
             streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
             whole_mib: Arc::new(tokio::sync::Semaphore::new(whole_mib as usize)),
-            compressing: crate::http::compress::compressors(),
         }))
     }
 

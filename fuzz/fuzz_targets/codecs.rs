@@ -32,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
             // (elements of 1, 2, 4 or 8 bytes as stored; packbits: 8 per byte).
             let len = input.len() as u64;
             for shape in [len, len / 2, len / 4, len / 8, len * 8].map(|n| vec![n]) {
-                let fill = zarrgate::zarr::fill::FillValue::parse(&serde_json::Value::Null, stored, 2)
+                let fill = zarrgate::dtype::fill::FillValue::parse(&serde_json::Value::Null, stored, 2)
                     .map(|f| f.for_decoded(&chain.dtype));
                 let Ok(fill) = fill else { continue };
                 if let Ok(el) = chain.decode(input, &shape, &fill, LIMIT) {

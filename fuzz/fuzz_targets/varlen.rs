@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
         4 => json2::decode(chunk, n, LIMIT),
         9 => msgpack2::decode(chunk, n, *mode >= 128, LIMIT),
         7 | 8 => {
-            let item = zarrgate::zarr::dtype::DType::from_v2(&json!(if mode % 10 == 7 { "<f8" } else { ">i2" })).unwrap();
+            let item = zarrgate::dtype::DType::from_v2(&json!(if mode % 10 == 7 { "<f8" } else { ">i2" })).unwrap();
             vlen::decode_arrays(chunk, n, &item, LIMIT)
         }
         m => {
@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(el) = result {
         let item = match &el {
-            zarrgate::zarr::elements::Elements::Fixed(_) => Some(20),
+            zarrgate::dtype::elements::Elements::Fixed(_) => Some(20),
             _ => None,
         };
         assert_count(&el, n as u64, item, "varlen");

@@ -23,10 +23,10 @@ use crate::cache::{
 use crate::codec::CodecError;
 use crate::codec::chain::CodecChain;
 use crate::codec::sharding::{IndexLocation, ShardingCodec};
+use crate::dtype::elements::{BlockCopy, Elements, STACK_DIMS, copy_fixed, fill_fixed, gather_fixed, scratch};
+use crate::dtype::fill::FillValue;
 use crate::store::{ByteRange, ObjectMeta, Store, StoreError, StoreKey};
 use crate::zarr::ArrayMeta;
-use crate::zarr::elements::{BlockCopy, Elements, STACK_DIMS, copy_fixed, fill_fixed, gather_fixed, scratch};
-use crate::zarr::fill::FillValue;
 
 /// Errors of reading a region.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::CodecError;
 use super::numeric::{Num, Scalar, count};
-use crate::zarr::dtype::DType;
-use crate::zarr::elements::Elements;
+use crate::dtype::DType;
+use crate::dtype::elements::Elements;
 
 /// The categorize filter.
 #[derive(Debug, Clone)]

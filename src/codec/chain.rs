@@ -13,10 +13,10 @@ use super::sharding::ShardingCodec;
 use super::{
     BytesToBytes, CodecError, astype, delta, fixedscaleoffset, json2, msgpack2, packbits, transpose, vlen, zep0007,
 };
-use crate::zarr::MetaError;
-use crate::zarr::dtype::{DType, Kind};
-use crate::zarr::elements::Elements;
-use crate::zarr::fill::FillValue;
+use crate::dtype::MetaError;
+use crate::dtype::elements::Elements;
+use crate::dtype::fill::FillValue;
+use crate::dtype::{DType, Kind};
 
 /// An array->array stage.
 #[derive(Debug)]
@@ -561,7 +561,7 @@ impl CodecChain {
         if matches!(self.array_to_bytes, ArrayToBytes::Categorize(_))
             && matches!(self.dtype.kind, Kind::FixedUnicode(_))
         {
-            limit = limit.saturating_add(n.saturating_mul(crate::zarr::elements::ELEMENT_BYTES));
+            limit = limit.saturating_add(n.saturating_mul(crate::dtype::elements::ELEMENT_BYTES));
         }
         limit
     }

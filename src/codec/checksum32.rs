@@ -7,7 +7,7 @@
 //! `adler32` put it first by default and take `location: "start" | "end"`; `fletcher32` (HDF5's
 //! Fletcher-32 over big-endian 16-bit words) and `jenkins_lookup3` (Bob Jenkins' lookup3
 //! `hashlittle` as HDF5 uses it, seeded with `initval`, over `prefix` followed by the data) always
-//! put it last. Decoding checks the checksum and drops it. [`crate::codec::crc32c`] frames its
+//! put it last. Decoding checks the checksum and drops it. `codec::crc32c` frames its
 //! checksum the same way.
 
 use serde_json::Value;

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::numeric::{Num, Scalar, count, f16_from_f64};
 use super::{BytesToBytes, CodecError};
-use crate::zarr::dtype::Kind;
+use crate::dtype::Kind;
 
 /// The fixed scale/offset filter.
 #[derive(Debug, Clone)]

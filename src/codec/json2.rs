@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use super::CodecError;
-use crate::zarr::elements::{Content, Elements, VALUE_BYTES};
+use crate::dtype::elements::{Content, Elements, VALUE_BYTES};
 
 /// Text a json2 chunk may hold, for a decoded `limit`: parsed, a value takes up to
 /// `size_of::<Value>()` bytes for every two bytes of text (`[]`, `0,`), ~40x, and about 10x
@@ -28,14 +28,14 @@ pub fn decode(input: &[u8], expected: usize, limit: usize) -> Result<Elements, C
     // Counted before parsing, at what each takes parsed: a chunk of empty lists (`[],[],...`)
     // holds a value in three bytes of text. Twice the limit, for a count that also has the
     // trailer and the rows of an n-d chunk: the items are held to the limit itself below.
-    let values = crate::zarr::document_values(input);
+    let values = crate::json_text::document_values(input);
     if values.saturating_mul(VALUE_BYTES) > limit.saturating_mul(2) {
         return Err(CodecError::OverLimit(format!(
             "json2: {values} values or more would take more than twice the limit of {limit} bytes parsed"
         )));
     }
     let text = std::str::from_utf8(input).map_err(|_| CodecError::Corrupt("json2: not UTF-8".into()))?;
-    let value: Value = serde_json::from_str(&crate::zarr::quote_non_finite(text, ""))
+    let value: Value = serde_json::from_str(&crate::json_text::quote_non_finite(text, ""))
         .map_err(|e| CodecError::Corrupt(format!("json2: not JSON ({e})")))?;
     items_of(value, expected, limit, "json2")
 }

@@ -80,7 +80,7 @@ use std::io::Read;
 
 use serde_json::{Map, Value};
 
-use crate::zarr::dtype::DType;
+use crate::dtype::DType;
 
 /// The bytes->bytes codec of a Zarr v2 compressor or filter (a whole numcodecs dict, `id` included).
 ///
@@ -129,7 +129,7 @@ pub fn typed_codec(
     config: &Value,
     dtype: Option<&DType>,
 ) -> Result<Option<Box<dyn BytesToBytes>>, CodecError> {
-    use crate::zarr::dtype::Kind;
+    use crate::dtype::Kind;
     let numbers = || match dtype {
         None => Err(CodecError::Unsupported(format!("{id} of bytes rather than numbers"))),
         Some(d)

@@ -17,7 +17,7 @@ use serde_json::{Map, Number, Value};
 
 use super::CodecError;
 use super::json2::{TEXT_SHARE, items_of};
-use crate::zarr::elements::{Elements, VALUE_BYTES};
+use crate::dtype::elements::{Elements, VALUE_BYTES};
 
 fn corrupt(what: impl std::fmt::Display) -> CodecError {
     CodecError::Corrupt(format!("msgpack2: {what}"))

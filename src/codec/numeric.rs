@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::CodecError;
-use crate::zarr::dtype::{DType, Kind};
+use crate::dtype::{DType, Kind};
 
 /// A scalar value in a wide representation.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -26,22 +26,7 @@ impl Num {
     }
 }
 
-/// The float16 nearest `x` (ties to even), as NumPy rounds a float64 into a float16. Not
-/// `half::f16::from_f64`: with F16C it goes through a float32 first, and without it drops the
-/// low 32 bits of the mantissa; either way a value just past a tie (1 + 2^-11 + 2^-40) is
-/// rounded twice and lands on the wrong side. Here the float32 step rounds to odd (toward zero,
-/// then the last bit set when inexact), which no second rounding to 11 bits can be misled by.
-pub fn f16_from_f64(x: f64) -> half::f16 {
-    let mut near = x as f32;
-    if near.is_finite() && f64::from(near) != x {
-        if f64::from(near).abs() > x.abs() {
-            // One step toward zero: the magnitude's bits less one.
-            near = f32::from_bits(near.to_bits() - 1);
-        }
-        near = f32::from_bits(near.to_bits() | 1);
-    }
-    half::f16::from_f32(near)
-}
+pub use crate::dtype::f16_from_f64;
 
 /// A number that codecs decoding typed numbers (pcodec, zfpy) write out: decoded chunks hold
 /// little-endian elements.

@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::numeric::{LittleEndian, to_le_bytes};
 use super::{BytesToBytes, CodecError, numcodecs_object, optional_int};
-use crate::zarr::dtype::{DType, Kind};
+use crate::dtype::{DType, Kind};
 
 /// The pco decoder for one element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

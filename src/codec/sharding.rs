@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use super::CodecError;
 use super::chain::CodecChain;
-use crate::zarr::dtype::{DType, Kind};
-use crate::zarr::elements::{BlockCopy, Elements};
-use crate::zarr::fill::FillValue;
+use crate::dtype::elements::{BlockCopy, Elements};
+use crate::dtype::fill::FillValue;
+use crate::dtype::{DType, Kind};
 
 /// Where the index sits in a shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,9 +266,9 @@ impl ShardingCodec {
     }
 }
 
-fn meta_to_codec(e: crate::zarr::MetaError) -> CodecError {
+fn meta_to_codec(e: crate::dtype::MetaError) -> CodecError {
     match e {
-        crate::zarr::MetaError::Unsupported(m) => CodecError::Unsupported(m),
-        crate::zarr::MetaError::Invalid(m) => CodecError::Config(m),
+        crate::dtype::MetaError::Unsupported(m) => CodecError::Unsupported(m),
+        crate::dtype::MetaError::Invalid(m) => CodecError::Config(m),
     }
 }

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::CodecError;
-use crate::zarr::elements::Elements;
+use crate::dtype::elements::Elements;
 
 /// Parses `configuration.order` for an array of `ndim` dimensions: a permutation of
 /// `0..ndim` (the legacy strings "C" and "F" are accepted too).

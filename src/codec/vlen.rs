@@ -5,8 +5,8 @@
 use serde_json::Value;
 
 use super::CodecError;
-use crate::zarr::dtype::{DType, Kind};
-use crate::zarr::elements::{ELEMENT_BYTES, Elements, VALUE_BYTES};
+use crate::dtype::elements::{ELEMENT_BYTES, Elements, VALUE_BYTES};
+use crate::dtype::{DType, Kind};
 
 fn u32_at(input: &[u8], pos: usize) -> Result<usize, CodecError> {
     input

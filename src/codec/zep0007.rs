@@ -4,7 +4,7 @@
 //! Spec: <https://zarr.dev/zeps/draft/ZEP0007.html>
 
 use super::CodecError;
-use crate::zarr::elements::Elements;
+use crate::dtype::elements::Elements;
 
 fn split(input: &[u8], n: usize, limit: usize) -> Result<Vec<&[u8]>, CodecError> {
     // The elements alone, before anything is reserved for their offsets.

@@ -15,7 +15,7 @@ use zfp_rs::{ZfpBitStream, ZfpFieldMut, ZfpHeaderMask, ZfpScalar, ZfpScalarType}
 
 use super::numeric::{LittleEndian, to_le_bytes};
 use super::{BytesToBytes, CodecError, numcodecs_object, optional_int};
-use crate::zarr::dtype::{DType, Kind};
+use crate::dtype::{DType, Kind};
 
 /// The ZFP decoder for one element type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,8 @@
 use serde_json::Value;
 
 use super::{FormatError, Region};
-use crate::zarr::dtype::{DType, Kind};
-use crate::zarr::elements::Elements;
+use crate::dtype::elements::Elements;
+use crate::dtype::{DType, Kind};
 
 /// The type and bytes of a region in binary form (fixed-size elements are moved, not copied).
 pub fn fixed_width(region: Region) -> Result<(DType, Vec<u8>), FormatError> {

@@ -6,8 +6,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::{FormatError, Region, Text, push_scalar};
-use crate::zarr::dtype::{DType, Kind};
-use crate::zarr::elements::Elements;
+use crate::dtype::elements::Elements;
+use crate::dtype::{DType, Kind};
 
 /// Appends one CSV field, quoted when it holds a separator, quote or line break.
 pub(crate) fn push_field(out: &mut Vec<u8>, s: &str) {
@@ -109,7 +109,7 @@ pub fn encode(region: &Region) -> Result<Vec<u8>, FormatError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zarr::dtype::DType;
+    use crate::dtype::DType;
 
     /// An empty value alone on its line is `""`, not a blank line (which CSV readers skip, and
     /// the rows after it would move up); in a row of several values it stays empty.

@@ -7,8 +7,8 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
 use super::{Region, Text, push_json_string, push_scalar};
-use crate::zarr::dtype::DType;
-use crate::zarr::elements::Elements;
+use crate::dtype::DType;
+use crate::dtype::elements::Elements;
 
 /// Writes `shape`-nested lists, calling `item(out, flat_index)` for each element.
 pub(crate) fn push_nested(out: &mut Vec<u8>, shape: &[u64], mut item: impl FnMut(&mut Vec<u8>, usize)) {
@@ -129,7 +129,7 @@ pub fn encode(region: &Region) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::zarr::dtype::{DType, Kind};
+    use crate::dtype::{DType, Kind};
     use serde_json::{Value, json};
 
     /// A row written in parts, wherever it is cut, is the row written at once.

@@ -11,8 +11,8 @@ pub mod png;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use crate::zarr::dtype::{DType, Kind};
-use crate::zarr::elements::Elements;
+use crate::dtype::elements::Elements;
+use crate::dtype::{DType, Kind};
 
 /// A decoded region ready to encode.
 #[derive(Debug, Clone)]
@@ -481,7 +481,7 @@ mod tests {
         assert_eq!(variable_bytes(&strings, Format::Bin), Some(4 * 3 * 4));
         let region = Region {
             shape: vec![4],
-            dtype: crate::zarr::dtype::DType::new(crate::zarr::dtype::Kind::String),
+            dtype: crate::dtype::DType::new(crate::dtype::Kind::String),
             elements: strings,
             fill: None,
         };

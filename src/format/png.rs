@@ -5,8 +5,8 @@
 use std::io::Write;
 
 use super::{FormatError, Region, as_f64};
-use crate::zarr::dtype::{DType, Kind};
-use crate::zarr::elements::Elements;
+use crate::dtype::elements::Elements;
+use crate::dtype::{DType, Kind};
 
 /// zlib level of rendered images (with adaptive row filters). On a 512 x 512 float32 tile of
 /// noisy data level 1 takes ~20 ms and 276 KB, the crate's default level 6 ~80 ms and 192 KB,
@@ -324,7 +324,7 @@ mod png_rgba;
 mod tests {
     use super::png_rgba::png_rgba as decode;
     use super::*;
-    use crate::zarr::dtype::{DType, Kind};
+    use crate::dtype::{DType, Kind};
 
     /// The range from the data, in gray.
     const AUTO: PngOptions = PngOptions {

@@ -78,16 +78,11 @@ pub async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> Respons
         super::raw::ALLOW
     };
     if method == Method::OPTIONS {
-        return options(allow);
+        return super::options(allow);
     }
     ApiError::MethodNotAllowed {
         method: method.to_string(),
         allow,
     }
     .into_response()
-}
-
-/// The answer to OPTIONS: no content, and the methods a resource takes.
-pub fn options(allow: &'static str) -> Response {
-    (axum::http::StatusCode::NO_CONTENT, [(axum::http::header::ALLOW, allow)]).into_response()
 }

@@ -22,8 +22,6 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
 
-use crate::state::AppState;
-
 /// Answers smaller than this (most errors, small listings) are sent as they are: compressing
 /// them saves less than it costs.
 pub const MIN_BYTES: u64 = 1024;
@@ -96,14 +94,32 @@ pub fn negotiate(accept_encoding: &str) -> Option<Coding> {
     (best > 0.0 && best >= identity).then_some(coding)
 }
 
-/// The coding for an answer to a request with `headers`: [`negotiate`] of its `Accept-Encoding`
-/// lines, when `server.compression` is on.
-pub fn wanted(state: &AppState, headers: &HeaderMap) -> Option<Coding> {
-    if !state.config.server.compression {
-        return None;
+/// The compression of text answers: whether it is on (`server.compression`), and the permits
+/// of the compressors that may run at once.
+#[derive(Debug, Clone)]
+pub struct Compression {
+    enabled: bool,
+    permits: Arc<tokio::sync::Semaphore>,
+}
+
+impl Compression {
+    /// On or off, with [`MAX_COMPRESSING`] compressors.
+    pub fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            permits: Arc::new(tokio::sync::Semaphore::new(MAX_COMPRESSING)),
+        }
     }
-    let accept = super::header_list(headers, header::ACCEPT_ENCODING)?;
-    negotiate(&accept)
+
+    /// The coding for an answer to a request with `headers`: [`negotiate`] of its
+    /// `Accept-Encoding` lines, when compression is on.
+    pub fn wanted(&self, headers: &HeaderMap) -> Option<Coding> {
+        if !self.enabled {
+            return None;
+        }
+        let accept = super::header_list(headers, header::ACCEPT_ENCODING)?;
+        negotiate(&accept)
+    }
 }
 
 /// Whether an answer of this `Content-Type` is text that compresses.
@@ -133,10 +149,10 @@ fn compressible(content_type: Option<&HeaderValue>) -> bool {
 /// Compressed, it has no `Content-Length` (its size is known once sent). An answer to HEAD
 /// states what the GET's would, when its size says: one of unknown size (a slice's, made while
 /// sent) states no coding, as it states no length.
-pub fn apply(state: &AppState, method: &Method, coding: Option<Coding>, mut response: Response) -> Response {
+pub fn apply(compression: &Compression, method: &Method, coding: Option<Coding>, mut response: Response) -> Response {
     let status = response.status();
     let headers = response.headers();
-    if !state.config.server.compression
+    if !compression.enabled
         || !compressible(headers.get(header::CONTENT_TYPE))
         || headers.contains_key(header::CONTENT_ENCODING)
         || headers.contains_key(header::CONTENT_RANGE)
@@ -166,9 +182,9 @@ pub fn apply(state: &AppState, method: &Method, coding: Option<Coding>, mut resp
     }
     // A HEAD takes no compressor, but says what a GET would be answered now.
     let permit = match head {
-        true if state.compressing.available_permits() == 0 => return response,
+        true if compression.permits.available_permits() == 0 => return response,
         true => None,
-        false => match state.compressing.clone().try_acquire_owned() {
+        false => match compression.permits.clone().try_acquire_owned() {
             Ok(permit) => Some(permit),
             Err(_) => return response,
         },
@@ -313,11 +329,6 @@ fn compressed(body: Body, coding: Coding, size: Option<u64>, permit: tokio::sync
     }))
 }
 
-/// A permit pool of [`MAX_COMPRESSING`] compressors.
-pub fn compressors() -> Arc<tokio::sync::Semaphore> {
-    Arc::new(tokio::sync::Semaphore::new(MAX_COMPRESSING))
-}
-
 #[cfg(test)]
 mod tests {
     use std::io::Read;
@@ -342,7 +353,7 @@ mod tests {
             .build()
             .unwrap();
         let sent = rt.block_on(async {
-            let permit = super::compressors().try_acquire_owned().unwrap();
+            let permit = super::Compression::new(true).permits.try_acquire_owned().unwrap();
             let out = compressed(body, coding, sized.then_some(total), permit);
             out.collect().await.unwrap().to_bytes()
         });

@@ -148,6 +148,14 @@ pub(crate) fn header_list(
     }
 }
 
+/// The answer to OPTIONS: no content, and the methods a resource takes.
+pub fn options(allow: &'static str) -> axum::response::Response {
+    axum::response::IntoResponse::into_response((
+        axum::http::StatusCode::NO_CONTENT,
+        [(axum::http::header::ALLOW, allow)],
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use std::borrow::Cow;

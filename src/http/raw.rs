@@ -38,7 +38,7 @@ pub async fn raw_key(
             }
             Err(ApiError::Upstream)
         }
-        Method::OPTIONS => Ok(super::api::options(ALLOW)),
+        Method::OPTIONS => Ok(super::options(ALLOW)),
         other => Err(ApiError::MethodNotAllowed {
             method: other.to_string(),
             allow: ALLOW,

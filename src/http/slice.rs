@@ -19,15 +19,15 @@ use crate::array::{
     row_axis, unit_shape, units_bytes,
 };
 use crate::buffers::StackText;
+use crate::dtype::DType;
+use crate::dtype::elements::Elements;
+use crate::dtype::fill::FillValue;
 use crate::error::ApiError;
 use crate::format::png::{Colormap, PngOptions};
 use crate::format::{Format, Region, bin, csv, json, png};
 use crate::state::AppState;
 use crate::store::StoreKey;
 use crate::zarr::ArrayMeta;
-use crate::zarr::dtype::DType;
-use crate::zarr::elements::Elements;
-use crate::zarr::fill::FillValue;
 
 /// Bytes a streamed band aims for: the decoded units it touches are loaded (and held) together.
 const BAND_BYTES: u64 = 8 << 20;
@@ -203,9 +203,9 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     can_hold(format, &shape, &meta.dtype)?;
     // Text is compressed as the request accepts; the other formats never are.
     let is_text = matches!(format, Format::Json | Format::Csv);
-    let coding = is_text.then(|| super::compress::wanted(&state, &headers)).flatten();
+    let coding = is_text.then(|| state.compression.wanted(&headers)).flatten();
     let text = |response: Response| match is_text {
-        true => super::compress::apply(&state, &method, coding, response),
+        true => super::compress::apply(&state.compression, &method, coding, response),
         false => response,
     };
     if let (Format::Png, Some(lo), Some(hi)) = (format, png_opts.vmin, png_opts.vmax)
@@ -403,7 +403,7 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
         // as JSON writes them (-3.6922765 of a float32, not its f64 -3.6922764778137207), in
         // exponent form where that is long (1e308, not its 309 digits).
         let size = match meta.dtype.kind {
-            crate::zarr::dtype::Kind::Float(n) => n,
+            crate::dtype::Kind::Float(n) => n,
             _ => 8,
         };
         fn short<T: std::fmt::Display + std::fmt::LowerExp>(v: T) -> String {
@@ -492,7 +492,7 @@ fn holding(
 /// structured type, nested fields and subarrays included; 0 for other types.
 fn field_name_bytes(dtype: &DType) -> u64 {
     match &dtype.kind {
-        crate::zarr::dtype::Kind::Structured(fields) => fields.iter().fold(0u64, |n, f| {
+        crate::dtype::Kind::Structured(fields) => fields.iter().fold(0u64, |n, f| {
             let count = f.shape.iter().fold(1u64, |c, &d| c.saturating_mul(d as u64));
             n.saturating_add(f.name.len() as u64 + 3)
                 .saturating_add(field_name_bytes(&f.dtype).saturating_mul(count))

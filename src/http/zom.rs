@@ -254,7 +254,7 @@ async fn rendered_as(
                 (Some(own), _) => from.consolidated_zarr_json(own),
                 (None, _) => from.zmetadata(),
             };
-            Bytes::from(crate::zarr::hierarchy::bare_non_finite(doc.to_string()))
+            Bytes::from(crate::json_text::bare_non_finite(doc.to_string()))
         })
         .await
         .map_err(|_| ApiError::Internal)?;
@@ -370,7 +370,7 @@ async fn zom_tree(state: &AppState, mount: &Mount, path: &StoreKey, depth: Optio
 /// The ZOM JSON of `tree`, its non-finite numbers as the strings slices use.
 fn zom_of(tree: &Tree) -> Value {
     let mut zom = tree.zom();
-    crate::zarr::hierarchy::unmark_non_finite(&mut zom);
+    crate::json_text::unmark_non_finite(&mut zom);
     zom
 }
 
@@ -497,7 +497,7 @@ async fn listing(state: AppState, uri: Uri) -> Result<Json<Value>, ApiError> {
         "node": node,
         "children": children,
     });
-    crate::zarr::hierarchy::unmark_non_finite(&mut listing);
+    crate::json_text::unmark_non_finite(&mut listing);
     Ok(Json(listing))
 }
 

@@ -474,7 +474,7 @@ impl Front {
         let path = request.uri().path();
         let coding = match path.starts_with("/zarr/") || path.starts_with("/api/v1/slice/") {
             true => None,
-            false => Some(compress::wanted(&self.state, request.headers())),
+            false => Some(self.state.compression.wanted(request.headers())),
         };
         let method = request.method().clone();
         let state = self.state.clone();
@@ -483,7 +483,7 @@ impl Front {
             .map(move |r| {
                 let response = r.unwrap_or_else(|e| match e {});
                 match coding {
-                    Some(coding) => compress::apply(&state, &method, coding, response),
+                    Some(coding) => compress::apply(&state.compression, &method, coding, response),
                     None => response,
                 }
             })

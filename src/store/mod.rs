@@ -8,6 +8,7 @@
 //! - bodies are streams, so a large object never has to sit in memory.
 
 mod key;
+mod local;
 mod nonblocking;
 mod object;
 pub mod open;
@@ -51,7 +52,7 @@ pub enum StoreError {
     #[error("'{key}' is {size} bytes; at most {max} are read into memory for it")]
     TooLarge { key: String, size: u64, max: u64 },
     /// A metadata document holds more JSON values than are parsed
-    /// ([`crate::zarr::MAX_DOCUMENT_VALUES`]): parsed, they would take gigabytes.
+    /// ([`crate::json_text::MAX_DOCUMENT_VALUES`]): parsed, they would take gigabytes.
     #[error("'{key}' holds more than {max} JSON values; at most {max} are parsed")]
     TooManyValues { key: String, max: usize },
     /// The stored bytes are not what their container format says (a zip archive whose
@@ -397,13 +398,14 @@ impl Store {
             max: MAX_DOCUMENT_BYTES,
         };
         // Counted before anything parses it.
-        let whole = |bytes: Bytes| match crate::zarr::document_values(&bytes) > crate::zarr::MAX_DOCUMENT_VALUES {
-            true => Err(StoreError::TooManyValues {
-                key: key.to_string(),
-                max: crate::zarr::MAX_DOCUMENT_VALUES,
-            }),
-            false => Ok(Some(Ok(bytes))),
-        };
+        let whole =
+            |bytes: Bytes| match crate::json_text::document_values(&bytes) > crate::json_text::MAX_DOCUMENT_VALUES {
+                true => Err(StoreError::TooManyValues {
+                    key: key.to_string(),
+                    max: crate::json_text::MAX_DOCUMENT_VALUES,
+                }),
+                false => Ok(Some(Ok(bytes))),
+            };
         if self.reads_locally() {
             // The first 64 KiB, and the object's size with them: most documents are whole in
             // one read, and one over the limit is known without reading more of it.

@@ -83,7 +83,7 @@ impl Root {
             NonBlocking::WouldBlock => return NonBlocking::WouldBlock,
         };
         match file.metadata() {
-            Ok(m) if m.is_file() => NonBlocking::Done(Some((super::object::local_meta(&m), file))),
+            Ok(m) if m.is_file() => NonBlocking::Done(Some((super::local::local_meta(&m), file))),
             Ok(_) => NonBlocking::Done(None),
             Err(_) => NonBlocking::WouldBlock,
         }
@@ -302,7 +302,7 @@ pub(in crate::store) mod tests {
     /// What the blocking path reads: the bytes of the file and its metadata.
     fn blocking(path: &Path, range: Range<usize>) -> (Vec<u8>, ObjectMeta) {
         let bytes = std::fs::read(path).unwrap();
-        let meta = super::super::object::local_meta(&std::fs::metadata(path).unwrap());
+        let meta = super::super::local::local_meta(&std::fs::metadata(path).unwrap());
         (bytes[range].to_vec(), meta)
     }
 

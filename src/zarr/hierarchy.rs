@@ -64,64 +64,6 @@ pub struct Tree {
     pub members: BTreeMap<String, Tree>,
 }
 
-/// How a bare `NaN`, `Infinity` or `-Infinity` of a stored document is held in a hierarchy:
-/// a string of this mark and the literal. Consolidated metadata writes the literal back as it
-/// was stored ([`bare_non_finite`]); the Zarr Object Model shows it as the plain string
-/// ([`unmark_non_finite`]), as slices show non-finite values. The documents' own strings that
-/// begin with the mark are held with it twice (see `parse_document`): taking one mark off any
-/// string that has one gives back the plain string either way.
-pub const NON_FINITE: &str = "\u{1}";
-/// [`NON_FINITE`] as JSON text.
-const NON_FINITE_JSON: &str = "\\u0001";
-
-/// A consolidated document's text (as serde_json writes it) with the marked non-finite numbers
-/// written bare again, and the mark taken off the strings that begin with it.
-pub fn bare_non_finite(text: String) -> String {
-    if !text.contains(NON_FINITE_JSON) {
-        return text;
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text.as_str();
-    while let Some(open) = rest.find('"') {
-        // The string's end: the next quote not escaped.
-        let body = &rest[open + 1..];
-        let mut end = None;
-        let mut bytes = body.bytes().enumerate();
-        while let Some((i, b)) = bytes.next() {
-            match b {
-                b'\\' => {
-                    bytes.next();
-                }
-                b'"' => {
-                    end = Some(i);
-                    break;
-                }
-                _ => {}
-            }
-        }
-        let Some(end) = end else { break };
-        out.push_str(&rest[..open]);
-        match body[..end].strip_prefix(NON_FINITE_JSON) {
-            Some(l) if ["NaN", "Infinity", "-Infinity"].contains(&l) => out.push_str(l),
-            Some(own) => {
-                out.push('"');
-                out.push_str(own);
-                out.push('"');
-            }
-            None => out.push_str(&rest[open..open + end + 2]),
-        }
-        rest = &body[end + 1..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// Takes the mark off the strings (and names) of `value` that have one: the marked non-finite
-/// numbers become their plain strings, the others what was stored.
-pub fn unmark_non_finite(value: &mut Value) {
-    super::rewrite_strings(value, &|s| s.strip_prefix(NON_FINITE).map(str::to_owned));
-}
-
 /// The most bytes of metadata documents one walk (or one listing) reads: past it the walk
 /// stops with [`HierarchyError::TooLarge`]. With [`MAX_WALK_NODES`] it bounds the memory of a
 /// walk (a tree holds about 2-4 times its documents' bytes), whatever the documents hold.
@@ -279,13 +221,15 @@ async fn json_object(
         key: key.to_string(),
         message,
     };
-    match super::parse_document_off(bytes, NON_FINITE_JSON).await {
+    match super::parse_document_off(bytes, crate::json_text::NON_FINITE_JSON).await {
         Ok(Value::Object(o)) => Ok(Some(o)),
         // v1 stored `attrs` as a JSON string holding the JSON object.
-        Ok(Value::String(s)) if key.name() == "attrs" => match super::parse_document(s.as_bytes(), NON_FINITE_JSON) {
-            Ok(Value::Object(o)) => Ok(Some(o)),
-            _ => Err(invalid("not a JSON object".into())),
-        },
+        Ok(Value::String(s)) if key.name() == "attrs" => {
+            match crate::json_text::parse_document(s.as_bytes(), crate::json_text::NON_FINITE_JSON) {
+                Ok(Value::Object(o)) => Ok(Some(o)),
+                _ => Err(invalid("not a JSON object".into())),
+            }
+        }
         Ok(_) => Err(invalid("not a JSON object".into())),
         Err(e) => Err(invalid(format!("not JSON: {e}"))),
     }
@@ -317,7 +261,7 @@ fn v3(doc: Map<String, Value>) -> Result<Node, String> {
 /// The node a stored `zarr.json` describes, read as [`find_node`] reads it; `None` when it is
 /// not a valid node's document.
 pub fn v3_node(stored: &[u8]) -> Option<Node> {
-    match super::parse_document(stored, NON_FINITE_JSON) {
+    match crate::json_text::parse_document(stored, crate::json_text::NON_FINITE_JSON) {
         Ok(Value::Object(doc)) => v3(doc).ok(),
         _ => None,
     }
@@ -768,7 +712,7 @@ impl Node {
     /// The node's document as consolidated metadata holds it: as stored, but for the fill of a
     /// v2 `|S` / `<U` array stored as a number (zarr-python 2's default, 0), which is written
     /// as the text both zarr-python 2 and 3 read as the value zarr 2 reads
-    /// ([`super::fill::v2_numeric_string_fill`]). The stored `.zarray` stays as it is.
+    /// ([`crate::dtype::fill::v2_numeric_string_fill`]). The stored `.zarray` stays as it is.
     pub fn consolidated_doc(&self) -> std::borrow::Cow<'_, Map<String, Value>> {
         if self.zarr_format != 2 || self.is_group {
             return std::borrow::Cow::Borrowed(&self.doc);
@@ -776,7 +720,7 @@ impl Node {
         let dtype = self.doc.get("dtype");
         let text_fill = dtype
             .zip(self.doc.get("fill_value"))
-            .and_then(|(dtype, fill)| super::fill::v2_numeric_string_fill(dtype, fill));
+            .and_then(|(dtype, fill)| crate::dtype::fill::v2_numeric_string_fill(dtype, fill));
         // A type spelt another way than NumPy's `dtype.str` ("int32", "i4"), which zarr 2 reads
         // as that type and zarr 3 refuses, is spelt as NumPy does.
         let spelling = match dtype {
@@ -802,7 +746,7 @@ impl Node {
             return self.zarr_format != 3 || self.doc.keys().all(|k| GROUP_FIELDS.contains(&k.as_str()));
         }
         let mut doc = Value::Object(doc.clone());
-        unmark_non_finite(&mut doc);
+        crate::json_text::unmark_non_finite(&mut doc);
         let parsed = match self.zarr_format {
             // An extension field it must understand: zarr-python refuses the array.
             3 if super::unknown_extension(&doc).is_some() => return false,

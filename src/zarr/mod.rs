@@ -1,29 +1,17 @@
 //! Zarr metadata: v1 (`meta`/`attrs`), v2 (`.zarray`/`.zgroup`/`.zattrs`) and v3 (`zarr.json`)
 //! read into one model, [`ArrayMeta`], with the chunk grid and chunk key encodings.
 
-pub mod dtype;
-pub mod elements;
-pub mod fill;
 pub mod hierarchy;
 
 use serde_json::{Map, Value};
 
 use crate::buffers::StackText;
 use crate::codec::chain::CodecChain;
+use crate::dtype::DType;
+use crate::dtype::fill::FillValue;
 use crate::store::{KeyError, Store, StoreError, StoreKey};
-use dtype::DType;
-use fill::FillValue;
 
-/// Errors in metadata documents.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MetaError {
-    /// The document is not valid JSON or misses/garbles a required field.
-    #[error("invalid metadata: {0}")]
-    Invalid(String),
-    /// A data type, codec or feature this server cannot read.
-    #[error("unsupported: {0}")]
-    Unsupported(String),
-}
+pub use crate::dtype::MetaError;
 
 impl From<crate::codec::CodecError> for MetaError {
     fn from(e: crate::codec::CodecError) -> Self {
@@ -194,47 +182,6 @@ pub fn fields_weight(fields: &Map<String, Value>) -> usize {
 /// What a node's metadata takes in memory besides its documents (what the metadata and
 /// hierarchy caches weigh it by, with [`parsed_weight`]).
 pub const NODE_BYTES: usize = 1024;
-
-/// The most values a metadata document may hold (counted in its text before it is parsed):
-/// parsed, they take [`PARSED_VALUE_BYTES`] each, some 400 MiB for this many, where the
-/// document's text (at most [`crate::store::MAX_DOCUMENT_BYTES`]) could otherwise hold
-/// twenty million (`[],[],...`) and take gigabytes. Real documents hold far fewer: the
-/// consolidated metadata of 100,000 arrays, some two million.
-pub const MAX_DOCUMENT_VALUES: usize = 1 << 22;
-
-/// How many JSON values `text` holds (one, and for each container that is not empty one more
-/// than the commas in it), counted up to [`MAX_DOCUMENT_VALUES`] and one more.
-pub fn document_values(text: &[u8]) -> usize {
-    let (mut n, mut in_string, mut escaped, mut opened) = (1usize, false, false, false);
-    for &b in text {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        if b.is_ascii_whitespace() {
-            continue;
-        }
-        // The first thing in a container: it holds a value unless this closes it.
-        if std::mem::take(&mut opened) && b != b']' && b != b'}' {
-            n += 1;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => opened = true,
-            b',' => n += 1,
-            _ => {}
-        }
-        if n > MAX_DOCUMENT_VALUES {
-            break;
-        }
-    }
-    n
-}
 
 fn field<'a>(doc: &'a Value, name: &str) -> Result<&'a Value, MetaError> {
     doc.get(name)
@@ -481,149 +428,6 @@ pub enum OpenError {
     Store(#[from] StoreError),
 }
 
-/// Quotes the bare non-finite literals Python's json module writes (`NaN`, `Infinity`,
-/// `-Infinity`) and reads (those, and float literals too large for a double, such as `1e400`):
-/// each becomes the JSON string of `mark` (JSON text, so escaped where it must be) and the
-/// literal. A string of the text that begins with `mark` gets it twice, so that it is told
-/// apart from a quoted literal ([`escape_marked`]).
-pub(crate) fn quote_non_finite(text: &str, mark: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 16);
-    let mut in_string = false;
-    let mut escaped = false;
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        if in_string {
-            out.push(c);
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_string = false;
-            }
-            rest = &rest[c.len_utf8()..];
-            continue;
-        }
-        let literal = ["-Infinity", "Infinity", "NaN"]
-            .into_iter()
-            .find(|l| rest.starts_with(l));
-        if let Some(l) = literal {
-            push_marked(&mut out, mark, l);
-            rest = &rest[l.len()..];
-            continue;
-        }
-        if c == '-' || c.is_ascii_digit() {
-            let end = rest
-                .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
-                .unwrap_or(rest.len());
-            let number = &rest[..end];
-            // Only an exponent or more than 308 digits can take a number past a double.
-            let may_overflow = number.contains(['e', 'E']) || number.len() > 308;
-            match number.parse::<f64>().ok().filter(|_| may_overflow) {
-                // A float literal beyond f64's range, which Python's json module reads as an
-                // infinity (and writes back as `Infinity`).
-                Some(v) if v.is_infinite() && number.contains(['.', 'e', 'E']) => {
-                    push_marked(&mut out, mark, if v < 0.0 { "-Infinity" } else { "Infinity" })
-                }
-                _ => out.push_str(number),
-            }
-            rest = &rest[end..];
-            continue;
-        }
-        if c == '"' {
-            in_string = true;
-            if !mark.is_empty() && rest[1..].starts_with(mark) {
-                out.push('"');
-                out.push_str(mark);
-                rest = &rest[1..];
-                continue;
-            }
-        }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    out
-}
-
-/// Marks `value`'s strings (and names) that begin with `mark` with it once more: a string of
-/// the mark and a literal is then only ever a quoted literal, and stripping one mark gives
-/// every other string back.
-fn escape_marked(value: &mut Value, mark: &str) {
-    rewrite_strings(value, &|s| s.starts_with(mark).then(|| format!("{mark}{s}")));
-}
-
-/// Replaces each string of `value`, and each name of its objects, for which `new` gives a
-/// replacement (names keep their order).
-pub(crate) fn rewrite_strings(value: &mut Value, new: &impl Fn(&str) -> Option<String>) {
-    match value {
-        Value::String(s) => {
-            if let Some(n) = new(s) {
-                *s = n;
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(|v| rewrite_strings(v, new)),
-        Value::Object(map) => {
-            if map.keys().any(|k| new(k).is_some()) {
-                *map = std::mem::take(map)
-                    .into_iter()
-                    .map(|(k, v)| (new(&k).unwrap_or(k), v))
-                    .collect();
-            }
-            map.values_mut().for_each(|v| rewrite_strings(v, new));
-        }
-        _ => {}
-    }
-}
-
-fn push_marked(out: &mut String, mark: &str, literal: &str) {
-    out.push('"');
-    out.push_str(mark);
-    out.push_str(literal);
-    out.push('"');
-}
-
-/// Parses a metadata document as zarr-python reads it: JSON, where Python's json module may
-/// have written bare `NaN`, `Infinity` or `-Infinity` (attributes such as `missing_value`), and
-/// reads a float beyond a double's range as an infinity. Those are read as the strings of
-/// `mark` and the literal ([`quote_non_finite`]); with a mark, the document's own strings that
-/// begin with it get it twice.
-pub(crate) fn parse_document(bytes: &[u8], mark: &str) -> serde_json::Result<Value> {
-    /// Whether a number of `value` is beyond a double's range (`1e400`): serde_json keeps its
-    /// digits (numbers are read as their text, so that integers past 64 bits keep theirs), where
-    /// Python reads an infinity.
-    fn overflows(value: &Value) -> bool {
-        match value {
-            Value::Number(n) => n.as_f64().is_none(),
-            Value::Array(items) => items.iter().any(overflows),
-            Value::Object(fields) => fields.values().any(overflows),
-            _ => false,
-        }
-    }
-    match serde_json::from_slice::<Value>(bytes) {
-        Ok(value) if overflows(&value) => match std::str::from_utf8(bytes) {
-            Ok(text) => serde_json::from_str(&quote_non_finite(text, mark)),
-            Err(_) => Ok(value),
-        },
-        Ok(mut value) => {
-            if !mark.is_empty() {
-                let mark: String = serde_json::from_str(&format!("\"{mark}\""))?;
-                escape_marked(&mut value, &mark);
-            }
-            Ok(value)
-        }
-        Err(e) => match std::str::from_utf8(bytes) {
-            Ok(text) => {
-                let quoted = quote_non_finite(text, mark);
-                if quoted == text {
-                    return Err(e);
-                }
-                serde_json::from_str(&quoted)
-            }
-            Err(_) => Err(e),
-        },
-    }
-}
-
 /// Documents larger than this are parsed on the blocking pool ([`parse_document_off`]).
 const PARSED_INLINE_BYTES: usize = 1 << 20;
 
@@ -634,7 +438,7 @@ const PARSED_INLINE_BYTES: usize = 1 << 20;
 /// run.
 pub(crate) async fn parse_document_off(bytes: bytes::Bytes, mark: &'static str) -> serde_json::Result<Value> {
     let parsed = if bytes.len() > PARSED_INLINE_BYTES {
-        crate::workers::spawn_blocking(move || parse_document(&bytes, mark))
+        crate::workers::spawn_blocking(move || crate::json_text::parse_document(&bytes, mark))
             .await
             .unwrap_or_else(|e| {
                 // A panic or cancellation of the task: the log has it; the reason stays plain.
@@ -642,7 +446,7 @@ pub(crate) async fn parse_document_off(bytes: bytes::Bytes, mark: &'static str) 
                 Err(serde::de::Error::custom("the parse did not finish"))
             })
     } else {
-        parse_document(&bytes, mark)
+        crate::json_text::parse_document(&bytes, mark)
     };
     tokio::task::consume_budget().await;
     parsed
@@ -851,10 +655,17 @@ mod tests {
             r#"{"a": [1, {"b": "x,[{"}], "c\"]": [[[]]]}"#,
             r#" { "s" : "\\" , "t" : [ 1 ] } "#,
         ] {
-            assert_eq!(document_values(text.as_bytes()), parsed(text), "{text}");
+            assert_eq!(
+                crate::json_text::document_values(text.as_bytes()),
+                parsed(text),
+                "{text}"
+            );
         }
-        let many = format!("[{}[]]", "[],".repeat(MAX_DOCUMENT_VALUES + 5));
-        assert_eq!(document_values(many.as_bytes()), MAX_DOCUMENT_VALUES + 1);
+        let many = format!("[{}[]]", "[],".repeat(crate::json_text::MAX_DOCUMENT_VALUES + 5));
+        assert_eq!(
+            crate::json_text::document_values(many.as_bytes()),
+            crate::json_text::MAX_DOCUMENT_VALUES + 1
+        );
         // What a parsed value weighs: a value's share, and its text.
         assert_eq!(parsed_weight(&serde_json::json!([])), PARSED_VALUE_BYTES);
         assert_eq!(

@@ -6,8 +6,8 @@ use crate::common::cases::{open, run_manifest_on, runtime};
 use crate::common::expected::{Expected, load, slice_naive};
 use proptest::prelude::*;
 use zarrgate::array::{ReadContext, Selection, load_region, read_region};
+use zarrgate::dtype::elements::Elements;
 use zarrgate::store::{Store, StoreKey, open_local};
-use zarrgate::zarr::elements::Elements;
 
 #[test]
 fn every_fixture_matches_zarr_python() {

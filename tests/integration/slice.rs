@@ -8,7 +8,7 @@ use crate::common::expected::{load, load_npy, slice_naive};
 use crate::common::*;
 use serde_json::{Value, json};
 use zarrgate::config::Config;
-use zarrgate::zarr::elements::Elements;
+use zarrgate::dtype::elements::Elements;
 
 fn expected(path: &str) -> crate::common::expected::Expected {
     let dir = repo().join("tests/fixtures/expected");

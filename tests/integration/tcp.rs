@@ -834,7 +834,7 @@ async fn connections_are_served_with_any_number_of_workers() {
     let tile = "/api/v1/slice/fx/v2/compressor_zstd_i4?select=1:3,2:5&format=bin";
     // What zarr-python wrote, rows 1..3 and columns 2..5.
     let array = crate::common::expected::load_npy(&repo().join("tests/fixtures/expected/v2/compressor_zstd_i4.npy"));
-    let zarrgate::zarr::elements::Elements::Fixed(data) = &array.elements else {
+    let zarrgate::dtype::elements::Elements::Fixed(data) = &array.elements else {
         panic!("fixed-size elements")
     };
     let row = array.shape[1] as usize * 4;

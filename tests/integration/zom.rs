@@ -576,7 +576,7 @@ async fn metadata_documents_over_the_limit_are_not_read() {
 async fn metadata_documents_of_too_many_values_are_not_parsed() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let max = zarrgate::zarr::MAX_DOCUMENT_VALUES;
+    let max = zarrgate::json_text::MAX_DOCUMENT_VALUES;
     let document = |values: usize| {
         // The document's own values (its object, the 8 fields, `shape` and `chunks`' lists and
         // numbers, the list under "a") and the empty lists in it.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use zarrgate::array::{DimSelection, ReadContext, Selection, read_region};
+use zarrgate::dtype::elements::Elements;
 use zarrgate::store::{Store, StoreKey};
-use zarrgate::zarr::elements::Elements;
 use zarrgate::zarr::{ArrayMeta, open_array};
 
 use super::expected::{load, slice_naive};

@@ -7,8 +7,8 @@ use std::path::Path;
 use base64::Engine;
 use serde_json::Value;
 use zarrgate::codec::transpose;
-use zarrgate::zarr::dtype::DType;
-use zarrgate::zarr::elements::Elements;
+use zarrgate::dtype::DType;
+use zarrgate::dtype::elements::Elements;
 
 /// An expected array: shape, dtype (decoded form) and elements in C order, little-endian.
 #[derive(Debug)]

@@ -7,7 +7,19 @@
 use serde_json::Value;
 use std::borrow::Cow;
 
-use super::MetaError;
+pub mod elements;
+pub mod fill;
+
+/// Errors in metadata documents.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    /// The document is not valid JSON or misses/garbles a required field.
+    #[error("invalid metadata: {0}")]
+    Invalid(String),
+    /// A data type, codec or feature this server cannot read.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
 
 /// The largest element (in bytes) of a data type this server reads.
 pub const MAX_ITEM_SIZE: usize = 1 << 24;
@@ -546,6 +558,23 @@ fn ascii_time_unit(unit: &str) -> String {
         Some(multiple) => format!("{multiple}us"),
         None => unit.to_owned(),
     }
+}
+
+/// The float16 nearest `x` (ties to even), as NumPy rounds a float64 into a float16. Not
+/// `half::f16::from_f64`: with F16C it goes through a float32 first, and without it drops the
+/// low 32 bits of the mantissa; either way a value just past a tie (1 + 2^-11 + 2^-40) is
+/// rounded twice and lands on the wrong side. Here the float32 step rounds to odd (toward zero,
+/// then the last bit set when inexact), which no second rounding to 11 bits can be misled by.
+pub fn f16_from_f64(x: f64) -> half::f16 {
+    let mut near = x as f32;
+    if near.is_finite() && f64::from(near) != x {
+        if f64::from(near).abs() > x.abs() {
+            // One step toward zero: the magnitude's bits less one.
+            near = f32::from_bits(near.to_bits() - 1);
+        }
+        near = f32::from_bits(near.to_bits() | 1);
+    }
+    half::f16::from_f32(near)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::Value;
 
 use super::MetaError;
-use super::dtype::{DType, Kind};
+use super::{DType, Kind};
 
 /// A parsed fill value.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,7 +80,7 @@ fn float_bytes(value: &Value, size: usize) -> Option<Vec<u8>> {
         None => parse_float(value)?,
     };
     Some(match size {
-        2 => crate::codec::numeric::f16_from_f64(x).to_le_bytes().to_vec(),
+        2 => super::f16_from_f64(x).to_le_bytes().to_vec(),
         4 => (x as f32).to_le_bytes().to_vec(),
         8 => x.to_le_bytes().to_vec(),
         _ => return None,
