@@ -528,12 +528,10 @@ impl Secret {
 
     /// Compares with `candidate` in time that depends only on the lengths.
     pub fn matches(&self, candidate: &[u8]) -> bool {
-        // Secrets read from the environment are never empty; an empty one matches nothing.
-        let mut diff = (self.0.len() != candidate.len() || self.0.is_empty()) as u8;
-        for (i, b) in self.0.iter().enumerate() {
-            diff |= b ^ candidate.get(i).copied().unwrap_or(0);
-        }
-        diff == 0
+        // Secrets read from the environment are never empty; an empty one matches nothing. The
+        // bytes are compared in constant time (`subtle`: a hand-written loop may be compiled to
+        // one that stops at the first difference); a length that differs answers at once.
+        !self.0.is_empty() && bool::from(subtle::ConstantTimeEq::ct_eq(self.0.as_slice(), candidate))
     }
 }
 

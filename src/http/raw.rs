@@ -76,7 +76,7 @@ fn etag_matches(list: &str, etag: &str, weak: bool) -> bool {
     fn opaque(t: &str) -> &str {
         t.strip_prefix("W/").unwrap_or(t)
     }
-    list.split(',').map(str::trim).any(|tag| {
+    entity_tags(list).any(|tag| {
         tag == "*"
             || !etag.is_empty()
                 && if weak {
@@ -84,6 +84,33 @@ fn etag_matches(list: &str, etag: &str, weak: bool) -> bool {
                 } else {
                     !etag.starts_with("W/") && tag == etag
                 }
+    })
+}
+
+/// The members of an entity-tag list (RFC 9110 section 8.8.3): `*`, or tags written
+/// `[W/]"opaque"`, each with its quotes and prefix; the opaque part may hold a comma. A member
+/// that is no entity tag is skipped up to the next comma.
+fn entity_tags(list: &str) -> impl Iterator<Item = &str> {
+    let mut rest = list;
+    std::iter::from_fn(move || {
+        loop {
+            rest = rest.trim_start_matches([' ', '\t', ',']);
+            if rest.is_empty() {
+                return None;
+            }
+            let quoted = rest.strip_prefix("W/").unwrap_or(rest);
+            let prefix = rest.len() - quoted.len();
+            let tag = match quoted.strip_prefix('"').and_then(|inner| inner.find('"')) {
+                Some(close) => Some(&rest[..prefix + close + 2]),
+                None if rest.starts_with('*') => Some(&rest[..1]),
+                None => None,
+            };
+            let taken = tag.map_or_else(|| rest.find(',').unwrap_or(rest.len()), str::len);
+            rest = &rest[taken..];
+            if tag.is_some() {
+                return tag;
+            }
+        }
     })
 }
 
@@ -548,5 +575,19 @@ mod tests {
         assert_eq!(split_path("/zarr/demo/a/b"), ("demo", "a/b"));
         assert_eq!(split_path("/zarr/demo"), ("demo", ""));
         assert_eq!(split_path("/zarr/demo/"), ("demo", ""));
+    }
+    /// Entity tags may hold commas (RFC 9110 `etagc`): a list is split between tags, not at
+    /// every comma.
+    #[test]
+    fn entity_tag_lists_are_split_between_tags() {
+        let tags: Vec<&str> = entity_tags(r#" "a,b" ,W/"c", *, junk, "d""#).collect();
+        assert_eq!(tags, [r#""a,b""#, r#"W/"c""#, "*", r#""d""#]);
+        assert!(etag_matches(r#""x", "a,b""#, r#""a,b""#, false));
+        assert!(!etag_matches(r#""a", "b""#, r#""a,b""#, false));
+        assert!(etag_matches(r#"W/"a,b""#, r#""a,b""#, true));
+        assert!(!etag_matches(r#"W/"a,b""#, r#""a,b""#, false));
+        assert_eq!(entity_tags(r#""unclosed, x"#).count(), 0);
+        assert_eq!(entity_tags(r#"W/, "y""#).collect::<Vec<_>>(), [r#""y""#]);
+        assert_eq!(entity_tags("").count(), 0);
     }
 }
