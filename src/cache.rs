@@ -332,7 +332,7 @@ pub struct Caches {
     /// no node there), or why it stopped when it will stop there again (too large, a store
     /// that cannot list).
     pub hierarchies: Cache<WalkKey, Walked>,
-    /// PrioritySemaphore to walk a hierarchy (whole, or to a ZOM request's depth), [`WALKS`] of them. A
+    /// Permits to walk a hierarchy (whole, or to a ZOM request's depth), [`WALKS`] of them. A
     /// whole walk runs in a task of its own and ends even when its requests have gone (it is
     /// cached for the next one), so this, not the request limit, bounds the walks running and
     /// the trees being built.
@@ -472,7 +472,7 @@ impl RenderPermit<'_> {
 
 impl Drop for RenderPermit<'_> {
     fn drop(&mut self) {
-        // PrioritySemaphore take and let go of their slots under the map's lock only, so the count seen
+        // Permits take and let go of their slots under the map's lock only, so the count seen
         // here is every holder: this permit and the map when it is the last.
         let mut slots = self.rendering.slots();
         if let Some(slot) = self.slot.take() {

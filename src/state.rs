@@ -58,7 +58,7 @@ pub struct StateInner {
     pub read_options: ReadOptions,
     /// The token protecting /metrics, if any.
     pub metrics_token: Option<Secret>,
-    /// PrioritySemaphore to send a streamed slice (or one answered whole over a band's size), [`MAX_STREAMS`]
+    /// Permits to send a streamed slice (or one answered whole over a band's size), [`MAX_STREAMS`]
     /// of them. Such a body is sent after its request has left the request limit and timeout,
     /// holding a few bands of decoded chunks (or itself) while its client reads: this bounds how
     /// many do at once.

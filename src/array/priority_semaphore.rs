@@ -1,4 +1,4 @@
-//! PrioritySemaphore to decode, handed out in the order a response needs the units.
+//! Permits to decode, handed out in the order a response needs the units.
 //!
 //! A streamed slice loads a few bands of units at once, each in a task of its own, and the
 //! tasks run in whatever order the runtime polls them: tokio runs the task spawned last first.
@@ -20,7 +20,7 @@ pub struct PrioritySemaphore {
 
 #[derive(Debug)]
 struct State {
-    /// PrioritySemaphore no one holds or has been handed.
+    /// Permits no one holds or has been handed.
     free: usize,
     /// Waiters by (rank, arrival).
     waiting: BTreeMap<(u64, u64), oneshot::Sender<PriorityPermit>>,
@@ -77,7 +77,7 @@ impl PrioritySemaphore {
         }
     }
 
-    /// PrioritySemaphore free now.
+    /// Permits free now.
     #[cfg(test)]
     fn free(&self) -> usize {
         self.state().free
@@ -136,7 +136,7 @@ mod tests {
         let b = permits.take(9).await;
         assert_eq!(permits.free(), 0);
         let (tx, mut order) = tokio::sync::mpsc::unbounded_channel();
-        // PrioritySemaphore held by the tasks at once, and the most ever.
+        // Permits held by the tasks at once, and the most ever.
         let (holding, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let mut tasks = Vec::new();
         for (name, rank) in [("r5", 5), ("r1", 1), ("r3 first", 3), ("r3 second", 3), ("r0", 0)] {

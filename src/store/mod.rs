@@ -531,7 +531,7 @@ impl Store {
     }
 }
 
-/// PrioritySemaphore a stream of `Bytes` from any source into the store's body type.
+/// Turns a stream of `Bytes` from any source into the store's body type.
 pub(crate) fn body_stream<S, E>(s: S) -> BoxStream<'static, Result<Bytes, StoreError>>
 where
     S: futures::Stream<Item = Result<Bytes, E>> + Send + 'static,
