@@ -358,6 +358,8 @@ pub struct Caches {
     pub consolidated_counters: CacheCounters,
     /// Chunks (and inner chunks) decoded, cached or not.
     pub decodes: AtomicU64,
+    /// Raw bytes of remote stores, shared by their mounts.
+    pub raw: Arc<crate::store::cached::RawCache>,
 }
 
 /// What walking a whole hierarchy found: the tree (`None`: no node there), or why the walk
@@ -529,6 +531,7 @@ impl Caches {
         self.metadata.run_pending_tasks().await;
         self.hierarchies.run_pending_tasks().await;
         self.consolidated.run_pending_tasks().await;
+        self.raw.settle().await;
     }
 
     /// Caches sized by the configuration.
@@ -592,6 +595,7 @@ impl Caches {
             walking: Walking::default(),
             rendering: Rendering::default(),
             decodes: AtomicU64::new(0),
+            raw: Arc::new(crate::store::cached::RawCache::new(config)),
         }
     }
 }

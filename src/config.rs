@@ -258,6 +258,12 @@ fn valid_origin(origin: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':' | '[' | ']'))
 }
 
+/// The smallest `cache.raw_block_bytes`.
+pub const MIN_RAW_BLOCK: u64 = 4 << 10;
+/// The most `cache.raw_block_bytes` and `cache.raw_object_max` may be: what one fill of the raw
+/// cache holds in memory.
+pub const MAX_RAW_READ: u64 = 64 << 20;
+
 /// The longest `cache.ttl_seconds`: ten years (moka refuses more than a thousand).
 pub const MAX_TTL_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
@@ -273,9 +279,16 @@ pub struct CacheConfig {
     /// at 1 KiB a node plus four times its documents' JSON. A hierarchy heavier than this is
     /// walked again for every request that needs it.
     pub hierarchy_bytes: u64,
-    /// Seconds a cached chunk, shard index or metadata document may be served without looking
-    /// at the store again: the bound on serving changed data.
+    /// Seconds a cached chunk, shard index, metadata document or raw object may be served
+    /// without looking at the store again: the bound on serving changed data.
     pub ttl_seconds: u64,
+    /// Capacity in bytes of the cache of raw bytes of remote mounts (objects and blocks of
+    /// them), shared by raw-key reads and slices; 0 turns it off.
+    pub raw_bytes: u64,
+    /// Objects up to this many bytes are cached whole; larger ones in blocks.
+    pub raw_object_max: u64,
+    /// The size of a cached block of a large object (its blocks are aligned to it).
+    pub raw_block_bytes: u64,
 }
 
 impl Default for CacheConfig {
@@ -285,6 +298,9 @@ impl Default for CacheConfig {
             shard_index_bytes: 64 << 20,
             hierarchy_bytes: 256 << 20,
             ttl_seconds: 60,
+            raw_bytes: 256 << 20,
+            raw_object_max: 1 << 20,
+            raw_block_bytes: 1 << 20,
         }
     }
 }
@@ -322,6 +338,18 @@ pub struct MountConfig {
     /// Bearer tokens that may read this mount, as `"env:VAR"` (read at start). Empty: public.
     #[serde(default)]
     pub tokens: Vec<String>,
+    /// The `Cache-Control` of this mount's answers (raw keys, slices, hierarchies), for the
+    /// caches downstream (CDNs, browsers); `None`: `no-cache`.
+    #[serde(default)]
+    pub cache_control: Option<String>,
+    /// The mount's objects never change (published, versioned data): cached raw bytes are
+    /// never revalidated.
+    #[serde(default)]
+    pub immutable: bool,
+    /// Seconds past `cache.ttl_seconds` that cached raw bytes are still served while the
+    /// upstream fails (RFC 5861's `stale-if-error`); 0: never.
+    #[serde(default)]
+    pub stale_if_error: u64,
     /// Directory that a relative `url` is relative to (the config file's, or the working
     /// directory for `--mount`).
     #[serde(skip)]
@@ -358,6 +386,9 @@ impl MountConfig {
             retries: default_retries(),
             concurrency: default_concurrency(),
             tokens: Vec::new(),
+            cache_control: None,
+            immutable: false,
+            stale_if_error: 0,
             base_dir: base_dir.into(),
         }
     }
@@ -731,6 +762,12 @@ impl Config {
                 self.cache.ttl_seconds
             )));
         }
+        let c = &self.cache;
+        if !(MIN_RAW_BLOCK..=MAX_RAW_READ).contains(&c.raw_block_bytes) || c.raw_object_max > MAX_RAW_READ {
+            return Err(ConfigError::Invalid(format!(
+                "cache.raw_block_bytes must be between {MIN_RAW_BLOCK} and {MAX_RAW_READ}, and cache.raw_object_max at most {MAX_RAW_READ}"
+            )));
+        }
         if !(0.0..=MAX_TIMEOUT_S).contains(&self.server.drain_s) {
             return Err(ConfigError::Invalid(format!(
                 "server.drain_s must be between 0 and {MAX_TIMEOUT_S} s (a day)"
@@ -771,6 +808,18 @@ impl Config {
                 )));
             }
             mount.source(name)?;
+            if let Some(value) = &mount.cache_control
+                && axum::http::HeaderValue::from_str(value).is_err()
+            {
+                return Err(ConfigError::Invalid(format!(
+                    "mount '{name}': cache_control '{value}' is not a header value"
+                )));
+            }
+            if mount.stale_if_error > MAX_TTL_SECONDS {
+                return Err(ConfigError::Invalid(format!(
+                    "mount '{name}': stale_if_error must be at most {MAX_TTL_SECONDS} s"
+                )));
+            }
             for t in &mount.tokens {
                 secret_from_env(t, &format!("mount '{name}': tokens"))?;
             }

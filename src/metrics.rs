@@ -214,7 +214,13 @@ impl Metrics {
         if prometheus_client::encoding::text::encode_registry(&mut out, &self.registry).is_err() {
             out.clear();
         }
-        let cache_rows: [(&str, &CacheCounters, u64, u64); 5] = [
+        let raw = &caches.raw;
+        let raw_counters = CacheCounters {
+            hits: raw.counters.hits.load(Ordering::Relaxed).into(),
+            misses: raw.counters.misses.load(Ordering::Relaxed).into(),
+            evictions: std::sync::Arc::new(raw.counters.evictions.load(Ordering::Relaxed).into()),
+        };
+        let cache_rows: [(&str, &CacheCounters, u64, u64); 6] = [
             (
                 "chunks",
                 &caches.chunk_counters,
@@ -245,6 +251,7 @@ impl Metrics {
                 caches.consolidated.weighted_size(),
                 caches.consolidated.entry_count(),
             ),
+            ("raw", &raw_counters, raw.weighted_size(), raw.entry_count()),
         ];
         let series: [Series; 5] = [
             (
@@ -303,6 +310,44 @@ impl Metrics {
             crate::buffers::DECODED.reuses(),
             crate::buffers::READS.reuses()
         );
+        let c = &raw.counters;
+        let _ = writeln!(
+            text,
+            "# HELP zarrgate_raw_cache_revalidations Raw-cache objects the upstream confirmed unchanged (304) after their TTL.\n# TYPE zarrgate_raw_cache_revalidations counter\nzarrgate_raw_cache_revalidations_total{{tier=\"memory\"}} {}\n# HELP zarrgate_raw_cache_coalesced Raw-cache reads that waited for a fetch another read had begun.\n# TYPE zarrgate_raw_cache_coalesced counter\nzarrgate_raw_cache_coalesced_total{{tier=\"memory\"}} {}\n# HELP zarrgate_raw_cache_stale Raw-cache reads answered past freshness while the upstream failed (stale_if_error).\n# TYPE zarrgate_raw_cache_stale counter\nzarrgate_raw_cache_stale_total{{tier=\"memory\"}} {}",
+            c.revalidated.load(Ordering::Relaxed),
+            c.coalesced.load(Ordering::Relaxed),
+            c.stale.load(Ordering::Relaxed)
+        );
+        let upstream = raw.upstream();
+        let _ = writeln!(
+            text,
+            "# HELP zarrgate_upstream_requests Requests sent to remote stores, by mount and kind.\n# TYPE zarrgate_upstream_requests counter"
+        );
+        for (mount, counters) in &upstream {
+            for (kind, n) in [
+                ("get", &counters.gets),
+                ("range", &counters.ranges),
+                ("head", &counters.heads),
+                ("list", &counters.lists),
+            ] {
+                let _ = writeln!(
+                    text,
+                    "zarrgate_upstream_requests_total{{mount=\"{mount}\",kind=\"{kind}\"}} {}",
+                    n.load(Ordering::Relaxed)
+                );
+            }
+        }
+        let _ = writeln!(
+            text,
+            "# HELP zarrgate_upstream_bytes Body bytes received from remote stores, by mount.\n# TYPE zarrgate_upstream_bytes counter"
+        );
+        for (mount, counters) in &upstream {
+            let _ = writeln!(
+                text,
+                "zarrgate_upstream_bytes_total{{mount=\"{mount}\"}} {}",
+                counters.bytes.load(Ordering::Relaxed)
+            );
+        }
         let orphans = &crate::cache::DETACHED_LOADS;
         let _ = writeln!(
             text,

@@ -30,6 +30,9 @@ pub struct Mount {
     /// Bearer tokens that may read it; empty for a public mount.
     #[serde(skip)]
     pub tokens: Vec<Secret>,
+    /// The `Cache-Control` of its answers (`mounts.NAME.cache_control`); `None`: `no-cache`.
+    #[serde(skip)]
+    pub cache_control: Option<axum::http::HeaderValue>,
 }
 
 impl Mount {
@@ -94,17 +97,29 @@ impl std::ops::Deref for AppState {
 impl AppState {
     /// Opens every configured mount.
     pub fn from_config(config: Config) -> Result<Self, ConfigError> {
+        let caches = Arc::new(Caches::new(&config.cache));
         let mut mounts = Vec::new();
         for (name, m) in &config.mounts {
             let source = m.source(name)?;
             let kind = store::open::kind(&source);
-            let store = store::open::open_checked(&source, m, std::time::Duration::from_secs(config.cache.ttl_seconds))
+            let ttl = std::time::Duration::from_secs(config.cache.ttl_seconds);
+            let freshness = store::cached::Freshness {
+                immutable: m.immutable,
+                stale_if_error: std::time::Duration::from_secs(m.stale_if_error),
+            };
+            let store = store::open::open_cached(&source, m, ttl, (&caches.raw, name, freshness))
                 .map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
             let tokens = m
                 .tokens
                 .iter()
                 .map(|t| secret_from_env(t, &format!("mount '{name}': tokens")))
                 .collect::<Result<Vec<_>, _>>()?;
+            let cache_control = m
+                .cache_control
+                .as_deref()
+                .map(axum::http::HeaderValue::from_str)
+                .transpose()
+                .map_err(|_| ConfigError::Invalid(format!("mount '{name}': cache_control is not a header value")))?;
             mounts.push(Mount {
                 name: name.as_str().into(),
                 kind,
@@ -112,16 +127,22 @@ impl AppState {
                 consolidated: m.consolidated,
                 store,
                 tokens,
+                cache_control,
             });
         }
-        Ok(Self::with_mounts(config, mounts))
+        Ok(Self::with_caches(config, mounts, caches))
     }
 
     /// State over ready-made mounts (tests use this with wrapped stores).
     pub fn with_mounts(config: Config, mounts: Vec<Mount>) -> Self {
+        let caches = Arc::new(Caches::new(&config.cache));
+        Self::with_caches(config, mounts, caches)
+    }
+
+    /// State over ready-made mounts and caches (the raw cache their stores read through).
+    pub fn with_caches(config: Config, mounts: Vec<Mount>, caches: Arc<Caches>) -> Self {
         let whole_mib = whole_budget_mib(config.limits.max_slice_bytes);
         let mounts = mounts.into_iter().map(|m| (m.name.to_string(), m)).collect();
-        let caches = Arc::new(Caches::new(&config.cache));
         let metrics_token = config
             .server
             .metrics_token

@@ -31,12 +31,20 @@ pub async fn raw_key(
         Method::GET | Method::HEAD => {
             // An object replaced between reading its validators and its bytes is served anew,
             // once: its headers must describe the bytes that follow them.
-            for _ in 0..2 {
-                if let Some(response) = serve(&state, &method, uri.path(), &headers).await? {
-                    return Ok(response);
+            let served = crate::store::cached::noting_status(async {
+                for _ in 0..2 {
+                    if let Some(response) = serve(&state, &method, uri.path(), &headers).await? {
+                        return Ok(response);
+                    }
                 }
+                Err(ApiError::Upstream)
+            });
+            let (mut response, status) = served.await;
+            // How the raw cache answered, for the access log.
+            if let (Ok(response), Some(status)) = (&mut response, status) {
+                response.extensions_mut().insert(status);
             }
-            Err(ApiError::Upstream)
+            response
         }
         Method::OPTIONS => Ok(super::options(ALLOW)),
         other => Err(ApiError::MethodNotAllowed {
@@ -264,15 +272,21 @@ fn consolidated(mount: &Mount, key: &StoreKey, synthesized: Result<Option<Bytes>
 }
 
 /// The headers every representation of a key carries.
-fn stored_headers(key: &StoreKey, etag: &str, last_modified: Option<SystemTime>) -> axum::http::response::Builder {
-    // Stores change under a key: caches (a browser's, for viewers) revalidate each use, which
-    // the ETag makes a 304, instead of keeping a copy for a heuristic lifetime.
-    // Constant values, and appended in place (see `super::append`): every raw answer has them.
+fn stored_headers(
+    mount: &Mount,
+    key: &StoreKey,
+    etag: &str,
+    last_modified: Option<SystemTime>,
+) -> axum::http::response::Builder {
+    // Stores change under a key: unless the mount says how its answers may be kept
+    // (`cache_control`), caches (a browser's, for viewers) revalidate each use, which the ETag
+    // makes a 304, instead of keeping a copy for a heuristic lifetime. Constant values, and appended in place (see `super::append`): every raw answer has them.
     const BYTES: HeaderValue = HeaderValue::from_static("bytes");
     const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
     let mut response = super::response();
     super::append(&mut response, header::ACCEPT_RANGES, BYTES);
-    super::append(&mut response, header::CACHE_CONTROL, NO_CACHE);
+    let cache_control = mount.cache_control.clone().unwrap_or(NO_CACHE);
+    super::append(&mut response, header::CACHE_CONTROL, cache_control);
     super::append(&mut response, header::CONTENT_TYPE, content_type(key));
     // A stored ETag that is no header value (an odd upstream's) is left out, not a failed answer.
     if !etag.is_empty()
@@ -338,6 +352,7 @@ async fn serve(
         };
         let (size, range) = (object.meta.size, object.range.clone());
         let mut response = stored_headers(
+            mount,
             &key,
             &etag_of(&object.meta),
             object.meta.last_modified.and_then(http_time),
@@ -364,7 +379,7 @@ async fn serve(
     let etag = rep.etag.clone();
     let last_modified = rep.last_modified;
 
-    let mut response = stored_headers(&key, &etag, last_modified);
+    let mut response = stored_headers(mount, &key, &etag, last_modified);
 
     // Preconditions, in the order RFC 9110 section 13.2.2 evaluates them.
     match header_list(headers, header::IF_MATCH).as_deref() {

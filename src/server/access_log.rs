@@ -29,6 +29,8 @@ pub(super) struct AccessLogRecord {
     pub(super) start: Instant,
     /// The response's status and the time to its head, once there is one.
     pub(super) head: Option<(u16, Duration)>,
+    /// How the raw cache answered it (raw keys), as nginx's `$upstream_cache_status`.
+    pub(super) cache: Option<crate::store::cached::CacheStatus>,
     /// The body's length, when known before it is sent.
     pub(super) length: Option<u64>,
     /// Body bytes handed to the connection.
@@ -54,6 +56,7 @@ impl AccessLogRecord {
             route: crate::metrics::route_index(request.uri().path()),
             start: Instant::now(),
             head: None,
+            cache: None,
             length: None,
             bytes: 0,
             ended: false,
@@ -67,6 +70,7 @@ impl AccessLogRecord {
         let (status, head) = (response.status().as_u16(), self.start.elapsed());
         self.state.metrics.observe(self.route, status, head);
         self.head = Some((status, head));
+        self.cache = response.extensions().get().copied();
         if let Some(in_flight) = &mut self.in_flight {
             in_flight.answered();
         }
@@ -123,6 +127,7 @@ impl Drop for AccessLogRecord {
             ms = millis(self.start.elapsed()),
             head_ms = millis(head),
             aborted = !complete,
+            cache = self.cache.map_or("-", crate::store::cached::CacheStatus::as_str),
         );
     }
 }

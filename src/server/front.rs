@@ -127,6 +127,8 @@ pub(super) struct Front {
     /// The health listener's front ([`serve_health`]): every path but `/healthz` and `/metrics`
     /// is 404 before anything else is looked at (a protected mount's 401 would name it).
     pub(super) health_only: bool,
+    /// Whether a mount sets its own `Cache-Control` (`mounts.NAME.cache_control`).
+    pub(super) mount_cache_control: bool,
 }
 
 /// The service over the routes of zarrgate.
@@ -186,6 +188,7 @@ pub(super) fn build(state: AppState, routes: Router, direct: bool, health_only: 
         timeout: Duration::from_secs_f64(limits.request_timeout_s),
         direct,
         health_only,
+        mount_cache_control: state.mounts.values().any(|m| m.cache_control.is_some()),
         routes,
         state,
     }))
@@ -337,8 +340,22 @@ impl Front {
             }
             Some(_) => Cors::Other(self.allowed(origin)),
         };
+        // The `Cache-Control` of the mount read, for its successful answers (errors stay
+        // `no-cache`: a CDN keeping a 404 or a 503 for an hour serves it for an hour).
+        let mount_cache_control = match self.mount_cache_control {
+            true => mount_of(request.uri().path())
+                .and_then(|segment| self.state.mount(segment).ok())
+                .and_then(|mount| mount.cache_control.clone()),
+            false => None,
+        };
         futures::future::Either::Left(self.guarded(request).map(move |mut response| {
+            let status = response.status();
             let headers = response.headers_mut();
+            if let Some(value) = mount_cache_control
+                && (status.is_success() || status == axum::http::StatusCode::NOT_MODIFIED)
+            {
+                headers.entry(header::CACHE_CONTROL).or_insert(value);
+            }
             // An answer that does not say how it may be cached (a slice, a hierarchy, a listing)
             // is `no-cache`, as raw keys and errors are: a shared cache would otherwise keep it
             // for a heuristic lifetime of its own (CloudFront: a day), past the staleness bound

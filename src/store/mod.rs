@@ -7,6 +7,7 @@
 //!   satisfiable ranges (unless it says it resolves them itself: local files and zip entries);
 //! - bodies are streams, so a large object never has to sit in memory.
 
+pub mod cached;
 mod key;
 mod local;
 mod nonblocking;
@@ -195,6 +196,15 @@ pub struct Listing {
     pub objects: Vec<String>,
 }
 
+/// A read made unless the object is still the version the caller holds.
+#[derive(Debug)]
+pub enum Revalidated<T> {
+    /// The object is still that version: nothing was read.
+    Unchanged,
+    /// It is another version (or gone): what a plain read gives.
+    Changed(T),
+}
+
 /// One storage backend. See the module docs for the contract.
 #[async_trait]
 pub trait Backend: Send + Sync + fmt::Debug + 'static {
@@ -206,6 +216,25 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
 
     /// Lists the direct children of a prefix (the empty key lists the root).
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError>;
+
+    /// [`Backend::get`], unless the object is still `version` (as [`ObjectMeta::version`]
+    /// gave it): then [`Revalidated::Unchanged`] and no bytes (an HTTP 304). Backends without
+    /// conditional reads read the object.
+    async fn get_unless(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        version: &str,
+    ) -> Result<Revalidated<Option<GetObject>>, StoreError> {
+        let _ = version;
+        Ok(Revalidated::Changed(self.get(key, range).await?))
+    }
+
+    /// [`Backend::head`], unless the object is still `version` (see [`Backend::get_unless`]).
+    async fn head_unless(&self, key: &StoreKey, version: &str) -> Result<Revalidated<Option<ObjectMeta>>, StoreError> {
+        let _ = version;
+        Ok(Revalidated::Changed(self.head(key).await?))
+    }
 
     /// Whether `get` resolves any range itself, answering an unsatisfiable one with
     /// [`StoreError::Range`] carrying the object's size. Then one `get` can serve an HTTP range
@@ -350,6 +379,25 @@ impl Store {
     /// See [`Backend::get`].
     pub async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         self.0.get(key, range).await
+    }
+
+    /// See [`Backend::get_unless`].
+    pub async fn get_unless(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        version: &str,
+    ) -> Result<Revalidated<Option<GetObject>>, StoreError> {
+        self.0.get_unless(key, range, version).await
+    }
+
+    /// See [`Backend::head_unless`].
+    pub async fn head_unless(
+        &self,
+        key: &StoreKey,
+        version: &str,
+    ) -> Result<Revalidated<Option<ObjectMeta>>, StoreError> {
+        self.0.head_unless(key, version).await
     }
 
     /// See [`Backend::resolves_ranges`].

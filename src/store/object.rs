@@ -14,6 +14,7 @@ use object_store::{GetOptions, GetRange, GetResultPayload, ObjectStore, ObjectSt
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio_util::io::ReaderStream;
 
+use super::Revalidated;
 use super::local::{list_local, local_meta, names_nothing};
 use super::nonblocking::{self, NonBlocking};
 use super::{
@@ -316,6 +317,120 @@ impl LocalFiles {
 }
 
 impl ObjectStoreBackend {
+    /// [`Backend::get`], with `If-None-Match: version` when one is given: an object still of
+    /// that version is [`Revalidated::Unchanged`] (the upstream's 304).
+    async fn get_with(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        if_none_match: Option<&str>,
+    ) -> Result<Revalidated<Option<GetObject>>, StoreError> {
+        if key.is_root() {
+            return Ok(Revalidated::Changed(None));
+        }
+        if let Some(local) = &self.local {
+            return Ok(Revalidated::Changed(local.get(key, range).await?));
+        }
+
+        let range = match range {
+            // The size tells the range, or that it has no bytes (a suffix of none, any suffix
+            // of an empty object): that is the caller's to answer (416, or the whole empty
+            // object), not a bounded range of no bytes, which object_store refuses (502).
+            Some(ByteRange::Suffix(n)) if !self.suffix_ranges => match self.head(key).await? {
+                Some(meta) => {
+                    let r = super::resolve_range(Some(ByteRange::Suffix(n)), meta.size)?;
+                    Some(ByteRange::Bounded(r.start, r.end))
+                }
+                None => return Ok(Revalidated::Changed(None)),
+            },
+            r => r,
+        };
+        let options = GetOptions {
+            range: range.map(|r| match r {
+                ByteRange::Bounded(a, b) => GetRange::Bounded(a..b),
+                ByteRange::From(a) => GetRange::Offset(a),
+                ByteRange::Suffix(n) => GetRange::Suffix(n),
+            }),
+            if_none_match: if_none_match.map(str::to_owned),
+            ..Default::default()
+        };
+        let path = self.path(key)?;
+        if !Self::addressable(&path) {
+            return Ok(Revalidated::Changed(None));
+        }
+        // Whether this read asks for the whole object and cuts the range out itself: what it
+        // sent decides, not the flag, which another read may set meanwhile.
+        let mut cutting = range.is_some() && self.refusing_ranges();
+        let whole = GetOptions {
+            if_none_match: if_none_match.map(str::to_owned),
+            ..Default::default()
+        };
+        let sent = if cutting { whole.clone() } else { options };
+        let result = match self.with_permit(self.store.get_opts(&path, sent)).await {
+            Ok(r) => r,
+            // An origin that answered a range with the whole object: read it whole, and cut.
+            // Only a range of part of a non-empty object shows that the origin serves no ranges
+            // (of an empty object, or one the range covers whole, servers may answer 200).
+            Err(object_store::Error::NotSupported { .. }) if range.is_some() && !cutting => {
+                cutting = true;
+                let whole = match self.with_permit(self.store.get_opts(&path, whole)).await {
+                    Ok(r) => r,
+                    Err(object_store::Error::NotModified { .. }) => return Ok(Revalidated::Unchanged),
+                    Err(e) => return self.missing_or(e).map(Revalidated::Changed),
+                };
+                let size = whole.meta.size;
+                if range
+                    .and_then(|r| r.resolve(size))
+                    .is_some_and(|part| part != (0..size))
+                {
+                    tracing::info!(%key, "the upstream does not serve ranges: whole objects are read and cut");
+                    if let Ok(mut at) = self.ranges_refused.lock() {
+                        *at = Some(std::time::Instant::now());
+                    }
+                }
+                whole
+            }
+            // A range the object cannot satisfy: the upstream answers 416, which object_store
+            // reports as a generic error. A HEAD, made only then (not after a timeout or a 5xx,
+            // which it would only repeat), gives the size the client is told.
+            Err(e) if range.is_some() && has_status(&e, "416") => {
+                if let Ok(Some(meta)) = self.head(key).await {
+                    super::resolve_range(range, meta.size)?;
+                }
+                return self.missing_or(e).map(Revalidated::Changed);
+            }
+            Err(object_store::Error::NotModified { .. }) => return Ok(Revalidated::Unchanged),
+            Err(e) => return self.missing_or(e).map(Revalidated::Changed),
+        };
+        let meta = meta_from(&result.meta);
+        if cutting {
+            let wanted = super::resolve_range(range, meta.size)?;
+            let GetResultPayload::Stream(whole) = result.payload else {
+                return Err(StoreError::Io(
+                    "a whole-object read of a remote store was a file".into(),
+                ));
+            };
+            let body = cut(body_stream(whole), wanted.clone());
+            return Ok(Revalidated::Changed(Some(GetObject {
+                meta,
+                range: wanted,
+                body,
+            })));
+        }
+        let range = result.range.clone();
+        let body = match result.payload {
+            GetResultPayload::File(file, _) => {
+                let mut file = tokio::fs::File::from_std(file);
+                file.seek(std::io::SeekFrom::Start(range.start)).await?;
+                body_stream(ReaderStream::with_capacity(
+                    file.take(range.end - range.start),
+                    FILE_READ_CHUNK,
+                ))
+            }
+            GetResultPayload::Stream(s) => body_stream(s),
+        };
+        Ok(Revalidated::Changed(Some(GetObject { meta, range, body })))
+    }
     /// Whether the upstream refused a range recently (see `ranges_refused`).
     fn refusing_ranges(&self) -> bool {
         self.ranges_refused
@@ -502,106 +617,39 @@ impl Backend for ObjectStoreBackend {
     }
 
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
-        if key.is_root() {
-            return Ok(None);
+        match self.get_with(key, range, None).await? {
+            Revalidated::Changed(found) => Ok(found),
+            Revalidated::Unchanged => Err(StoreError::Io("an unconditional read was answered 304".into())),
         }
-        if let Some(local) = &self.local {
-            return local.get(key, range).await;
+    }
+
+    async fn get_unless(
+        &self,
+        key: &StoreKey,
+        range: Option<ByteRange>,
+        version: &str,
+    ) -> Result<Revalidated<Option<GetObject>>, StoreError> {
+        self.get_with(key, range, Some(version)).await
+    }
+
+    async fn head_unless(&self, key: &StoreKey, version: &str) -> Result<Revalidated<Option<ObjectMeta>>, StoreError> {
+        if key.is_root() || self.local.is_some() {
+            return Ok(Revalidated::Changed(self.head(key).await?));
         }
-        let range = match range {
-            // The size tells the range, or that it has no bytes (a suffix of none, any suffix
-            // of an empty object): that is the caller's to answer (416, or the whole empty
-            // object), not a bounded range of no bytes, which object_store refuses (502).
-            Some(ByteRange::Suffix(n)) if !self.suffix_ranges => match self.head(key).await? {
-                Some(meta) => {
-                    let r = super::resolve_range(Some(ByteRange::Suffix(n)), meta.size)?;
-                    Some(ByteRange::Bounded(r.start, r.end))
-                }
-                None => return Ok(None),
-            },
-            r => r,
-        };
-        let options = GetOptions {
-            range: range.map(|r| match r {
-                ByteRange::Bounded(a, b) => GetRange::Bounded(a..b),
-                ByteRange::From(a) => GetRange::Offset(a),
-                ByteRange::Suffix(n) => GetRange::Suffix(n),
-            }),
-            ..Default::default()
-        };
         let path = self.path(key)?;
         if !Self::addressable(&path) {
-            return Ok(None);
+            return Ok(Revalidated::Changed(None));
         }
-        // Whether this read asks for the whole object and cuts the range out itself: what it
-        // sent decides, not the flag, which another read may set meanwhile.
-        let mut cutting = range.is_some() && self.refusing_ranges();
-        let sent = if cutting { GetOptions::default() } else { options };
-        let result = match self.with_permit(self.store.get_opts(&path, sent)).await {
-            Ok(r) => r,
-            // An origin that answered a range with the whole object: read it whole, and cut.
-            // Only a range of part of a non-empty object shows that the origin serves no ranges
-            // (of an empty object, or one the range covers whole, servers may answer 200).
-            Err(object_store::Error::NotSupported { .. }) if range.is_some() && !cutting => {
-                cutting = true;
-                let whole = match self
-                    .with_permit(self.store.get_opts(&path, GetOptions::default()))
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(e) => return self.missing_or(e),
-                };
-                let size = whole.meta.size;
-                if range
-                    .and_then(|r| r.resolve(size))
-                    .is_some_and(|part| part != (0..size))
-                {
-                    tracing::info!(%key, "the upstream does not serve ranges: whole objects are read and cut");
-                    if let Ok(mut at) = self.ranges_refused.lock() {
-                        *at = Some(std::time::Instant::now());
-                    }
-                }
-                whole
-            }
-            // A range the object cannot satisfy: the upstream answers 416, which object_store
-            // reports as a generic error. A HEAD, made only then (not after a timeout or a 5xx,
-            // which it would only repeat), gives the size the client is told.
-            Err(e) if range.is_some() && has_status(&e, "416") => {
-                if let Ok(Some(meta)) = self.head(key).await {
-                    super::resolve_range(range, meta.size)?;
-                }
-                return self.missing_or(e);
-            }
-            Err(e) => return self.missing_or(e),
+        let options = GetOptions {
+            head: true,
+            if_none_match: Some(version.to_owned()),
+            ..Default::default()
         };
-        let meta = meta_from(&result.meta);
-        if cutting {
-            let wanted = super::resolve_range(range, meta.size)?;
-            let GetResultPayload::Stream(whole) = result.payload else {
-                return Err(StoreError::Io(
-                    "a whole-object read of a remote store was a file".into(),
-                ));
-            };
-            let body = cut(body_stream(whole), wanted.clone());
-            return Ok(Some(GetObject {
-                meta,
-                range: wanted,
-                body,
-            }));
+        match self.with_permit(self.store.get_opts(&path, options)).await {
+            Ok(found) => Ok(Revalidated::Changed(Some(meta_from(&found.meta)))),
+            Err(object_store::Error::NotModified { .. }) => Ok(Revalidated::Unchanged),
+            Err(e) => self.missing_or(e).map(Revalidated::Changed),
         }
-        let range = result.range.clone();
-        let body = match result.payload {
-            GetResultPayload::File(file, _) => {
-                let mut file = tokio::fs::File::from_std(file);
-                file.seek(std::io::SeekFrom::Start(range.start)).await?;
-                body_stream(ReaderStream::with_capacity(
-                    file.take(range.end - range.start),
-                    FILE_READ_CHUNK,
-                ))
-            }
-            GetResultPayload::Stream(s) => body_stream(s),
-        };
-        Ok(Some(GetObject { meta, range, body }))
     }
 
     fn resolves_ranges(&self) -> bool {

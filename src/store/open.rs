@@ -12,6 +12,7 @@ use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
 use object_store::http::HttpBuilder;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 
+use super::cached::{Freshness, RawCache};
 use super::zip::ZipBackend;
 use super::{ObjectStoreBackend, Store, StoreKey, open_local};
 use crate::config::{MountConfig, MountSource, Remote};
@@ -190,6 +191,25 @@ fn remote(remote: Remote, url: &str, config: &MountConfig) -> Result<ObjectStore
 /// unreachable still starts, and its requests answer 502/504 until the bucket answers.
 pub fn open(source: &MountSource, config: &MountConfig) -> Result<Store, String> {
     open_checked(source, config, super::zip::DIRECTORY_CHECK)
+}
+
+/// [`open_checked`], with remote stores (an archive's too) read through the raw cache, as the
+/// mount named so with that freshness.
+pub fn open_cached(
+    source: &MountSource,
+    config: &MountConfig,
+    zip_check: Duration,
+    (raw, mount, freshness): (&Arc<RawCache>, &str, Freshness),
+) -> Result<Store, String> {
+    Ok(match source {
+        MountSource::Local(_) => open_checked(source, config, zip_check)?,
+        MountSource::Remote(..) => raw.wrap(open_checked(source, config, zip_check)?, mount, freshness),
+        MountSource::Zip(container, name) => {
+            let container = open_cached(container, config, zip_check, (raw, mount, freshness))?;
+            let key = StoreKey::new(name).map_err(|e| format!("archive name '{name}': {e}"))?;
+            Store::new(ZipBackend::new(container, key).checked_every(zip_check))
+        }
+    })
 }
 
 /// [`open`], with a zip archive's directory checked against the archive every `zip_check` by

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Once;
+use std::time::Duration;
 
 use crate::common::cases::runtime;
 use crate::common::remote::*;
@@ -153,6 +154,118 @@ fn s3_mounts_behave_like_local_ones() {
         let r = get(&app, "/api/v1/slice/s3/v3/zstd_i4", &[]).await;
         assert_eq!(r.status, 200, "recovered without a restart: {:?}", r.body);
         assert_eq!(r.json(), get(&app, "/api/v1/slice/fx/v3/zstd_i4", &[]).await.json());
+    });
+}
+
+/// A sample of /metrics.
+async fn sample(app: &zarrgate::App, series: &str) -> f64 {
+    let text = String::from_utf8(get(app, "/metrics", &[]).await.body.to_vec()).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no {series} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+/// An S3 mount read through the raw cache, with the requests the bucket receives counted by a
+/// proxy in front of it: within the TTL a key is fetched once, a HEAD of it costs nothing,
+/// after the TTL it costs a 304; range reads of a large object fetch each block once;
+/// concurrent misses make one request; while the bucket is gone cached keys are served
+/// (stale_if_error) and the rest fail; back, it is read again without a restart. Answers carry
+/// the mount's Cache-Control.
+#[test]
+fn s3_mounts_read_through_the_raw_cache() {
+    cloud_env();
+    let Some(venv) = python_env("moto", "tests/remote/requirements-moto.txt") else {
+        return;
+    };
+    let rt = runtime();
+    let port = free_port();
+    let mut server = moto(&venv, port);
+    let big: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    let fill = |big: Vec<u8>| async move {
+        fill_moto(port).await;
+        let client = s3_client(port, "zarr");
+        client
+            .put(&ObjectPath::parse("big/shard").unwrap(), big.into())
+            .await
+            .unwrap();
+    };
+    rt.block_on(fill(big.clone()));
+    let proxy = CountingProxy::start(port);
+    let mut config = zarrgate::config::Config::default();
+    config.cache.ttl_seconds = 2;
+    for (name, url) in [("s3", "s3://zarr/data"), ("big", "s3://zarr/big")] {
+        let mut mount = emulated(url, format!("http://127.0.0.1:{}", proxy.port));
+        mount.cache_control = Some("public, max-age=3600".into());
+        mount.stale_if_error = 600;
+        config.mounts.insert(name.into(), mount);
+    }
+    config.validate().unwrap();
+    let state = zarrgate::AppState::from_config(config).unwrap();
+    let app = zarrgate::app(state);
+    let chunk = std::fs::read(fixtures().join("v3/zstd_i4/c/0/0")).unwrap();
+    let uri = "/zarr/s3/v3/zstd_i4/c/0/0";
+    rt.block_on(async {
+        for _ in 0..5 {
+            let r = get(&app, uri, &[]).await;
+            assert_eq!((r.status.as_u16(), &r.body[..]), (200, &chunk[..]));
+            assert_eq!(r.header("cache-control"), Some("public, max-age=3600"));
+        }
+        let head = request(&app, "HEAD", uri, &[]).await;
+        assert_eq!(head.header("content-length"), Some(chunk.len().to_string().as_str()));
+        assert_eq!(proxy.count("/zstd_i4/c/0/0"), 1, "{:?}", proxy.requests.lock().unwrap());
+        // After the TTL: one conditional request, answered 304.
+        std::thread::sleep(Duration::from_millis(2100));
+        assert_eq!(&get(&app, uri, &[]).await.body[..], &chunk[..]);
+        assert_eq!(proxy.count("/zstd_i4/c/0/0"), 2);
+        assert_eq!(proxy.count("If-None-Match"), 1);
+        assert_eq!(
+            sample(&app, "zarrgate_raw_cache_revalidations_total{tier=\"memory\"}").await,
+            1.0
+        );
+        // Ranges all over a 3 MiB object: each 1 MiB block once.
+        for (a, b) in [
+            (0, 99),
+            (1_500_000, 1_600_000),
+            (1_048_570, 1_048_580),
+            (3_000_000, 3_145_727),
+        ] {
+            let r = get(&app, "/zarr/big/shard", &[("range", &format!("bytes={a}-{b}"))]).await;
+            assert_eq!(r.status, 206);
+            assert_eq!(&r.body[..], &big[a..=b]);
+        }
+        let r = get(&app, "/zarr/big/shard", &[]).await;
+        assert_eq!(&r.body[..], &big[..]);
+        assert_eq!(proxy.count("/big/shard"), 3, "{:?}", proxy.requests.lock().unwrap());
+        // 64 concurrent misses of one key: one request.
+        let other = "/zarr/s3/v3/zstd_i4/c/0/1";
+        let reads: Vec<_> = (0..64).map(|_| get(&app, other, &[])).collect();
+        for r in futures::future::join_all(reads).await {
+            assert_eq!(r.status, 200);
+        }
+        assert_eq!(proxy.count("/zstd_i4/c/0/1"), 1);
+        let upstream = sample(&app, "zarrgate_upstream_requests_total{mount=\"big\",kind=\"range\"}").await;
+        assert_eq!(upstream, 3.0);
+    });
+    // The bucket goes away: cached keys are served stale, others fail.
+    server.stop();
+    std::thread::sleep(Duration::from_millis(2100));
+    rt.block_on(async {
+        let r = get(&app, uri, &[]).await;
+        assert_eq!((r.status.as_u16(), &r.body[..]), (200, &chunk[..]));
+        let r = get(&app, "/zarr/s3/v3/zstd_i4/c/1/0", &[]).await;
+        assert!(matches!(r.status.as_u16(), 502 | 504), "{}", r.status);
+        assert!(sample(&app, "zarrgate_raw_cache_stale_total{tier=\"memory\"}").await >= 1.0);
+    });
+    let _server = moto(&venv, port);
+    rt.block_on(async {
+        fill(big.iter().map(|b| b ^ 0xff).collect()).await;
+        std::thread::sleep(Duration::from_millis(2100));
+        let r = get(&app, "/zarr/s3/v3/zstd_i4/c/1/0", &[]).await;
+        assert_eq!(r.status, 200, "back without a restart");
+        let r = get(&app, "/zarr/big/shard", &[("range", "bytes=0-9")]).await;
+        assert_eq!(&r.body[..], &big[..10].iter().map(|b| b ^ 0xff).collect::<Vec<_>>()[..]);
     });
 }
 

@@ -247,6 +247,7 @@ fn slow_store_app(delay: Duration, chunks_only: bool, config: Config) -> zarrgat
             chunks_only,
         }),
         tokens: Vec::new(),
+        cache_control: None,
     };
     zarrgate::app(zarrgate::AppState::with_mounts(config, vec![mount]))
 }

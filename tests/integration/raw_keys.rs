@@ -695,6 +695,7 @@ fn hooked_app(root: &std::path::Path, read: ReadFn) -> zarrgate::App {
             read,
         }),
         tokens: Vec::new(),
+        cache_control: None,
     };
     zarrgate::app(zarrgate::AppState::with_mounts(
         zarrgate::config::Config::default(),

@@ -196,6 +196,7 @@ fn http_mount(name: &str, url: String, timeout_s: f64, retries: usize) -> Mount 
         consolidated: true,
         store: zarrgate::store::open::open(&source, &config).unwrap(),
         tokens: Vec::new(),
+        cache_control: None,
     }
 }
 

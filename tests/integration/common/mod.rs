@@ -190,6 +190,7 @@ pub fn wrapped_mount(url: &str, store: impl zarrgate::store::Backend) -> zarrgat
         consolidated: true,
         store: zarrgate::store::Store::new(store),
         tokens: Vec::new(),
+        cache_control: None,
     }
 }
 
@@ -334,6 +335,7 @@ pub fn slow_listing_app(
             list_error: None,
         }),
         tokens: Vec::new(),
+        cache_control: None,
     };
     let state = AppState::with_mounts(config, vec![mount]);
     (zarrgate::app(state.clone()), state, gets)

@@ -144,6 +144,7 @@ pub fn local_mount() -> Mount {
         consolidated: true,
         store: Store::new(open_local(&fixtures()).unwrap()),
         tokens: Vec::new(),
+        cache_control: None,
     }
 }
 
@@ -156,6 +157,7 @@ pub fn remote_mount(kind: &'static str, store: Store) -> Mount {
         consolidated: true,
         store,
         tokens: Vec::new(),
+        cache_control: None,
     }
 }
 
@@ -290,4 +292,76 @@ pub fn fails_quickly_when_gone(rt: &tokio::runtime::Runtime, store: &Store, kind
         assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
         assert_eq!(get(&app, "/api/v1/slice/fx/v3/zstd_i4", &[]).await.status, 200);
     });
+}
+
+/// A TCP proxy on 127.0.0.1 in front of an upstream (an emulator): it passes bytes both ways
+/// and keeps the head of every request clients send through it (its request line, and its
+/// Range and If-None-Match fields), to count what reaches the upstream. Requests are taken to
+/// have no body, as reads have none.
+pub struct CountingProxy {
+    pub port: u16,
+    pub requests: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl CountingProxy {
+    pub fn start(upstream: u16) -> CountingProxy {
+        use std::io::{Read, Write};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { continue };
+                let Ok(mut server) = std::net::TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (mut client_back, mut server_back) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut server_back, &mut client_back);
+                    let _ = client_back.shutdown(std::net::Shutdown::Both);
+                });
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let (mut pending, mut buf) = (Vec::new(), [0u8; 16 << 10]);
+                    loop {
+                        let n = match client.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        pending.extend_from_slice(&buf[..n]);
+                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+                            pending.drain(..end + 4);
+                            let mut lines = head.lines();
+                            let mut noted = lines.next().unwrap_or("").to_owned();
+                            for line in lines {
+                                let lower = line.to_ascii_lowercase();
+                                if lower.starts_with("range:") || lower.starts_with("if-none-match:") {
+                                    noted.push_str(" | ");
+                                    noted.push_str(line);
+                                }
+                            }
+                            seen.lock().unwrap().push(noted);
+                        }
+                        if server.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = server.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        });
+        CountingProxy { port, requests }
+    }
+
+    /// The requests seen whose noted head contains `part` (in any case).
+    pub fn count(&self, part: &str) -> usize {
+        let part = part.to_ascii_lowercase();
+        let requests = self.requests.lock().unwrap();
+        requests
+            .iter()
+            .filter(|r| r.to_ascii_lowercase().contains(&part))
+            .count()
+    }
 }
