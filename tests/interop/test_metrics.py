@@ -53,6 +53,11 @@ def test_metrics_parse_as_claimed(openmetrics):
         "zarrgate_responses_aborted": "counter",
         "zarrgate_requests_in_flight": "gauge",
         "zarrgate_connections_open": "gauge",
+        "zarrgate_raw_cache_revalidations": "counter",
+        "zarrgate_raw_cache_coalesced": "counter",
+        "zarrgate_raw_cache_stale": "counter",
+        "zarrgate_upstream_requests": "counter",
+        "zarrgate_upstream_bytes": "counter",
     }
     assert {name: found[name].type for name in kinds if name in found} == kinds
 
@@ -61,7 +66,7 @@ def test_metrics_parse_as_claimed(openmetrics):
 def test_metrics_values_and_labels(openmetrics):
     _, found = families(openmetrics)
     caches = {s.labels["cache"] for s in found["zarrgate_cache_hits"].samples}
-    assert caches == {"chunks", "shard_indexes", "metadata", "hierarchies", "consolidated"}
+    assert caches == {"chunks", "shard_indexes", "metadata", "hierarchies", "consolidated", "raw"}
     slice_ok = [
         s.value
         for s in found["zarrgate_requests"].samples
