@@ -197,6 +197,9 @@ struct Representation {
     etag: String,
     last_modified: Option<SystemTime>,
     content: Content,
+    /// Served as stored for want of the consolidated document (its walk failed or goes on):
+    /// not to be kept by caches downstream, whatever the mount's `cache_control` says.
+    provisional: bool,
 }
 
 /// A strong ETag for synthesized content: a hash of the bytes.
@@ -220,6 +223,7 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
             Ok(None) => return Ok(None),
             Ok(Some((bytes, meta))) if bytes.len() as u64 == meta.size => {
                 let synthesized = zom::synthesized_zarr_json(state, mount, &key.parent(), &bytes).await;
+                let provisional = synthesized.is_err();
                 if let Some(rep) = consolidated(mount, key, synthesized) {
                     return Ok(Some(rep));
                 }
@@ -228,6 +232,7 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
                     etag: etag_of(&meta),
                     last_modified: meta.last_modified.and_then(http_time),
                     content: Content::Memory(bytes),
+                    provisional,
                 }));
             }
             // Larger than any group's to consolidate (served as stored), or empty: below.
@@ -247,6 +252,7 @@ async fn representation(state: &AppState, mount: &Mount, key: &StoreKey) -> Resu
         etag: etag_of(&meta),
         last_modified: meta.last_modified.and_then(http_time),
         content: Content::Stored,
+        provisional: false,
     }))
 }
 
@@ -268,6 +274,7 @@ fn consolidated(mount: &Mount, key: &StoreKey, synthesized: Result<Option<Bytes>
         etag: content_etag(&bytes),
         last_modified: None,
         content: Content::Memory(bytes),
+        provisional: false,
     })
 }
 
@@ -277,6 +284,7 @@ fn stored_headers(
     key: &StoreKey,
     etag: &str,
     last_modified: Option<SystemTime>,
+    provisional: bool,
 ) -> axum::http::response::Builder {
     // Stores change under a key: unless the mount says how its answers may be kept
     // (`cache_control`), caches (a browser's, for viewers) revalidate each use, which the ETag
@@ -285,7 +293,10 @@ fn stored_headers(
     const NO_CACHE: HeaderValue = HeaderValue::from_static("no-cache");
     let mut response = super::response();
     super::append(&mut response, header::ACCEPT_RANGES, BYTES);
-    let cache_control = mount.cache_control.clone().unwrap_or(NO_CACHE);
+    let cache_control = match provisional {
+        true => NO_CACHE,
+        false => mount.cache_control.clone().unwrap_or(NO_CACHE),
+    };
     super::append(&mut response, header::CACHE_CONTROL, cache_control);
     super::append(&mut response, header::CONTENT_TYPE, content_type(key));
     // A stored ETag that is no header value (an odd upstream's) is left out, not a failed answer.
@@ -356,6 +367,7 @@ async fn serve(
             &key,
             &etag_of(&object.meta),
             object.meta.last_modified.and_then(http_time),
+            false,
         );
         if requested.is_some() && size > 0 {
             response = response.status(StatusCode::PARTIAL_CONTENT).header(
@@ -379,7 +391,7 @@ async fn serve(
     let etag = rep.etag.clone();
     let last_modified = rep.last_modified;
 
-    let mut response = stored_headers(mount, &key, &etag, last_modified);
+    let mut response = stored_headers(mount, &key, &etag, last_modified, rep.provisional);
 
     // Preconditions, in the order RFC 9110 section 13.2.2 evaluates them.
     match header_list(headers, header::IF_MATCH).as_deref() {

@@ -142,11 +142,17 @@ const TRIM_AFTER_NODES: usize = 1000;
 /// over many: repeated walks of a 10,000-node hierarchy too large for the cache held 2 GB
 /// (0.5 GB with this after each; one walk at a time, 480 MB against 170 MB).
 fn release_freed_memory() {
+    // One trim at a time: a trim takes every arena's lock, and requests may ask for many.
+    static TRIMMING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if TRIMMING.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only hands pages of free memory in glibc's arenas back to the kernel.
     unsafe {
         libc::malloc_trim(0);
     }
+    TRIMMING.store(false, std::sync::atomic::Ordering::Release);
 }
 
 /// The longest a raw-key request waits for a walk to synthesize consolidated metadata: a
@@ -404,6 +410,9 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Response, Ap
     .await
 }
 
+/// Listings run at once in the server ([`listing`]).
+static LISTINGS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
 /// Children `/api/v1/list` describes at most: each is looked up in the store (a few reads), so
 /// a directory of chunk rows would otherwise cost millions of reads for one request.
 pub const MAX_LIST_CHILDREN: usize = 10_000;
@@ -442,8 +451,9 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
 
 async fn listing(state: AppState, uri: Uri) -> Result<Json<Value>, ApiError> {
     let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/")?;
-    // A listing reads up to thousands of documents, as a walk does, and takes a walk's permit.
-    let _permit = state.caches.walks.acquire().await.map_err(|_| ApiError::Internal)?;
+    // A listing reads up to thousands of documents: a few at once (not behind the whole
+    // walks, which may run long), and within the walks' memory budget.
+    let _permit = LISTINGS.acquire().await.map_err(|_| ApiError::Internal)?;
     // One bound on the documents read for the node and all it lists.
     let reads = Reads::default();
     let node = described(find_node(&mount.store, &path, &reads).await)?;
@@ -454,13 +464,14 @@ async fn listing(state: AppState, uri: Uri) -> Result<Json<Value>, ApiError> {
     if node.is_none()
         && !path.is_root()
         && nothing_below
-        && !mount
-            .store
-            .list(&path.parent())
-            .await?
-            .prefixes
-            .iter()
-            .any(|p| p == path.name())
+        && !(mount.store.reads_locally()
+            && mount
+                .store
+                .list(&path.parent())
+                .await?
+                .prefixes
+                .iter()
+                .any(|p| p == path.name()))
     {
         return Err(ApiError::NotFound(format!(
             "nothing at '{}' in mount '{}'",

@@ -159,8 +159,16 @@ pub struct RawCache {
     epoch: Instant,
     /// The cache's counters.
     pub counters: RawCounters,
+    /// MiB that fills under way may hold at once ([`FILL_BUDGET_MIB`]): fills go on after their
+    /// readers leave, so the requests under way do not bound them.
+    fill_bytes: tokio::sync::Semaphore,
+    /// MiB of one fill, at most: its probe or block.
+    fill_mib: u32,
     upstream: Mutex<BTreeMap<Arc<str>, Arc<UpstreamCounters>>>,
 }
+
+/// MiB of upstream bytes all fills under way may hold at once.
+pub const FILL_BUDGET_MIB: u32 = 256;
 
 /// How a mount's cached objects stay fresh.
 #[derive(Debug, Clone, Copy, Default)]
@@ -197,6 +205,17 @@ impl RawCache {
             ttl: Duration::from_secs(config.ttl_seconds),
             epoch: Instant::now(),
             counters,
+            fill_bytes: tokio::sync::Semaphore::new(FILL_BUDGET_MIB as usize),
+            fill_mib: u32::try_from(
+                config
+                    .raw_object_max
+                    .max(config.raw_block_bytes)
+                    .div_ceil(config.raw_block_bytes.max(1))
+                    .saturating_mul(config.raw_block_bytes.max(1))
+                    .div_ceil(1 << 20),
+            )
+            .unwrap_or(FILL_BUDGET_MIB)
+            .clamp(1, FILL_BUDGET_MIB),
             upstream: Mutex::new(BTreeMap::new()),
         }
     }
@@ -281,11 +300,24 @@ impl RawCache {
                 None => {
                     let (cache, done, work) = (self.clone(), key.clone(), fetch());
                     let task = tokio::spawn(async move {
+                        /// Takes the fill out of those under way however its task ends (a
+                        /// panic, a runtime shutting down): later misses then fetch anew.
+                        struct Done(Arc<RawCache>, EntryKey);
+                        impl Drop for Done {
+                            fn drop(&mut self) {
+                                self.0
+                                    .fills
+                                    .lock()
+                                    .unwrap_or_else(PoisonError::into_inner)
+                                    .remove(&self.1);
+                            }
+                        }
+                        let done = Done(cache, done);
+                        let _permit = done.0.fill_bytes.acquire_many(done.0.fill_mib).await;
                         let fetched = work.await;
                         if let Ok(entry) = &fetched {
-                            cache.entries.insert(into, entry.clone()).await;
+                            done.0.entries.insert(into, entry.clone()).await;
                         }
-                        cache.fills.lock().unwrap_or_else(PoisonError::into_inner).remove(&done);
                         fetched
                     });
                     let fill = async move {
@@ -399,7 +431,8 @@ impl CachedBackend {
             if end > range.end {
                 break;
             }
-            let piece = bytes.slice((at - range.start) as usize..(end - range.start) as usize);
+            // A copy: a slice would keep the whole probe alive as long as any one block.
+            let piece = Bytes::copy_from_slice(&bytes[(at - range.start) as usize..(end - range.start) as usize]);
             let block = self.key(key, Part::Block(version.clone(), at / cache.block));
             cache
                 .entries
@@ -416,7 +449,8 @@ impl CachedBackend {
         let cache = &self.cache;
         let entry_key = self.key(key, Part::Object);
         if let Some(entry) = cache.entries.get(&entry_key).await {
-            if self.freshness.immutable || cache.age(&entry) < cache.ttl {
+            // A missing key of an immutable mount may still be written: it keeps the TTL.
+            if (self.freshness.immutable && entry.meta.is_some()) || cache.age(&entry) < cache.ttl {
                 cache.counters.hits.fetch_add(1, Ordering::Relaxed);
                 note(CacheStatus::Hit);
                 return Ok(entry);
@@ -515,6 +549,12 @@ impl CachedBackend {
                                 this.object_from(&key_owned, meta, range, bytes).await
                             }
                             Ok(Revalidated::Changed(None)) => this.cache.entry(None, Bytes::new(), false),
+                            // Still empty (an empty object has no range): as it was.
+                            Err(StoreError::Range { size: 0, .. })
+                                if old.meta.as_ref().is_some_and(|m| m.size == 0) =>
+                            {
+                                return Ok(unchanged(&this));
+                            }
                             Err(StoreError::Range { size: 0, .. }) => this.cache.entry(
                                 Some(ObjectMeta {
                                     size: 0,
@@ -668,7 +708,8 @@ impl Backend for CachedBackend {
     }
 
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
-        if !self.cache.enabled {
+        // An upstream answering ranges whole would be read whole for every block: read through.
+        if !self.cache.enabled || !self.inner.serves_ranges() {
             self.count_get(range);
             return self.inner.get(key, range).await;
         }
@@ -885,6 +926,12 @@ mod tests {
         tokio::time::advance(Duration::from_secs(3600)).await;
         read(&store, "k", None).await.unwrap();
         assert_eq!(upstream.requests().len(), before + 1);
+        // ... but a key missing there may be written: it is looked for again after the TTL.
+        assert!(read(&store, "later", None).await.is_none());
+        upstream.put("later", pattern(3), "v1");
+        assert!(read(&store, "later", None).await.is_none());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(read(&store, "later", None).await.unwrap().0, pattern(3));
     }
 
     /// A large object is cached in aligned blocks: reads all over it fetch each block once,

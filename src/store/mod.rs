@@ -243,6 +243,12 @@ pub trait Backend: Send + Sync + fmt::Debug + 'static {
         false
     }
 
+    /// Whether the upstream serves byte ranges (an HTTP origin may answer them whole). A
+    /// cache of blocks in front of one that does not would read the whole object per block.
+    fn serves_ranges(&self) -> bool {
+        true
+    }
+
     /// For stores read by blocking calls (local files): a reader that [`Store::read_with`] runs
     /// on the blocking pool together with the work on the bytes. `None` (the default): bytes are
     /// fetched with [`Backend::get`] first.
@@ -398,6 +404,11 @@ impl Store {
         version: &str,
     ) -> Result<Revalidated<Option<ObjectMeta>>, StoreError> {
         self.0.head_unless(key, version).await
+    }
+
+    /// See [`Backend::serves_ranges`].
+    pub fn serves_ranges(&self) -> bool {
+        self.0.serves_ranges()
     }
 
     /// See [`Backend::resolves_ranges`].

@@ -656,6 +656,10 @@ impl Backend for ObjectStoreBackend {
         true
     }
 
+    fn serves_ranges(&self) -> bool {
+        !self.refusing_ranges()
+    }
+
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
         if !self.can_list {
             return Err(StoreError::NotSupported("an HTTP origin cannot be listed".into()));

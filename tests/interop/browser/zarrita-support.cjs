@@ -49,6 +49,11 @@ function unsupportedReason(dir, zarrFormat, reader = "") {
     if (/^\|S\d+$/.test(meta.dtype) && meta.fill_value && hasMissingV2Chunk(dir, meta)) {
       return "v2 |S dtype with a base64 fill_value and a missing chunk: zarrita does not decode the fill_value";
     }
+    // zarr 2's old default fill 0 for a <U array: zarrita encodes the fill as text and fails on
+    // a number (zarr 2 reads it as "0", as zarrgate does).
+    if (/^[<>]U\d+$/.test(meta.dtype) && typeof meta.fill_value === "number" && hasMissingV2Chunk(dir, meta)) {
+      return "v2 <U dtype with a numeric fill_value (zarr 2's old default) and a missing chunk: zarrita cannot encode it";
+    }
     // zarrita fills a missing chunk of an object array with the fill_value as stored (0, null);
     // zarr-python 3 reads a vlen-utf8 array's fill as text ("0", "" for null), zarr 2 null as None.
     if (meta.dtype === "|O" && typeof meta.fill_value !== "string" && hasMissingV2Chunk(dir, meta) &&
