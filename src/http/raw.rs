@@ -39,10 +39,10 @@ pub async fn raw_key(
                 }
                 Err(ApiError::Upstream)
             });
-            let (mut response, status) = served.await;
-            // How the raw cache answered, for the access log.
-            if let (Ok(response), Some(status)) = (&mut response, status) {
-                response.extensions_mut().insert(status);
+            let (mut response, noted) = served.await;
+            // How the raw cache answers, for the access log (the body may read more).
+            if let Ok(response) = &mut response {
+                response.extensions_mut().insert(noted);
             }
             response
         }

@@ -30,7 +30,7 @@ pub(super) struct AccessLogRecord {
     /// The response's status and the time to its head, once there is one.
     pub(super) head: Option<(u16, Duration)>,
     /// How the raw cache answered it (raw keys), as nginx's `$upstream_cache_status`.
-    pub(super) cache: Option<crate::store::cached::CacheStatus>,
+    pub(super) cache: Option<crate::store::cached::CacheStatusNote>,
     /// The body's length, when known before it is sent.
     pub(super) length: Option<u64>,
     /// Body bytes handed to the connection.
@@ -70,7 +70,7 @@ impl AccessLogRecord {
         let (status, head) = (response.status().as_u16(), self.start.elapsed());
         self.state.metrics.observe(self.route, status, head);
         self.head = Some((status, head));
-        self.cache = response.extensions().get().copied();
+        self.cache = response.extensions().get().cloned();
         if let Some(in_flight) = &mut self.in_flight {
             in_flight.answered();
         }
@@ -127,7 +127,11 @@ impl Drop for AccessLogRecord {
             ms = millis(self.start.elapsed()),
             head_ms = millis(head),
             aborted = !complete,
-            cache = self.cache.map_or("-", crate::store::cached::CacheStatus::as_str),
+            cache = self
+                .cache
+                .as_ref()
+                .and_then(crate::store::cached::CacheStatusNote::get)
+                .map_or("-", crate::store::cached::CacheStatus::as_str),
         );
     }
 }

@@ -62,24 +62,44 @@ impl CacheStatus {
     }
 }
 
-tokio::task_local! {
-    /// The cache status of the request being served (the least cached of what it read).
-    static STATUS: std::cell::Cell<Option<CacheStatus>>;
+/// Where a request notes how the raw cache answered it: the least cached of its reads, those
+/// made while its body streams included (the access log reads it when the body is over).
+#[derive(Debug, Clone, Default)]
+pub struct CacheStatusNote(Arc<std::sync::atomic::AtomicU8>);
+
+impl CacheStatusNote {
+    /// The least cached of the reads noted so far, if any.
+    pub fn get(&self) -> Option<CacheStatus> {
+        const ALL: [CacheStatus; 5] = [
+            CacheStatus::Hit,
+            CacheStatus::Coalesced,
+            CacheStatus::Revalidated,
+            CacheStatus::Stale,
+            CacheStatus::Miss,
+        ];
+        ALL.get(usize::from(self.0.load(Ordering::Relaxed)).checked_sub(1)?)
+            .copied()
+    }
+
+    fn note(&self, status: CacheStatus) {
+        self.0.fetch_max(status as u8 + 1, Ordering::Relaxed);
+    }
 }
 
-/// Runs `work` noting how the raw cache answered what it read: the least cached of its reads
-/// (`None` when it read nothing through the cache).
-pub async fn noting_status<F: std::future::Future>(work: F) -> (F::Output, Option<CacheStatus>) {
-    STATUS
-        .scope(std::cell::Cell::new(None), async move {
-            let out = work.await;
-            (out, STATUS.with(std::cell::Cell::get))
-        })
-        .await
+tokio::task_local! {
+    /// The note of the request being served.
+    static STATUS: CacheStatusNote;
+}
+
+/// Runs `work` noting how the raw cache answers what it reads, and what the bodies it makes
+/// read later.
+pub async fn noting_status<F: std::future::Future>(work: F) -> (F::Output, CacheStatusNote) {
+    let noted = CacheStatusNote::default();
+    (STATUS.scope(noted.clone(), work).await, noted)
 }
 
 fn note(status: CacheStatus) {
-    let _ = STATUS.try_with(|noted| noted.set(Some(noted.get().map_or(status, |was| was.max(status)))));
+    let _ = STATUS.try_with(|noted| noted.note(status));
 }
 
 /// Counters of the raw cache.
@@ -674,13 +694,16 @@ impl CachedBackend {
         }
         let block = self.cache.block;
         let (first, last) = (range.start / block, (range.end.max(1) - 1) / block);
+        // The blocks are read while the body streams, outside the request's handler: they are
+        // noted where the request's other reads are.
+        let noted = STATUS.try_with(Clone::clone).unwrap_or_default();
         let this = self.clone_parts();
         let (key, object, wanted) = (key.clone(), meta.clone(), range.clone());
         let pieces = futures::stream::iter(first..=last)
             .map(move |index| {
-                let (this, key, object) = (this.clone(), key.clone(), object.clone());
+                let (this, key, object, noted) = (this.clone(), key.clone(), object.clone(), noted.clone());
                 async move {
-                    let bytes = this.block(&key, &object, index).await?;
+                    let bytes = STATUS.scope(noted, this.block(&key, &object, index)).await?;
                     let at = index * block;
                     let from = wanted.start.saturating_sub(at) as usize;
                     let to = ((wanted.end - at) as usize).min(bytes.len());
@@ -958,6 +981,7 @@ mod tests {
         }
         let got = read(&store, "shard", Some(ByteRange::Suffix(132))).await.unwrap();
         assert_eq!(got.0, whole[size - 132..]);
+
         assert_eq!(read(&store, "shard", None).await.unwrap().0, whole);
         let requests = upstream.requests();
         // The first read's start (block 0), then each other block once: 5 blocks in all.
@@ -985,6 +1009,15 @@ mod tests {
         // The object's metadata was dropped: the next read sees v2 whole.
         let (bytes, version) = read(&store, "shard", None).await.unwrap();
         assert_eq!((bytes, version.as_deref()), (vec![9u8; size], Some("\"v2\"")));
+        // A block read while the body streams, after the request's handler: noted all the same.
+        upstream.put("other", pattern(size), "v1");
+        assert_eq!(store.head(&key("other")).await.unwrap().unwrap().size, size as u64);
+        let range = Some(ByteRange::Bounded(200_000, 200_010));
+        let (object, noted) = noting_status(store.get(&key("other"), range)).await;
+        assert_eq!(noted.get(), Some(CacheStatus::Hit));
+        let bytes = object.unwrap().unwrap().bytes().await.unwrap();
+        assert_eq!(bytes[..], whole[200_000..200_010]);
+        assert_eq!(noted.get(), Some(CacheStatus::Miss));
     }
 
     /// Concurrent misses of one object wait for one fetch; a reader that leaves does not
@@ -1035,7 +1068,7 @@ mod tests {
         tokio::time::advance(Duration::from_secs(120)).await;
         let (status_read, status) = noting_status(read(&store, "k", None)).await;
         assert_eq!(status_read.unwrap().0, pattern(10));
-        assert_eq!(status, Some(CacheStatus::Stale));
+        assert_eq!(status.get(), Some(CacheStatus::Stale));
         assert!(store.get(&key("j"), None).await.is_err());
         tokio::time::advance(Duration::from_secs(300)).await;
         assert!(store.get(&key("k"), None).await.is_err());

@@ -618,6 +618,21 @@ async fn whole_shards_larger_than_their_data_are_read() {
 #[derive(Clone, Default)]
 struct LogBuffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
 
+impl LogBuffer {
+    /// A buffer that takes the log lines `filter` passes, written on this thread while the
+    /// guard lives.
+    fn capture(filter: &str) -> (LogBuffer, tracing::subscriber::DefaultGuard) {
+        let logs = LogBuffer::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_env_filter(filter)
+            .with_writer(move || writer.clone())
+            .finish();
+        (logs, tracing::subscriber::set_default(subscriber))
+    }
+}
+
 impl std::io::Write for LogBuffer {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.lock().unwrap().extend_from_slice(buf);
@@ -654,15 +669,8 @@ async fn sample(app: &zarrgate::App, name: &str) -> f64 {
 /// none and are not aborted.
 #[tokio::test]
 async fn access_log_and_body_metrics_follow_the_body() {
-    let logs = LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_env_filter("zarrgate::access=info")
-        .with_writer(move || writer.clone())
-        .finish();
     // The test's runtime runs on this thread only: every line is written under this default.
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (logs, _default) = LogBuffer::capture("zarrgate::access=info");
     let app = fixture_app();
     let uri = "/zarr/fx/v3/zstd_i4/c/0/0";
     let len = std::fs::read(fixtures().join("v3/zstd_i4/c/0/0")).unwrap().len();
@@ -744,14 +752,7 @@ async fn access_log_and_body_metrics_follow_the_body() {
 #[tokio::test]
 async fn a_body_cut_short_by_a_truncated_file_is_aborted() {
     use http_body_util::BodyExt;
-    let logs = LogBuffer::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_env_filter("zarrgate=info")
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let (logs, _default) = LogBuffer::capture("zarrgate=info");
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("big");
     std::fs::write(&file, vec![7u8; 16 << 20]).unwrap();
