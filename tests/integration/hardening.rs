@@ -783,17 +783,20 @@ async fn a_body_cut_short_by_a_truncated_file_is_aborted() {
     }
     assert!(sent < 16 << 20, "{sent}");
     drop(body);
-    let lines = logs.take();
-    let raw: Vec<_> = lines.iter().filter(|l| l.contains("/zarr/m/big")).collect();
-    assert!(
-        raw.iter()
-            .any(|l| l.contains("aborted=true") && l.contains("status=200")),
-        "{lines:?}"
-    );
+    // The record that counts it writes the log line: the count is the check. (A subscriber set
+    // for this thread may miss lines while other tests of the binary set theirs: tracing caches
+    // a call site's interest process-wide.)
     assert_eq!(
         sample(&app, "zarrgate_responses_aborted_total{route=\"raw\"}").await,
         1.0
     );
+    let lines = logs.take();
+    for line in lines
+        .iter()
+        .filter(|l| l.contains("/zarr/m/big") && l.contains("status="))
+    {
+        assert!(line.contains("aborted=true"), "{line}");
+    }
 }
 
 /// A handler that panics costs its request a 500 `internal` answer, without the panic's
