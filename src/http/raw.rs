@@ -40,8 +40,11 @@ pub async fn raw_key(
                 Err(ApiError::Upstream)
             });
             let (mut response, noted) = served.await;
-            // How the raw cache answers, for the access log (the body may read more).
-            if let Ok(response) = &mut response {
+            // How the raw cache answers, for the access log (the body may read more). A read
+            // through the cache notes its object at once: a mount it does not cache adds nothing.
+            if let Ok(response) = &mut response
+                && noted.get().is_some()
+            {
                 response.extensions_mut().insert(noted);
             }
             response

@@ -134,6 +134,14 @@ pub struct UpstreamCounters {
     pub bytes: AtomicU64,
 }
 
+impl UpstreamCounters {
+    /// Counts a GET: ranged or whole.
+    fn count_get(&self, range: Option<ByteRange>) {
+        let kind = if range.is_some() { &self.ranges } else { &self.gets };
+        kind.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// What a cache entry holds of an object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Part {
@@ -271,13 +279,13 @@ impl RawCache {
             .entry(mount.clone())
             .or_default()
             .clone();
-        Store::new(CachedBackend {
+        Store::new(CachedStore(Arc::new(CachedBackend {
             inner,
             cache: self.clone(),
             mount,
             freshness,
             upstream,
-        })
+        })))
     }
 
     fn now_ms(&self) -> u64 {
@@ -355,7 +363,12 @@ impl RawCache {
     }
 }
 
-/// A remote store read through a [`RawCache`].
+/// A remote store read through a [`RawCache`]: the backend a mount's [`Store`] holds, sharing
+/// its parts with the fills it starts.
+#[derive(Debug)]
+struct CachedStore(Arc<CachedBackend>);
+
+/// What a [`CachedStore`] reads with.
 #[derive(Debug)]
 struct CachedBackend {
     inner: Store,
@@ -394,29 +407,15 @@ impl CachedBackend {
         }
     }
 
-    fn count_get(&self, range: Option<ByteRange>) {
-        let kind = if range.is_some() {
-            &self.upstream.ranges
-        } else {
-            &self.upstream.gets
-        };
-        kind.fetch_add(1, Ordering::Relaxed);
-    }
-
     /// Reads `range` of `key` from the upstream into memory, counted.
     async fn fetch(
-        inner: &Store,
-        upstream: &UpstreamCounters,
+        &self,
         key: &StoreKey,
         range: Option<ByteRange>,
         version: Option<&str>,
     ) -> Result<Revalidated<Option<(ObjectMeta, Range<u64>, Bytes)>>, StoreError> {
-        let kind = if range.is_some() {
-            &upstream.ranges
-        } else {
-            &upstream.gets
-        };
-        kind.fetch_add(1, Ordering::Relaxed);
+        let (inner, upstream) = (&self.inner, &self.upstream);
+        upstream.count_get(range);
         let got = match version {
             Some(v) => inner.get_unless(key, range, v).await?,
             None => Revalidated::Changed(inner.get(key, range).await?),
@@ -465,7 +464,7 @@ impl CachedBackend {
 
     /// The object entry of `key`: cached and fresh, revalidated, or read now (its start, as
     /// much as a whole small object). With `head_only`, a first read is a HEAD.
-    async fn object(&self, key: &StoreKey, head_only: bool) -> Result<Arc<Entry>, StoreError> {
+    async fn object(self: &Arc<Self>, key: &StoreKey, head_only: bool) -> Result<Arc<Entry>, StoreError> {
         let cache = &self.cache;
         let entry_key = self.key(key, Part::Object);
         if let Some(entry) = cache.entries.get(&entry_key).await {
@@ -477,7 +476,7 @@ impl CachedBackend {
             }
             return self.revalidate(key, entry).await;
         }
-        let this = self.clone_parts();
+        let this = self.clone();
         let key_owned = key.clone();
         let (filled, joined) = cache
             .fill(entry_key.clone(), entry_key, move || {
@@ -488,20 +487,18 @@ impl CachedBackend {
                         return Ok(this.cache.entry(meta, Bytes::new(), false));
                     }
                     let probe = ByteRange::Bounded(0, this.cache.probe_len());
-                    match Self::fetch(&this.inner, &this.upstream, &key_owned, Some(probe), None).await {
+                    match this.fetch(&key_owned, Some(probe), None).await {
                         Ok(Revalidated::Changed(Some((meta, range, bytes)))) => {
                             Ok(this.object_from(&key_owned, meta, range, bytes).await)
                         }
                         Ok(Revalidated::Changed(None)) => Ok(this.cache.entry(None, Bytes::new(), false)),
                         // An empty object has no range to read.
-                        Err(StoreError::Range { size: 0, .. }) => {
-                            match Self::fetch(&this.inner, &this.upstream, &key_owned, None, None).await? {
-                                Revalidated::Changed(Some((meta, range, bytes))) => {
-                                    Ok(this.object_from(&key_owned, meta, range, bytes).await)
-                                }
-                                _ => Ok(this.cache.entry(None, Bytes::new(), false)),
+                        Err(StoreError::Range { size: 0, .. }) => match this.fetch(&key_owned, None, None).await? {
+                            Revalidated::Changed(Some((meta, range, bytes))) => {
+                                Ok(this.object_from(&key_owned, meta, range, bytes).await)
                             }
-                        }
+                            _ => Ok(this.cache.entry(None, Bytes::new(), false)),
+                        },
                         Ok(Revalidated::Unchanged) => {
                             Err(StoreError::Io("an unconditional read was answered 304".into()))
                         }
@@ -513,17 +510,6 @@ impl CachedBackend {
             .await;
         self.counted(joined);
         filled
-    }
-
-    /// The parts a fill task needs, owned.
-    fn clone_parts(&self) -> Arc<CachedBackend> {
-        Arc::new(CachedBackend {
-            inner: self.inner.clone(),
-            cache: self.cache.clone(),
-            mount: self.mount.clone(),
-            freshness: self.freshness,
-            upstream: self.upstream.clone(),
-        })
     }
 
     fn counted(&self, joined: bool) {
@@ -540,9 +526,9 @@ impl CachedBackend {
     /// `stale`, the object entry of `key` past its freshness, confirmed by a conditional
     /// request (or replaced by what it brings), or served as it is while the upstream fails
     /// within `stale_if_error`.
-    async fn revalidate(&self, key: &StoreKey, stale: Arc<Entry>) -> Result<Arc<Entry>, StoreError> {
+    async fn revalidate(self: &Arc<Self>, key: &StoreKey, stale: Arc<Entry>) -> Result<Arc<Entry>, StoreError> {
         let cache = &self.cache;
-        let this = self.clone_parts();
+        let this = self.clone();
         let (key_owned, old) = (key.clone(), stale.clone());
         let (fill_key, into) = (self.key(key, Part::Revalidation), self.key(key, Part::Object));
         let (revalidated, joined) = cache
@@ -556,7 +542,7 @@ impl CachedBackend {
                     };
                     let fresh = if old.whole {
                         let probe = Some(ByteRange::Bounded(0, this.cache.probe_len()));
-                        match Self::fetch(&this.inner, &this.upstream, &key_owned, probe, version.as_deref()).await {
+                        match this.fetch(&key_owned, probe, version.as_deref()).await {
                             Ok(Revalidated::Unchanged) => return Ok(unchanged(&this)),
                             Ok(Revalidated::Changed(Some((meta, range, bytes)))) => {
                                 if old
@@ -639,7 +625,7 @@ impl CachedBackend {
     }
 
     /// Block `index` of the object `meta` of `key`.
-    async fn block(&self, key: &StoreKey, meta: &ObjectMeta, index: u64) -> Result<Bytes, StoreError> {
+    async fn block(self: &Arc<Self>, key: &StoreKey, meta: &ObjectMeta, index: u64) -> Result<Bytes, StoreError> {
         let cache = &self.cache;
         let entry_key = self.key(key, Part::Block(version_of(meta), index));
         if let Some(entry) = cache.entries.get(&entry_key).await {
@@ -647,14 +633,14 @@ impl CachedBackend {
             note(CacheStatus::Hit);
             return Ok(entry.bytes.clone());
         }
-        let (this, key_owned, expected) = (self.clone_parts(), key.clone(), meta.clone());
+        let (this, key_owned, expected) = (self.clone(), key.clone(), meta.clone());
         let (filled, joined) = cache
             .fill(entry_key.clone(), entry_key, move || {
                 async move {
                     let start = index * this.cache.block;
                     let end = (start + this.cache.block).min(expected.size);
                     let range = Some(ByteRange::Bounded(start, end));
-                    match Self::fetch(&this.inner, &this.upstream, &key_owned, range, None).await? {
+                    match this.fetch(&key_owned, range, None).await? {
                         Revalidated::Changed(Some((meta, got, bytes)))
                             if meta.same_object(&expected) && got == (start..end) =>
                         {
@@ -676,7 +662,7 @@ impl CachedBackend {
 
     /// The bytes `range` of the object of `entry`: from its whole bytes, or from its blocks,
     /// fetched in order as the body is read, two ahead.
-    fn body(&self, key: &StoreKey, entry: &Arc<Entry>, meta: &ObjectMeta, range: Range<u64>) -> GetObject {
+    fn body(self: &Arc<Self>, key: &StoreKey, entry: &Arc<Entry>, meta: &ObjectMeta, range: Range<u64>) -> GetObject {
         if range.is_empty() {
             return GetObject {
                 meta: meta.clone(),
@@ -697,7 +683,7 @@ impl CachedBackend {
         // The blocks are read while the body streams, outside the request's handler: they are
         // noted where the request's other reads are.
         let noted = STATUS.try_with(Clone::clone).unwrap_or_default();
-        let this = self.clone_parts();
+        let this = self.clone();
         let (key, object, wanted) = (key.clone(), meta.clone(), range.clone());
         let pieces = futures::stream::iter(first..=last)
             .map(move |index| {
@@ -721,32 +707,32 @@ impl CachedBackend {
 }
 
 #[async_trait]
-impl Backend for CachedBackend {
+impl Backend for CachedStore {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
-        if !self.cache.enabled {
-            self.upstream.heads.fetch_add(1, Ordering::Relaxed);
-            return self.inner.head(key).await;
+        if !self.0.cache.enabled {
+            self.0.upstream.heads.fetch_add(1, Ordering::Relaxed);
+            return self.0.inner.head(key).await;
         }
-        Ok(self.object(key, true).await?.meta.clone())
+        Ok(self.0.object(key, true).await?.meta.clone())
     }
 
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         // An upstream answering ranges whole would be read whole for every block: read through.
-        if !self.cache.enabled || !self.inner.serves_ranges() {
-            self.count_get(range);
-            return self.inner.get(key, range).await;
+        if !self.0.cache.enabled || !self.0.inner.serves_ranges() {
+            self.0.upstream.count_get(range);
+            return self.0.inner.get(key, range).await;
         }
-        let entry = self.object(key, false).await?;
+        let entry = self.0.object(key, false).await?;
         let Some(meta) = entry.meta.clone() else {
             return Ok(None);
         };
         let wanted = super::resolve_range(range, meta.size)?;
-        Ok(Some(self.body(key, &entry, &meta, wanted)))
+        Ok(Some(self.0.body(key, &entry, &meta, wanted)))
     }
 
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
-        self.upstream.lists.fetch_add(1, Ordering::Relaxed);
-        self.inner.list(prefix).await
+        self.0.upstream.lists.fetch_add(1, Ordering::Relaxed);
+        self.0.inner.list(prefix).await
     }
 
     fn resolves_ranges(&self) -> bool {

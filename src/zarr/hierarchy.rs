@@ -146,11 +146,6 @@ impl MemoryShare {
     pub fn refused(&self) -> bool {
         self.refused.load(Ordering::Relaxed)
     }
-
-    /// Bytes this share holds.
-    pub fn held(&self) -> u64 {
-        self.held.load(Ordering::Relaxed)
-    }
 }
 
 impl Drop for MemoryShare {
@@ -187,11 +182,6 @@ impl Reads {
             })
             .is_ok()
             && self.memory.take(parsed_bytes(len))
-    }
-
-    /// The memory the walk's documents are estimated to hold.
-    pub fn memory_held(&self) -> u64 {
-        self.memory.held()
     }
 }
 

@@ -97,6 +97,16 @@ fn s3_client(port: u16, bucket: &str) -> object_store::aws::AmazonS3 {
         .unwrap()
 }
 
+/// The credentials set, moto's venv, a runtime, and moto serving on a free port (`None`, the
+/// test skipped, where moto cannot be installed).
+fn moto_started() -> Option<(PathBuf, tokio::runtime::Runtime, u16, Server)> {
+    cloud_env();
+    let venv = python_env("moto", "tests/remote/requirements-moto.txt")?;
+    let port = free_port();
+    let server = moto(&venv, port);
+    Some((venv, runtime(), port, server))
+}
+
 /// Creates the bucket `zarr` and uploads the fixtures under `data/`.
 async fn fill_moto(port: u16) {
     let created = reqwest::Client::new()
@@ -110,13 +120,9 @@ async fn fill_moto(port: u16) {
 
 #[test]
 fn s3_mounts_behave_like_local_ones() {
-    cloud_env();
-    let Some(venv) = python_env("moto", "tests/remote/requirements-moto.txt") else {
+    let Some((venv, rt, port, mut server)) = moto_started() else {
         return;
     };
-    let rt = runtime();
-    let port = free_port();
-    let mut server = moto(&venv, port);
     rt.block_on(fill_moto(port));
     let s3 = open(&emulated("s3://zarr/data", format!("http://127.0.0.1:{port}")), "s3");
     reads_as_local(&rt, &s3, "s3");
@@ -175,13 +181,9 @@ async fn sample(app: &zarrgate::App, series: &str) -> f64 {
 /// the mount's Cache-Control.
 #[test]
 fn s3_mounts_read_through_the_raw_cache() {
-    cloud_env();
-    let Some(venv) = python_env("moto", "tests/remote/requirements-moto.txt") else {
+    let Some((venv, rt, port, mut server)) = moto_started() else {
         return;
     };
-    let rt = runtime();
-    let port = free_port();
-    let mut server = moto(&venv, port);
     let big: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
     let fill = |big: Vec<u8>| async move {
         fill_moto(port).await;
