@@ -34,18 +34,27 @@ impl Cli {
         match self.command {
             Some(Command::Serve(args)) => (Action::Serve, args),
             Some(Command::Healthcheck(args)) => (Action::Healthcheck, args),
+            Some(Command::Sign(sign)) => {
+                let args = ServeArgs {
+                    config: sign.config.clone(),
+                    ..ServeArgs::default()
+                };
+                (Action::Sign(sign), args)
+            }
             None => (Action::Serve, self.serve),
         }
     }
 }
 
 /// What the binary does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// Serve (`serve`, the default).
     Serve,
     /// Check a running server (`healthcheck`).
     Healthcheck,
+    /// Print a signed URL (`sign`).
+    Sign(SignArgs),
 }
 
 /// Subcommands.
@@ -56,6 +65,30 @@ pub enum Command {
     /// Ask the server listening where `serve` with these options would listen for /healthz;
     /// exit 0 when it answers 200 (a container's HEALTHCHECK: the image has no curl).
     Healthcheck(ServeArgs),
+    /// Print a signed URL: a capability to read a prefix of a mount until a time, for clients
+    /// that cannot send headers. The key is `auth.url_signing_key`'s environment variable.
+    Sign(SignArgs),
+}
+
+/// Options of `zarrgate sign`.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Args)]
+pub struct SignArgs {
+    /// The mount.
+    #[arg(long, value_name = "NAME")]
+    pub mount: String,
+    /// The prefix below the mount the URL may read (a group or an array); empty: all of it.
+    #[arg(long, value_name = "PATH", default_value = "")]
+    pub prefix: String,
+    /// How long the URL is valid: seconds, or a number with s, m, h or d (1h, 7d).
+    #[arg(long, value_name = "DURATION")]
+    pub expires: String,
+    /// Config file (default: ./config.toml when it exists; env ZARRGATE_CONFIG).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The server's URL as clients reach it (default: http:// and the configured bind
+    /// address).
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
 }
 
 /// Options of `zarrgate serve`.
@@ -99,6 +132,64 @@ pub struct Config {
     pub cache: CacheConfig,
     /// `[mounts.NAME]`, by name.
     pub mounts: BTreeMap<String, MountConfig>,
+    /// `[auth]`
+    pub auth: AuthConfig,
+}
+
+/// `[auth]`: what, beside a mount's static `tokens`, may read a protected mount.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The HMAC key of signed URLs, as `"env:VAR"`; none: signed URLs are refused.
+    pub url_signing_key: Option<String>,
+    /// `[auth.jwt]`: bearer JWTs checked against a JWKS.
+    pub jwt: Option<JwtConfig>,
+}
+
+/// `[auth.jwt]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JwtConfig {
+    /// The JSON Web Key Set: a file path (relative to the config file) or an `https://` URL.
+    pub jwks: String,
+    /// The `iss` every token must carry.
+    pub issuer: String,
+    /// The `aud` every token must carry (one of its values).
+    pub audience: String,
+    /// Seconds between fetches of the key set (a token naming an unknown key also fetches
+    /// it, at most once per `refresh_seconds / 10`).
+    #[serde(default = "default_jwks_refresh")]
+    pub refresh_seconds: u64,
+    /// Directory a relative `jwks` path is relative to.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+fn default_jwks_refresh() -> u64 {
+    300
+}
+
+impl JwtConfig {
+    /// Checks the settings: a key set that is a path or an `https://` URL (`http://` on
+    /// loopback alone), an issuer and an audience, a refresh of a minute to a day.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: &str| Err(ConfigError::Invalid(format!("auth.jwt: {m}")));
+        if let Some(rest) = self.jwks.strip_prefix("http://") {
+            let host = rest.split(['/', ':']).next().unwrap_or("");
+            if !matches!(host, "127.0.0.1" | "localhost" | "[") {
+                return invalid("jwks must be a file path or an https:// URL (http:// only on loopback)");
+            }
+        } else if self.jwks.contains("://") && !self.jwks.starts_with("https://") {
+            return invalid("jwks must be a file path or an https:// URL");
+        }
+        if self.jwks.trim().is_empty() || self.issuer.trim().is_empty() || self.audience.trim().is_empty() {
+            return invalid("jwks, issuer and audience must not be empty");
+        }
+        if !(1..=86_400).contains(&self.refresh_seconds) {
+            return invalid("refresh_seconds must be between 1 and 86400");
+        }
+        Ok(())
+    }
 }
 
 /// `[server]`
@@ -122,9 +213,12 @@ pub struct ServerConfig {
     /// is given, all sharing the blocking pool ([`crate::workers`]); 0 serves them on the
     /// caller's runtime. One a core by default.
     pub workers: usize,
-    /// Seconds the responses under way may take to finish after SIGTERM (or Ctrl-C) before the
-    /// connections still open are closed; 0 closes them at once.
-    pub drain_s: f64,
+    /// After SIGTERM: seconds the server goes on accepting and serving while `/readyz` says it
+    /// is not ready (so that load balancers move away first), and then seconds the responses
+    /// under way may take to finish before the connections still open are closed. Ctrl-C
+    /// (SIGINT) skips the first part.
+    #[serde(alias = "drain_s")]
+    pub drain_seconds: f64,
     /// How log lines are written to stderr: `text` (one line per event) or `json` (one JSON
     /// object per line, for log collectors). Env `ZARRGATE_LOG_FORMAT` outranks it.
     pub log_format: LogFormat,
@@ -156,7 +250,7 @@ impl Default for ServerConfig {
             metrics_token: None,
             blocking_threads: 64,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            drain_s: 30.0,
+            drain_seconds: 5.0,
             log_format: LogFormat::Text,
             compression: true,
             show_mount_urls: false,
@@ -268,7 +362,7 @@ pub const MAX_RAW_READ: u64 = 64 << 20;
 pub const MAX_TTL_SECONDS: u64 = 10 * 365 * 24 * 3600;
 
 /// `[cache]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CacheConfig {
     /// Capacity of the decoded-chunk cache in bytes.
@@ -306,7 +400,7 @@ impl Default for CacheConfig {
 }
 
 /// `[mounts.NAME]`
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MountConfig {
     /// Where the hierarchy lives: a directory path, `file:///abs`, later buckets and origins.
@@ -350,6 +444,9 @@ pub struct MountConfig {
     /// upstream fails (RFC 5861's `stale-if-error`); 0: never.
     #[serde(default)]
     pub stale_if_error: u64,
+    /// A bearer JWT ([`AuthConfig::jwt`]) whose `scope` claim holds this may read the mount.
+    #[serde(default)]
+    pub jwt_scope: Option<String>,
     /// Directory that a relative `url` is relative to (the config file's, or the working
     /// directory for `--mount`).
     #[serde(skip)]
@@ -389,6 +486,7 @@ impl MountConfig {
             cache_control: None,
             immutable: false,
             stale_if_error: 0,
+            jwt_scope: None,
             base_dir: base_dir.into(),
         }
     }
@@ -557,6 +655,11 @@ impl Secret {
         Secret(Vec::new())
     }
 
+    /// The secret's bytes (a key to sign with).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     /// Compares with `candidate` in time that depends only on the lengths.
     pub fn matches(&self, candidate: &[u8]) -> bool {
         // Secrets read from the environment are never empty; an empty one matches nothing. The
@@ -636,6 +739,9 @@ impl Config {
         })?;
         for mount in config.mounts.values_mut() {
             mount.base_dir = base_dir.to_owned();
+        }
+        if let Some(jwt) = &mut config.auth.jwt {
+            jwt.base_dir = base_dir.to_owned();
         }
         Ok(config)
     }
@@ -768,10 +874,16 @@ impl Config {
                 "cache.raw_block_bytes must be between {MIN_RAW_BLOCK} and {MAX_RAW_READ}, and cache.raw_object_max at most {MAX_RAW_READ}"
             )));
         }
-        if !(0.0..=MAX_TIMEOUT_S).contains(&self.server.drain_s) {
+        if !(0.0..=MAX_TIMEOUT_S).contains(&self.server.drain_seconds) {
             return Err(ConfigError::Invalid(format!(
-                "server.drain_s must be between 0 and {MAX_TIMEOUT_S} s (a day)"
+                "server.drain_seconds must be between 0 and {MAX_TIMEOUT_S} s (a day)"
             )));
+        }
+        if let Some(key) = &self.auth.url_signing_key {
+            secret_from_env(key, "auth.url_signing_key")?;
+        }
+        if let Some(jwt) = &self.auth.jwt {
+            jwt.validate()?;
         }
         if self.server.blocking_threads == 0 {
             return Err(ConfigError::Invalid("server.blocking_threads must be positive".into()));
@@ -822,6 +934,19 @@ impl Config {
             }
             for t in &mount.tokens {
                 secret_from_env(t, &format!("mount '{name}': tokens"))?;
+            }
+            match &mount.jwt_scope {
+                Some(scope) if self.auth.jwt.is_none() => {
+                    return Err(ConfigError::Invalid(format!(
+                        "mount '{name}': jwt_scope '{scope}' needs an [auth.jwt] section to check tokens"
+                    )));
+                }
+                Some(scope) if scope.is_empty() || scope.contains(char::is_whitespace) => {
+                    return Err(ConfigError::Invalid(format!(
+                        "mount '{name}': jwt_scope must be one scope, not empty, without spaces"
+                    )));
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -1083,15 +1208,17 @@ mod tests {
             ("[mounts.a]\nurl = \"/\"\ntimeout_s = 0.0000001\n", "timeout_s"),
             ("[server]\ncors_origins = [\"https://a.example/\"]\n", "cors_origins"),
             ("[server]\ncors_origins = [\"a.example\"]\n", "cors_origins"),
-            ("[server]\ndrain_s = -1\n", "drain_s"),
-            ("[server]\ndrain_s = nan\n", "drain_s"),
-            ("[server]\ndrain_s = inf\n", "drain_s"),
+            ("[server]\ndrain_seconds = -1\n", "drain_seconds"),
+            ("[server]\ndrain_seconds = nan\n", "drain_seconds"),
+            ("[server]\ndrain_s = inf\n", "drain_seconds"),
         ] {
             let err = parse(toml).unwrap().validate().unwrap_err().to_string();
             assert!(err.contains(named), "{toml}: {err}");
         }
+        // `drain_s`, the key's name before `drain_seconds`, still reads.
         let c = parse("[server]\ndrain_s = 0\nlog_format = \"json\"\n").unwrap();
         assert!(c.validate().is_ok());
+        assert_eq!(c.server.drain_seconds, 0.0);
         assert_eq!(c.server.log_format, LogFormat::Json);
         assert!(parse("[server]\nlog_format = \"yaml\"\n").is_err());
         for origins in [

@@ -28,6 +28,19 @@ pub enum ApiError {
     /// The mount needs a bearer token this request did not present.
     #[error("this resource needs a valid bearer token")]
     Unauthorized,
+    /// The bearer token is neither one of the mount's nor a valid JWT (RFC 6750
+    /// `invalid_token`); the reason names no secret.
+    #[error("the bearer token is not accepted: {0}")]
+    InvalidToken(&'static str),
+    /// A valid JWT without the scope the mount needs (RFC 6750 `insufficient_scope`).
+    #[error("the bearer token lacks the scope '{0}'")]
+    InsufficientScope(String),
+    /// A signed URL that does not admit the request.
+    #[error("{0}")]
+    SignedUrl(crate::auth::SignedUrlError),
+    /// The server is not ready for traffic (`/readyz`): draining, or a key set not read yet.
+    #[error("not ready: {0}")]
+    NotReady(&'static str),
     /// The request target is longer than allowed.
     #[error("the request URL is longer than {0} bytes")]
     UriTooLong(usize),
@@ -97,7 +110,9 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::InvalidPath(_) => StatusCode::BAD_REQUEST,
             ApiError::UnknownMount(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::InvalidToken(_) => StatusCode::UNAUTHORIZED,
+            ApiError::InsufficientScope(_) | ApiError::SignedUrl(_) => StatusCode::FORBIDDEN,
+            ApiError::NotReady(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             ApiError::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -122,6 +137,11 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unauthorized => "unauthorized",
+            ApiError::InvalidToken(_) => "invalid_token",
+            ApiError::InsufficientScope(_) => "insufficient_scope",
+            ApiError::SignedUrl(crate::auth::SignedUrlError::Expired) => "signature_expired",
+            ApiError::SignedUrl(_) => "invalid_signature",
+            ApiError::NotReady(_) => "not_ready",
             ApiError::UriTooLong(_) => "uri_too_long",
             ApiError::Overloaded => "overloaded",
             ApiError::Timeout(_) => "timeout",
@@ -214,6 +234,26 @@ impl IntoResponse for ApiError {
             }
             ApiError::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::InvalidToken(why) => {
+                let challenge = format!("Bearer error=\"invalid_token\", error_description=\"{why}\"");
+                if let Ok(v) = HeaderValue::from_str(&challenge) {
+                    headers.insert(header::WWW_AUTHENTICATE, v);
+                }
+            }
+            ApiError::InsufficientScope(scope) => {
+                // A scope is one token of printable characters without quotes (RFC 6749).
+                let scope: String = scope
+                    .chars()
+                    .filter(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\\'))
+                    .collect();
+                let challenge = format!("Bearer error=\"insufficient_scope\", scope=\"{scope}\"");
+                if let Ok(v) = HeaderValue::from_str(&challenge) {
+                    headers.insert(header::WWW_AUTHENTICATE, v);
+                }
+            }
+            ApiError::NotReady(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ApiError::Overloaded => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

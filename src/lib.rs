@@ -6,6 +6,7 @@
 //! - [`http`]: one module per route family (raw keys, slices, mounts/health/metrics), and the
 //!   compression of answers of text (`http::compress`).
 //! - [`state`]: the mounts, caches and configuration shared by handlers.
+//! - [`auth`]: who may read a mount (static tokens, JWTs, signed URLs).
 //! - [`format`]: slice output encoders (json, bin, npy, csv, png).
 //! - [`array`]: selections, chunk planning, concurrent fetch + decode, assembly.
 //! - [`zarr`]: v1/v2/v3 metadata into one model: data types, fill values, chunk keys.
@@ -15,11 +16,12 @@
 //! - [`config`]: file + environment + command line into one checked [`config::Config`].
 //! - [`error`]: [`error::ApiError`], the only error type a client ever sees.
 //!
-//! `main.rs` only parses arguments, sets up logging and calls [`server::run`].
+//! `main.rs` only parses arguments, sets up logging and calls [`server::run`] (and reloads on SIGHUP).
 
 #[cfg(target_os = "linux")]
 pub mod alloc;
 pub mod array;
+pub mod auth;
 pub mod buffers;
 pub mod cache;
 pub mod codec;

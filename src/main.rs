@@ -35,9 +35,9 @@ fn main() -> ExitCode {
     zarrgate::alloc::tune_glibc_malloc();
     let (action, args) = Cli::parse().action();
     let env = |k: &str| std::env::var(k).ok();
-    let loaded = match action {
-        Action::Healthcheck => Config::read(&args, env),
-        _ => Config::load(&args, env),
+    let loaded = match &action {
+        Action::Healthcheck | Action::Sign(_) => Config::read(&args, env),
+        Action::Serve => Config::load(&args, env),
     };
     let config = match loaded {
         Ok(c) => c,
@@ -46,10 +46,12 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    match action {
+        Action::Sign(sign) => return sign_url(&config, &sign),
+        Action::Healthcheck => return healthcheck(&config),
+        Action::Serve => {}
+    };
     init_logging(config.server.log_format);
-    if action == Action::Healthcheck {
-        return healthcheck(&config);
-    }
     // The blocking pool runs local file reads and chunk decoding: its size bounds the memory of
     // that work in flight (tokio's default of 512 threads lets a burst hold hundreds of buffers).
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -58,7 +60,7 @@ fn main() -> ExitCode {
         .build();
     match runtime {
         Ok(rt) => {
-            let code = rt.block_on(serve(config));
+            let code = rt.block_on(serve(config, args));
             // What the drain left (connections, blocking reads that do not return: a hung
             // network filesystem) does not keep the process: async tasks end with the runtime,
             // and blocking ones are given a moment, not forever.
@@ -96,7 +98,7 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn serve(config: Config) -> ExitCode {
+async fn serve(config: Config, args: zarrgate::config::ServeArgs) -> ExitCode {
     let (addr, health) = match (config.bind_addr(), config.health_addr()) {
         (Ok(a), Ok(h)) => (a, h),
         (Err(e), _) | (_, Err(e)) => {
@@ -113,6 +115,7 @@ async fn serve(config: Config) -> ExitCode {
     };
     // Signals from here on stop the server, however soon they come.
     let signals = server::shutdown_signals();
+    server::start_background(&state);
     start_reserve(state.caches.clone());
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
@@ -131,19 +134,23 @@ async fn serve(config: Config) -> ExitCode {
         },
         None => None,
     };
+    let app = server::app(state.clone());
     let base = format!("http://{}", listener.local_addr().unwrap_or(addr));
     say(format_args!("zarrgate listening on {base}/"));
+    let mut apps = vec![app.clone()];
     if let Some(health) = health {
         if let Ok(at) = health.local_addr() {
             say(format_args!(
-                "  health and metrics also on http://{at}/healthz, /metrics"
+                "  health and metrics also on http://{at}/healthz, /readyz, /metrics"
             ));
         }
-        // It stops accepting with the first signal, as `bind` does.
+        let health_app = server::health_app(state.clone());
+        apps.push(health_app.clone());
+        // It stops accepting when `bind` does: probes reach /readyz while the server drains.
         tokio::spawn(server::serve_health(
             health,
-            state.clone(),
-            server::signalled(signals.clone(), 1),
+            health_app,
+            server::stop_accepting(signals.clone(), app.clone()),
         ));
     }
     for mount in state.mounts.values() {
@@ -152,14 +159,21 @@ async fn serve(config: Config) -> ExitCode {
             mount.name, mount.name, mount.kind, mount.url
         ));
     }
-    // The first signal stops accepting and lets responses under way finish (for up to
-    // `server.drain_s`); a second one ends them at once.
+    #[cfg(unix)]
+    if let Some(hangups) = server::reload_signals() {
+        tokio::spawn(reload_on_hangup(hangups, apps, args));
+    }
+    #[cfg(not(unix))]
+    let _ = (apps, args);
+    // SIGTERM: not ready at once, serving on for `server.drain_seconds`; then (and at once on
+    // SIGINT) nothing more is accepted and responses under way get as long again to finish.
+    // A second signal ends them at once.
     let second_signal = async {
         server::signalled(signals.clone(), 2).await;
         tracing::warn!("a second signal: closing the connections still open");
     };
     let served = tokio::select! {
-        served = server::run(listener, state, server::signalled(signals.clone(), 1)) => served,
+        served = server::run(listener, app.clone(), server::stop_accepting(signals.clone(), app)) => served,
         () = second_signal => Ok(()),
     };
     if let Err(e) = served {
@@ -167,6 +181,37 @@ async fn serve(config: Config) -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// Reads the config file again at each SIGHUP and puts it in use ([`server::reload`]); an
+/// invalid one is logged and the old one kept.
+#[cfg(unix)]
+async fn reload_on_hangup(
+    mut hangups: tokio::signal::unix::Signal,
+    apps: Vec<zarrgate::App>,
+    args: zarrgate::config::ServeArgs,
+) {
+    while hangups.recv().await.is_some() {
+        let apps: Vec<&zarrgate::App> = apps.iter().collect();
+        match Config::load(&args, |k| std::env::var(k).ok()).and_then(|config| server::reload(&apps, config)) {
+            Ok(state) => tracing::info!(mounts = state.mounts.len(), "SIGHUP: configuration reloaded"),
+            Err(e) => tracing::error!(error = %e, "SIGHUP: the configuration is not valid; keeping the one in use"),
+        }
+    }
+}
+
+/// `zarrgate sign`: prints a signed URL of a mount's prefix.
+fn sign_url(config: &Config, sign: &zarrgate::config::SignArgs) -> ExitCode {
+    match zarrgate::auth::signed_url::for_config(config, sign, std::time::SystemTime::now()) {
+        Ok(url) => {
+            say(format_args!("{url}"));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("zarrgate: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// A line on standard output, which may be closed (`zarrgate serve | head -1`): what is not

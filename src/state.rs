@@ -6,8 +6,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::array::{ReadContext, ReadOptions};
+use crate::auth::{Auth, MountAccess, Refusal};
 use crate::cache::{Caches, cached};
-use crate::config::{Config, ConfigError, Secret, secret_from_env};
+use crate::config::{Config, ConfigError, MountConfig, Secret, secret_from_env};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::store::{self, Store, StoreKey};
@@ -18,7 +19,7 @@ use crate::zarr::{ArrayMeta, MetaError, OpenError, open_array};
 pub struct Mount {
     /// The URL segment that names it.
     pub name: Arc<str>,
-    /// `local`, later `s3`, `gcs`, `azure`, `http`, `zip`.
+    /// `local`, `s3`, `gcs`, `azure`, `http`, `zip`.
     pub kind: &'static str,
     /// The configured URL, without credentials.
     pub url: String,
@@ -27,20 +28,65 @@ pub struct Mount {
     /// The data.
     #[serde(skip)]
     pub store: Store,
-    /// Bearer tokens that may read it; empty for a public mount.
+    /// Who may read it.
     #[serde(skip)]
-    pub tokens: Vec<Secret>,
+    pub access: MountAccess,
     /// The `Cache-Control` of its answers (`mounts.NAME.cache_control`); `None`: `no-cache`.
     #[serde(skip)]
     pub cache_control: Option<axum::http::HeaderValue>,
+    /// What its entries in the caches are keyed by: its name, or for a mount a reload opened,
+    /// its name and a number of its own, so that no entry of what the name stood for before
+    /// is read.
+    #[serde(skip)]
+    pub cache_id: Arc<str>,
+    /// The settings it was opened with (a reload keeps a mount whose settings are the same).
+    #[serde(skip)]
+    pub settings: Option<MountConfig>,
 }
 
 impl Mount {
-    /// Whether a request presenting `bearer` (if any) may read this mount.
-    pub fn allows(&self, bearer: Option<&[u8]>) -> bool {
-        self.tokens.is_empty() || bearer.is_some_and(|b| self.tokens.iter().any(|t| t.matches(b)))
+    /// A public mount `name` of `store`, with consolidated metadata synthesized.
+    pub fn new(name: &str, kind: &'static str, url: String, store: Store) -> Self {
+        Self {
+            name: name.into(),
+            kind,
+            url,
+            consolidated: true,
+            store,
+            access: MountAccess::default(),
+            cache_control: None,
+            cache_id: name.into(),
+            settings: None,
+        }
+    }
+
+    /// Whether a request presenting `bearer` (if any) may read this mount, JWTs checked by
+    /// `auth`.
+    pub fn admits(&self, auth: &Auth, bearer: Option<&[u8]>) -> Result<(), Refusal> {
+        self.access.check(bearer, auth.jwt.as_deref())
     }
 }
+
+/// What a process keeps from start to exit, whatever reloads change: its readiness.
+#[derive(Debug, Default)]
+pub struct Lifecycle {
+    draining: std::sync::atomic::AtomicBool,
+}
+
+impl Lifecycle {
+    /// From now on `/readyz` says not ready (SIGTERM).
+    pub fn start_draining(&self) {
+        self.draining.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether the server is draining.
+    pub fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Numbers the mounts reloads open (their [`Mount::cache_id`]).
+static MOUNT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// State shared by all handlers.
 #[derive(Debug, Clone)]
@@ -56,7 +102,11 @@ pub struct StateInner {
     /// Decoded chunks, shard indexes, metadata.
     pub caches: Arc<Caches>,
     /// Request and cache metrics.
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
+    /// Verifiers of JWTs and signed URLs.
+    pub auth: Auth,
+    /// Readiness and draining, shared by the states reloads make.
+    pub lifecycle: Arc<Lifecycle>,
     /// Read tuning.
     pub read_options: ReadOptions,
     /// The token protecting /metrics, if any.
@@ -98,39 +148,60 @@ impl AppState {
     /// Opens every configured mount.
     pub fn from_config(config: Config) -> Result<Self, ConfigError> {
         let caches = Arc::new(Caches::new(&config.cache));
-        let mut mounts = Vec::new();
-        for (name, m) in &config.mounts {
-            let source = m.source(name)?;
-            let kind = store::open::kind(&source);
-            let ttl = std::time::Duration::from_secs(config.cache.ttl_seconds);
-            let freshness = store::cached::Freshness {
-                immutable: m.immutable,
-                stale_if_error: std::time::Duration::from_secs(m.stale_if_error),
-            };
-            let store = store::open::open_cached(&source, m, ttl, (&caches.raw, name, freshness))
-                .map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
-            let tokens = m
-                .tokens
-                .iter()
-                .map(|t| secret_from_env(t, &format!("mount '{name}': tokens")))
-                .collect::<Result<Vec<_>, _>>()?;
-            let cache_control = m
-                .cache_control
-                .as_deref()
-                .map(axum::http::HeaderValue::from_str)
-                .transpose()
-                .map_err(|_| ConfigError::Invalid(format!("mount '{name}': cache_control is not a header value")))?;
-            mounts.push(Mount {
-                name: name.as_str().into(),
-                kind,
-                url: crate::config::redact(&m.url),
-                consolidated: m.consolidated,
-                store,
-                tokens,
-                cache_control,
-            });
+        let mounts = open_mounts(&config, &caches, None)?;
+        let auth = Auth::from_config(&config.auth, None)?;
+        let parts = Kept::new(&config, caches);
+        Ok(Self::assemble(config, mounts, auth, parts))
+    }
+
+    /// The state of `config` read anew (SIGHUP), keeping what outlives a reload: the caches,
+    /// metrics, readiness and budgets, the mounts whose settings are the same (their stores,
+    /// their cached entries), and a JWT verifier of the same settings. The settings that
+    /// size what was made at start (addresses, threads, connections, cache sizes) keep
+    /// their old values; [`AppState::needs_restart`] names those that changed.
+    pub fn reloaded(&self, config: Config) -> Result<Self, ConfigError> {
+        let mounts = open_mounts(&config, &self.caches, Some(&self.mounts))?;
+        let auth = Auth::from_config(&config.auth, Some(&self.auth))?;
+        let mut parts = Kept {
+            caches: self.caches.clone(),
+            metrics: self.metrics.clone(),
+            lifecycle: self.lifecycle.clone(),
+            streams: self.streams.clone(),
+            whole_mib: self.whole_mib.clone(),
+        };
+        if config.limits.max_slice_bytes != self.config.limits.max_slice_bytes {
+            parts.whole_mib = Arc::new(tokio::sync::Semaphore::new(
+                whole_budget_mib(config.limits.max_slice_bytes) as usize,
+            ));
         }
-        Ok(Self::with_caches(config, mounts, caches))
+        Ok(Self::assemble(config, mounts, auth, parts))
+    }
+
+    /// The settings of `new` that differ from this state's and take effect only on a restart.
+    pub fn needs_restart(&self, new: &Config) -> Vec<&'static str> {
+        let (old, new) = (&self.config, new);
+        [
+            ("server.bind", old.server.bind != new.server.bind),
+            ("server.health_bind", old.server.health_bind != new.server.health_bind),
+            ("server.workers", old.server.workers != new.server.workers),
+            (
+                "server.blocking_threads",
+                old.server.blocking_threads != new.server.blocking_threads,
+            ),
+            ("server.log_format", old.server.log_format != new.server.log_format),
+            (
+                "limits.max_connections",
+                old.limits.max_connections != new.limits.max_connections,
+            ),
+            (
+                "limits.send_timeout_s",
+                old.limits.send_timeout_s != new.limits.send_timeout_s,
+            ),
+            ("cache", old.cache != new.cache),
+        ]
+        .into_iter()
+        .filter_map(|(name, changed)| changed.then_some(name))
+        .collect()
     }
 
     /// State over ready-made mounts (tests use this with wrapped stores).
@@ -141,7 +212,13 @@ impl AppState {
 
     /// State over ready-made mounts and caches (the raw cache their stores read through).
     pub fn with_caches(config: Config, mounts: Vec<Mount>, caches: Arc<Caches>) -> Self {
-        let whole_mib = whole_budget_mib(config.limits.max_slice_bytes);
+        // Tests' configurations name no auth secrets; one that cannot be read refuses all.
+        let auth = Auth::from_config(&config.auth, None).unwrap_or_default();
+        let parts = Kept::new(&config, caches);
+        Self::assemble(config, mounts, auth, parts)
+    }
+
+    fn assemble(config: Config, mounts: Vec<Mount>, auth: Auth, kept: Kept) -> Self {
         let mounts = mounts.into_iter().map(|m| (m.name.to_string(), m)).collect();
         let metrics_token = config
             .server
@@ -160,19 +237,32 @@ impl AppState {
             compression,
             config,
             mounts,
-            caches,
-            metrics: Metrics::new(),
+            caches: kept.caches,
+            metrics: kept.metrics,
+            auth,
+            lifecycle: kept.lifecycle,
             read_options,
-            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
-            whole_mib: Arc::new(tokio::sync::Semaphore::new(whole_mib as usize)),
+            streams: kept.streams,
+            whole_mib: kept.whole_mib,
         }))
+    }
+
+    /// Whether the server takes traffic (`/readyz`): not draining, and every key set read.
+    pub fn ready(&self) -> Result<(), &'static str> {
+        if self.lifecycle.draining() {
+            return Err("the server is draining");
+        }
+        match self.auth.ready() {
+            true => Ok(()),
+            false => Err("the JWT key set has not been read yet"),
+        }
     }
 
     /// How reads on `mount` fetch and cache chunks.
     pub fn read_context(&self, mount: &Mount) -> ReadContext {
         ReadContext::new(
             mount.store.clone(),
-            mount.name.clone(),
+            mount.cache_id.clone(),
             Some(self.caches.clone()),
             self.read_options.clone(),
         )
@@ -180,7 +270,7 @@ impl AppState {
 
     /// The metadata of the array at `path` in `mount` (cached).
     pub async fn array(&self, mount: &Mount, path: &StoreKey) -> Result<Arc<ArrayMeta>, ApiError> {
-        let key = (mount.name.clone(), path.clone());
+        let key = (mount.cache_id.clone(), path.clone());
         let load = || async { open_array(&mount.store, path).await.map(Arc::new) };
         let result = cached(&self.caches.metadata, &self.caches.metadata_counters, key, load).await;
         result.map_err(|e| match &*e {
@@ -218,6 +308,92 @@ impl AppState {
         StoreKey::new(&name)?;
         Err(ApiError::UnknownMount(name.into_owned()))
     }
+}
+
+/// What a reload keeps of the state before it.
+struct Kept {
+    caches: Arc<Caches>,
+    metrics: Arc<Metrics>,
+    lifecycle: Arc<Lifecycle>,
+    streams: Arc<tokio::sync::Semaphore>,
+    whole_mib: Arc<tokio::sync::Semaphore>,
+}
+
+impl Kept {
+    fn new(config: &Config, caches: Arc<Caches>) -> Self {
+        Self {
+            caches,
+            metrics: Arc::new(Metrics::new()),
+            lifecycle: Arc::default(),
+            streams: Arc::new(tokio::sync::Semaphore::new(MAX_STREAMS)),
+            whole_mib: Arc::new(tokio::sync::Semaphore::new(
+                whole_budget_mib(config.limits.max_slice_bytes) as usize,
+            )),
+        }
+    }
+}
+
+/// Opens the mounts of `config`; a reload passes the mounts open now, of which those with the
+/// same settings are kept as they are.
+fn open_mounts(
+    config: &Config,
+    caches: &Arc<Caches>,
+    open_now: Option<&BTreeMap<String, Mount>>,
+) -> Result<Vec<Mount>, ConfigError> {
+    let mut mounts = Vec::new();
+    for (name, m) in &config.mounts {
+        let tokens = m
+            .tokens
+            .iter()
+            .map(|t| secret_from_env(t, &format!("mount '{name}': tokens")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let access = MountAccess {
+            tokens,
+            jwt_scope: m.jwt_scope.clone(),
+        };
+        let cache_control = m
+            .cache_control
+            .as_deref()
+            .map(axum::http::HeaderValue::from_str)
+            .transpose()
+            .map_err(|_| ConfigError::Invalid(format!("mount '{name}': cache_control is not a header value")))?;
+        let kept = open_now
+            .and_then(|open| open.get(name))
+            .filter(|mount| mount.settings.as_ref() == Some(m));
+        let (store, kind, cache_id) = match kept {
+            Some(mount) => (mount.store.clone(), mount.kind, mount.cache_id.clone()),
+            None => {
+                let cache_id: Arc<str> = match open_now {
+                    None => name.as_str().into(),
+                    Some(_) => {
+                        let n = MOUNT_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        format!("{name}#{n}").into()
+                    }
+                };
+                let source = m.source(name)?;
+                let ttl = std::time::Duration::from_secs(config.cache.ttl_seconds);
+                let freshness = store::cached::Freshness {
+                    immutable: m.immutable,
+                    stale_if_error: std::time::Duration::from_secs(m.stale_if_error),
+                };
+                let store = store::open::open_cached(&source, m, ttl, (&caches.raw, name, &cache_id, freshness))
+                    .map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
+                (store, store::open::kind(&source), cache_id)
+            }
+        };
+        mounts.push(Mount {
+            name: name.as_str().into(),
+            kind,
+            url: crate::config::redact(&m.url),
+            consolidated: m.consolidated,
+            store,
+            access,
+            cache_control,
+            cache_id,
+            settings: Some(m.clone()),
+        });
+    }
+    Ok(mounts)
 }
 
 #[cfg(test)]

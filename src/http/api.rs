@@ -18,15 +18,16 @@ pub async fn mounts(
     headers: axum::http::HeaderMap,
 ) -> Result<impl IntoResponse, ApiError> {
     let [] = super::query(&uri, [])?;
-    let token = super::auth::bearer(&headers);
+    let token = crate::auth::bearer(&headers);
     let show_all = state.config.server.show_mount_urls;
     let list: Vec<Value> = state
         .mounts
         .values()
-        .filter(|m| m.allows(token))
+        .filter(|m| m.admits(&state.auth, token).is_ok())
         .map(|m| {
             let mut entry = json!({"name": m.name, "kind": m.kind, "consolidated": m.consolidated});
-            if show_all || (!m.tokens.is_empty() && token.is_some()) {
+            // Listed and protected: the caller presented credentials the mount accepts.
+            if show_all || !m.access.is_public() {
                 entry["url"] = json!(m.url);
             }
             entry
@@ -56,6 +57,13 @@ pub async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderM
 /// `GET /healthz`
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: 200 while the server takes traffic; 503 while it drains (after SIGTERM) or
+/// waits for a JWT key set, so that load balancers send it nothing.
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    state.ready().map_err(ApiError::NotReady)?;
+    Ok(Json(json!({"status": "ready"})))
 }
 
 /// `GET /`: the web page, embedded in the binary (`no-cache`, as every answer that states no

@@ -2,7 +2,6 @@
 //! ([`compress`]).
 
 pub mod api;
-pub mod auth;
 pub mod compress;
 pub mod raw;
 pub mod slice;

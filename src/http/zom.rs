@@ -65,7 +65,7 @@ async fn tree_as(
     path: &StoreKey,
     format: Option<u8>,
 ) -> Result<Option<Arc<Tree>>, ApiError> {
-    let key = (mount.name.clone(), path.clone(), format);
+    let key = (mount.cache_id.clone(), path.clone(), format);
     let caches = &state.caches;
     if let Some(walked) = caches.hierarchies.get(&key).await {
         caches.hierarchy_counters.record(false);
@@ -221,7 +221,7 @@ async fn rendered_as(
     own: Option<Map<String, Value>>,
     document: Document,
 ) -> Result<Bytes, ApiError> {
-    let key = (mount.name.clone(), group.clone(), document);
+    let key = (mount.cache_id.clone(), group.clone(), document);
     let caches = state.caches.clone();
     if let Some(done) = caches.consolidated.get(&key).await
         && same_rendering(&done, &tree, own.as_ref())
@@ -351,7 +351,7 @@ async fn zom_tree(state: &AppState, mount: &Mount, path: &StoreKey, depth: Optio
             let cached = state
                 .caches
                 .hierarchies
-                .get(&(mount.name.clone(), path.clone(), None))
+                .get(&(mount.cache_id.clone(), path.clone(), None))
                 .await;
             match cached {
                 Some(Ok(Some(t))) => Arc::new(pruned(&t, d)),

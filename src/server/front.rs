@@ -9,8 +9,9 @@ use super::cors::cors;
 use super::cors::vary_as_cors;
 use super::limits::ConcurrencyLimit;
 use super::limits::ConcurrencyPermit;
+use crate::auth::signed_url::SIGNED;
+use crate::auth::{Refusal, bearer};
 use crate::error::ApiError;
-use crate::http::auth::bearer;
 use crate::http::{api, compress, raw, slice, zom};
 use crate::state::AppState;
 use axum::extract::{Request, State};
@@ -73,6 +74,12 @@ pub(super) fn names_mount(path: &str, prefix: &str) -> bool {
 
 /// The mount a request reads, when its route family names one.
 pub(super) fn mount_of(path: &str) -> Option<&str> {
+    mount_and_rest(path).map(|(mount, _)| mount)
+}
+
+/// The mount segment of a path whose route family names one, and the path below it (without
+/// its leading slash).
+pub(super) fn mount_and_rest(path: &str) -> Option<(&str, &str)> {
     [
         "/zarr/",
         "/api/v1/slice/",
@@ -82,7 +89,7 @@ pub(super) fn mount_of(path: &str) -> Option<&str> {
     ]
     .iter()
     .find_map(|prefix| path.strip_prefix(prefix))
-    .map(|rest| rest.split('/').next().unwrap_or(""))
+    .map(|rest| rest.split_once('/').unwrap_or((rest, "")))
 }
 
 /// The answer to a request whose handling panicked: a 500 `internal` JSON answer (logged with
@@ -107,8 +114,11 @@ pub(super) fn panicked(panic: &(dyn std::any::Any + Send)) -> Response {
 /// of middleware layers: axum's `from_fn` layers, routers nested in routers and tower's
 /// limit layers each cloned the services below them and boxed a future per request, and
 /// together cost more than the slice handler serving a cached tile.
+///
+/// A reload ([`App::reload`]) puts a front over the new state in its place: requests under way
+/// finish with the one they began with, and connections stay open.
 #[derive(Clone)]
-pub struct App(std::sync::Arc<Front>);
+pub struct App(std::sync::Arc<std::sync::RwLock<std::sync::Arc<Front>>>);
 
 pub(super) struct Front {
     pub(super) state: AppState,
@@ -129,11 +139,13 @@ pub(super) struct Front {
     pub(super) health_only: bool,
     /// Whether a mount sets its own `Cache-Control` (`mounts.NAME.cache_control`).
     pub(super) mount_cache_control: bool,
+    /// Makes the routes over a reloaded state; `None` for a test's own routes, which a reload
+    /// keeps.
+    pub(super) make_routes: Option<fn(AppState) -> Router>,
 }
 
 /// The service over the routes of zarrgate.
 pub fn app(state: AppState) -> App {
-    let routes = routes(state.clone());
     build(state, routes, true, false)
 }
 
@@ -142,6 +154,7 @@ pub fn app(state: AppState) -> App {
 pub(super) fn health_routes() -> axum::Router<AppState> {
     Router::new()
         .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
         .route("/metrics", get(api::metrics))
 }
 
@@ -175,13 +188,28 @@ pub fn routes(state: AppState) -> Router {
 /// test's own (which get every request: the direct answers of slices and raw keys are
 /// [`app`]'s).
 pub fn front(state: AppState, routes: Router) -> App {
-    build(state, routes, false, false)
+    App::new(make_front(state, Err(routes), false, false))
 }
 
-pub(super) fn build(state: AppState, routes: Router, direct: bool, health_only: bool) -> App {
+/// The front over `state` and the routes `make_routes` makes over it.
+pub(super) fn build(state: AppState, make_routes: fn(AppState) -> Router, direct: bool, health_only: bool) -> App {
+    App::new(make_front(state, Ok(make_routes), direct, health_only))
+}
+
+/// The front over `state` and its routes: made by `make_routes`, or given (a test's).
+fn make_front(
+    state: AppState,
+    routes: Result<fn(AppState) -> Router, Router>,
+    direct: bool,
+    health_only: bool,
+) -> Front {
     let server = &state.config.server;
     let limits = &state.config.limits;
-    App(std::sync::Arc::new(Front {
+    let (routes, make_routes) = match routes {
+        Ok(make) => (make(state.clone()), Some(make)),
+        Err(routes) => (routes, None),
+    };
+    Front {
         cors: (!server.cors_origins.is_empty()).then(|| cors(&server.cors_origins)),
         cors_exposed: HeaderValue::from_str(&EXPOSED.join(",")).unwrap_or(HeaderValue::from_static("")),
         concurrency: ConcurrencyLimit::new(limits.max_concurrent_requests),
@@ -189,12 +217,39 @@ pub(super) fn build(state: AppState, routes: Router, direct: bool, health_only: 
         direct,
         health_only,
         mount_cache_control: state.mounts.values().any(|m| m.cache_control.is_some()),
+        make_routes,
         routes,
         state,
-    }))
+    }
 }
 
 impl App {
+    fn new(front: Front) -> Self {
+        Self(std::sync::Arc::new(std::sync::RwLock::new(std::sync::Arc::new(front))))
+    }
+
+    /// The front serving new requests.
+    pub(super) fn current(&self) -> std::sync::Arc<Front> {
+        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The state new requests are served with.
+    pub fn state(&self) -> AppState {
+        self.current().state.clone()
+    }
+
+    /// Serves `state` from now on (SIGHUP): new requests get a front over it, with routes
+    /// made anew; those under way finish with the state they began with.
+    pub fn reload(&self, state: AppState) {
+        let now = self.current();
+        let routes = match now.make_routes {
+            Some(make) => Ok(make),
+            None => Err(now.routes.clone()),
+        };
+        let front = make_front(state, routes, now.direct, now.health_only);
+        *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = std::sync::Arc::new(front);
+    }
+
     /// Answers `request`; `in_flight` (the connection's mark of it) is held until the
     /// response's body is over.
     pub(super) async fn serve(
@@ -202,9 +257,10 @@ impl App {
         request: Request,
         in_flight: Option<InFlightRequest>,
     ) -> axum::http::Response<LoggedBody> {
-        let mut done = AccessLogRecord::begin(&self.0.state, &request, in_flight);
+        let front = self.current();
+        let mut done = AccessLogRecord::begin(&front.state, &request, in_flight);
         let head = request.method() == Method::HEAD;
-        let mut response = self.0.answer(request).await;
+        let mut response = front.answer(request).await;
         finish(&mut response, head);
         done.head(&response);
         response.map(|body| LoggedBody { body, done, more: None })
@@ -314,6 +370,10 @@ impl Front {
     /// function: that would hold the request twice over (as its argument, and in the future it
     /// awaits), and hyper moves the whole for every request.
     pub(super) fn answer(&self, request: Request) -> impl Future<Output = Response> + Send + '_ {
+        let request = self.unsigned(request);
+        // While draining, an HTTP/1 connection is closed after each answer, so that its client
+        // connects anew: past a load balancer that no longer sends it here.
+        let close = request.version() <= axum::http::Version::HTTP_11 && self.state.lifecycle.draining();
         /// The CORS headers an answer gets, decided from its request.
         enum Cors {
             None,
@@ -361,6 +421,9 @@ impl Front {
             // for a heuristic lifetime of its own (CloudFront: a day), past the staleness bound
             // docs/operations.md states.
             headers.entry(header::CACHE_CONTROL).or_insert(NO_CACHE);
+            if close {
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
             match cors {
                 Cors::None | Cors::Options(None) => {}
                 Cors::Options(Some(allowed)) => {
@@ -423,9 +486,9 @@ impl Front {
     ) -> futures::future::Either<futures::future::Ready<Response>, Routed<'_>> {
         use futures::future::{Either, ready};
         // Liveness and metrics: never refused for load, and all the health listener answers.
-        let health = matches!(request.uri().path(), "/healthz" | "/metrics");
+        let health = matches!(request.uri().path(), "/healthz" | "/readyz" | "/metrics");
         if self.health_only && !health {
-            let refused = ApiError::NotFound("this listener answers /healthz and /metrics alone".into());
+            let refused = ApiError::NotFound("this listener answers /healthz, /readyz and /metrics alone".into());
             return Either::Left(ready(refused.into_response()));
         }
         if let Err(refused) = self.admits(&request) {
@@ -519,20 +582,73 @@ impl Front {
         if request.uri().path_and_query().map_or(0, |pq| pq.as_str().len()) > max {
             return Err(ApiError::UriTooLong(max));
         }
+        if let Some(SignedRequest(verdict)) = request.extensions().get::<SignedRequest>() {
+            return verdict.clone().map_err(ApiError::SignedUrl);
+        }
         let path = request.uri().path();
         let token = bearer(request.headers());
-        let allowed = if path == "/metrics" {
-            self.state
+        if path == "/metrics" {
+            let allowed = self
+                .state
                 .metrics_token
                 .as_ref()
-                .is_none_or(|t| token.is_some_and(|b| t.matches(b)))
-        } else {
-            // The handlers' own lookup (which percent-decodes the segment), so that no spelling
-            // of a protected mount's name passes here and reaches it there.
-            mount_of(path)
-                .and_then(|segment| self.state.mount(segment).ok())
-                .is_none_or(|mount| mount.allows(token))
+                .is_none_or(|t| token.is_some_and(|b| t.matches(b)));
+            return if allowed { Ok(()) } else { Err(ApiError::Unauthorized) };
+        }
+        // The handlers' own lookup (which percent-decodes the segment), so that no spelling
+        // of a protected mount's name passes here and reaches it there.
+        let Some(mount) = mount_of(path).and_then(|segment| self.state.mount(segment).ok()) else {
+            return Ok(());
         };
-        if allowed { Ok(()) } else { Err(ApiError::Unauthorized) }
+        mount.admits(&self.state.auth, token).map_err(|refusal| match refusal {
+            Refusal::Missing => ApiError::Unauthorized,
+            Refusal::InvalidToken(why) => ApiError::InvalidToken(why),
+            Refusal::InsufficientScope(scope) => ApiError::InsufficientScope(scope),
+        })
+    }
+
+    /// A request under `/signed/{expires}.{signature}/` made the request it stands for (the
+    /// rest of its path, with its query), marked with the signature's verdict ([`admits`]
+    /// answers a refusal, and lets an admitted one read its mount whatever credentials
+    /// the mount asks for). Other requests are left as they are.
+    ///
+    /// [`admits`]: Front::admits
+    pub(super) fn unsigned(&self, mut request: Request) -> Request {
+        let Some(after) = request.uri().path().strip_prefix(SIGNED) else {
+            return request;
+        };
+        let (token, inner) = after.split_once('/').unwrap_or((after, ""));
+        let inner = format!("/{inner}");
+        let mount_and_rest = mount_and_rest(&inner)
+            .and_then(|(segment, rest)| Some((self.state.mount(segment).ok()?.name.clone(), rest.to_owned())));
+        let verdict = match (&self.state.auth.signing_key, mount_and_rest) {
+            (None, _) => Err(crate::auth::SignedUrlError::Disabled),
+            (Some(_), None) => Err(crate::auth::SignedUrlError::Malformed),
+            (Some(key), Some((mount, rest))) => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                key.check(token, &mount, &rest, now)
+            }
+        };
+        let target = match request.uri().query() {
+            Some(query) => format!("{inner}?{query}"),
+            None => inner,
+        };
+        match target.parse::<axum::http::Uri>() {
+            Ok(uri) => *request.uri_mut() = uri,
+            Err(_) => {
+                request
+                    .extensions_mut()
+                    .insert(SignedRequest(Err(crate::auth::SignedUrlError::Malformed)));
+                return request;
+            }
+        }
+        request.extensions_mut().insert(SignedRequest(verdict));
+        request
     }
 }
+
+/// The verdict on a signed URL's signature, for the request it stood for ([`Front::unsigned`]).
+#[derive(Clone)]
+pub(super) struct SignedRequest(Result<(), crate::auth::SignedUrlError>);

@@ -3,6 +3,7 @@
 use super::connection::HEADER_READ_TIMEOUT;
 use super::connection::body_of;
 use super::connection::next_connection;
+use super::front::App;
 use super::front::build;
 use super::front::health_routes;
 use super::front::mark_host;
@@ -15,23 +16,30 @@ use tokio::net::TcpListener;
 /// accepted.
 pub const HEALTH_CONNECTIONS: usize = 16;
 
-/// Serves `/healthz` and `/metrics` alone on `listener` (`server.health_bind`) until `shutdown`
+/// The service of the health listener ([`serve_health`]): `/healthz`, `/readyz` and
+/// `/metrics` behind the front, every other path 404.
+pub fn health_app(state: AppState) -> App {
+    fn routes(state: AppState) -> axum::Router {
+        health_routes()
+            .method_not_allowed_fallback(api::method_not_allowed)
+            .with_state(state)
+    }
+    build(state, routes, false, true)
+}
+
+/// Serves `/healthz`, `/readyz` and `/metrics` alone on `listener` (`server.health_bind`) until `shutdown`
 /// resolves: a listener of its own, with connections of its own, so that a liveness probe or a
 /// scrape is answered while every one of `limits.max_connections` is taken (by clients reading
 /// slowly, say), where on `bind` it would wait to be accepted. Other paths are 404. The answers
 /// are the front's (the metrics token, CORS, counts in `/metrics`), over HTTP/1.
 pub async fn serve_health(
     listener: TcpListener,
-    state: AppState,
+    app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     use hyper_util::server::conn::auto::Builder;
 
-    let routes = health_routes()
-        .method_not_allowed_fallback(api::method_not_allowed)
-        .with_state(state.clone());
-    let app = build(state, routes, false, true);
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(HEALTH_CONNECTIONS));
     let mut builder = Builder::new(TokioExecutor::new()).http1_only();
     // A client has as long to send a request's head as on `bind`; an idle one is then closed.

@@ -11,6 +11,7 @@ mod front;
 mod hang_up;
 mod health;
 mod limits;
+mod reload;
 mod signals;
 
 use crate::state::AppState;
@@ -22,22 +23,51 @@ use connection::{ConnectionSettings, serve_connection};
 pub use connection::{HEADER_READ_TIMEOUT, STALLED, send_timeout};
 pub use front::{App, app, front, routes};
 use hang_up::HangUpWatch;
-pub use health::{HEALTH_CONNECTIONS, healthcheck, serve_health};
-pub use signals::{shutdown_signals, signalled};
+pub use health::{HEALTH_CONNECTIONS, health_app, healthcheck, serve_health};
+pub use reload::{reload, start_background};
+#[cfg(unix)]
+pub use signals::reload_signals;
+pub use signals::{StopSignals, shutdown_signals, signalled};
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Serves `app(state)` on `listener` until `shutdown` resolves, then lets the responses under
-/// way finish for up to `server.drain_s`.
+/// Serves `app` on `listener` until `shutdown` resolves, then lets the responses under way
+/// finish for up to `server.drain_seconds`.
 pub async fn run(
     listener: TcpListener,
-    state: AppState,
+    app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    // Validated at load: finite, 0 to a day.
-    let drain = Duration::try_from_secs_f64(state.config.server.drain_s).unwrap_or(Duration::ZERO);
-    run_draining(listener, state, shutdown, drain).await
+    let drain = drain_time(&app.state());
+    run_draining(listener, app, shutdown, drain).await
+}
+
+/// `server.drain_seconds` (validated at load: finite, 0 to a day).
+pub fn drain_time(state: &AppState) -> Duration {
+    Duration::try_from_secs_f64(state.config.server.drain_seconds).unwrap_or(Duration::ZERO)
+}
+
+/// Resolves when the server is to stop accepting: at the first SIGINT; after the first
+/// SIGTERM, once `server.drain_seconds` have passed (or a second signal came), while
+/// `/readyz` says not ready and every request is still served, so that load balancers move
+/// their traffic away before connections are refused.
+pub async fn stop_accepting(signals: tokio::sync::watch::Receiver<StopSignals>, app: App) {
+    signalled(signals.clone(), 1).await;
+    if !signals.borrow().first_was_term {
+        return;
+    }
+    let state = app.state();
+    state.lifecycle.start_draining();
+    let drain = drain_time(&state);
+    tracing::info!(
+        drain_seconds = drain.as_secs_f64(),
+        "SIGTERM: not ready, serving on while load balancers move away"
+    );
+    tokio::select! {
+        () = tokio::time::sleep(drain) => {},
+        () = signalled(signals, 2) => {},
+    }
 }
 
 /// [`run`], letting responses under way finish for up to `drain` after `shutdown`, then
@@ -48,29 +78,30 @@ pub async fn run(
 /// after).
 pub async fn run_draining(
     listener: TcpListener,
-    state: AppState,
+    app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
 ) -> std::io::Result<()> {
-    serve_with(listener, state, shutdown, drain, HEADER_READ_TIMEOUT).await
+    serve_with(listener, app, shutdown, drain, HEADER_READ_TIMEOUT).await
 }
 
 /// [`run_draining`] giving a client `header_read` to send a request's head (and a keep-alive
 /// connection as long idle between requests).
 pub async fn serve_with(
     listener: TcpListener,
-    state: AppState,
+    app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
     drain: Duration,
     header_read: Duration,
 ) -> std::io::Result<()> {
+    // What is sized at start (connections, workers) keeps the settings it started with.
+    let state = app.state();
     // Each connection holds a permit: at the limit, new ones wait in the listen backlog, so
     // what connections hold (buffers, bodies under way, descriptors) is bounded.
     let max_connections = state.config.limits.max_connections;
     let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
     let open = state.clone();
     let settings = std::sync::Arc::new(ConnectionSettings::new(&state.config.limits, header_read));
-    let app = app(state);
     // Connections are served by the workers, or on this runtime when there are none.
     let mut workers = match open.config.server.workers {
         0 => None,
@@ -130,7 +161,7 @@ pub async fn serve_with(
     }
     // Nothing more is accepted; the responses under way get `drain` to finish: until every
     // connection has released its permit.
-    tracing::info!(drain_s = drain.as_secs_f64(), "shutting down");
+    tracing::info!(drain_seconds = drain.as_secs_f64(), "shutting down");
     drop(listener);
     let _ = stop.send(());
     let every_permit = u32::try_from(max_connections).unwrap_or(u32::MAX);

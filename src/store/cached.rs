@@ -269,8 +269,9 @@ impl RawCache {
         counters.iter().map(|(m, c)| (m.clone(), c.clone())).collect()
     }
 
-    /// `inner`, the store of mount `mount`, with reads through this cache.
-    pub fn wrap(self: &Arc<Self>, inner: Store, mount: &str, freshness: Freshness) -> Store {
+    /// `inner`, the store of mount `mount`, with reads through this cache, its entries keyed
+    /// by `cache_id` (the mount's name, or a name of its own for a mount a reload opened).
+    pub fn wrap(self: &Arc<Self>, inner: Store, (mount, cache_id): (&str, Arc<str>), freshness: Freshness) -> Store {
         let mount: Arc<str> = mount.into();
         let upstream = self
             .upstream
@@ -283,6 +284,7 @@ impl RawCache {
             inner,
             cache: self.clone(),
             mount,
+            cache_id,
             freshness,
             upstream,
         })))
@@ -374,6 +376,7 @@ struct CachedBackend {
     inner: Store,
     cache: Arc<RawCache>,
     mount: Arc<str>,
+    cache_id: Arc<str>,
     freshness: Freshness,
     upstream: Arc<UpstreamCounters>,
 }
@@ -401,7 +404,7 @@ fn upstream_failed(e: &StoreError) -> bool {
 impl CachedBackend {
     fn key(&self, key: &StoreKey, part: Part) -> EntryKey {
         EntryKey {
-            mount: self.mount.clone(),
+            mount: self.cache_id.clone(),
             key: key.clone(),
             part,
         }
@@ -855,7 +858,7 @@ mod tests {
     }
 
     fn cached(upstream: &Arc<Upstream>, cache: &Arc<RawCache>, freshness: Freshness) -> Store {
-        cache.wrap(Store::new(upstream.clone()), "m", freshness)
+        cache.wrap(Store::new(upstream.clone()), ("m", "m".into()), freshness)
     }
 
     fn key(k: &str) -> StoreKey {

@@ -194,18 +194,22 @@ pub fn open(source: &MountSource, config: &MountConfig) -> Result<Store, String>
 }
 
 /// [`open_checked`], with remote stores (an archive's too) read through the raw cache, as the
-/// mount named so with that freshness.
+/// mount named so (its entries keyed by `cache_id`) with that freshness.
 pub fn open_cached(
     source: &MountSource,
     config: &MountConfig,
     zip_check: Duration,
-    (raw, mount, freshness): (&Arc<RawCache>, &str, Freshness),
+    (raw, mount, cache_id, freshness): (&Arc<RawCache>, &str, &Arc<str>, Freshness),
 ) -> Result<Store, String> {
     Ok(match source {
         MountSource::Local(_) => open_checked(source, config, zip_check)?,
-        MountSource::Remote(..) => raw.wrap(open_checked(source, config, zip_check)?, mount, freshness),
+        MountSource::Remote(..) => raw.wrap(
+            open_checked(source, config, zip_check)?,
+            (mount, cache_id.clone()),
+            freshness,
+        ),
         MountSource::Zip(container, name) => {
-            let container = open_cached(container, config, zip_check, (raw, mount, freshness))?;
+            let container = open_cached(container, config, zip_check, (raw, mount, cache_id, freshness))?;
             let key = StoreKey::new(name).map_err(|e| format!("archive name '{name}': {e}"))?;
             Store::new(ZipBackend::new(container, key).checked_every(zip_check))
         }

@@ -193,7 +193,7 @@ fn the_health_listener_is_where_healthcheck_asks() {
     let health = second
         .trim()
         .strip_prefix("health and metrics also on http://")
-        .and_then(|rest| rest.strip_suffix("/healthz, /metrics"))
+        .and_then(|rest| rest.strip_suffix("/healthz, /readyz, /metrics"))
         .unwrap_or_else(|| panic!("{second}"))
         .to_string();
     // Bound and never answering (a port released could be another test's server's by then).
@@ -287,8 +287,9 @@ fn healthcheck_signals_and_the_log() {
     assert!(line.len() < 1300 && line.contains("xxx..."), "{} chars", line.len());
 }
 
-/// `server.drain_s` bounds the drain: a response its client does not read is given up after it,
-/// with no second signal. `ZARRGATE_LOG_FORMAT=json` writes each log line as one JSON object,
+/// SIGTERM drains for `server.drain_seconds`: `/readyz` turns 503 at once while requests,
+/// on new connections too, are still served; then nothing more is accepted, and a response
+/// its client does not read is given up after `drain_seconds` more, with no second signal. `ZARRGATE_LOG_FORMAT=json` writes each log line as one JSON object,
 /// the access line's fields at its top level; a value other than text or json stops start-up.
 #[cfg(unix)]
 #[test]
@@ -297,8 +298,8 @@ fn drain_time_and_json_logs() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("big"), vec![7u8; 64 << 20]).unwrap();
     std::fs::write(dir.path().join("small"), b"0123456789").unwrap();
-    std::fs::write(dir.path().join("zg.toml"), "[server]\ndrain_s = 1.5\n").unwrap();
-    let (mut child, _, mut conn) = spawn_server(
+    std::fs::write(dir.path().join("zg.toml"), "[server]\ndrain_seconds = 1.5\n").unwrap();
+    let (mut child, bind, mut conn) = spawn_server(
         dir.path(),
         &["--config", "zg.toml"],
         &[("ZARRGATE_LOG_FORMAT", "json"), ("ZARRGATE_LOG", "info")],
@@ -314,12 +315,34 @@ fn drain_time_and_json_logs() {
     let signalled = std::time::Instant::now();
     // SAFETY: a signal sent to the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let ask = |path: &str| {
+        let mut c = std::net::TcpStream::connect(&bind).unwrap();
+        c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut reply = Vec::new();
+        // The answer closes the connection while draining: read to its end.
+        c.read_to_end(&mut reply).unwrap();
+        String::from_utf8_lossy(&reply).into_owned()
+    };
+    let ready = ask("/readyz");
+    assert!(
+        ready.starts_with("HTTP/1.1 503") && ready.contains("not_ready"),
+        "{ready}"
+    );
+    let small = ask("/zarr/d/small");
+    assert!(
+        small.starts_with("HTTP/1.1 200") && small.to_ascii_lowercase().contains("connection: close"),
+        "{small}"
+    );
+    assert!(small.ends_with("0123456789"), "{small}");
     std::thread::sleep(std::time::Duration::from_millis(700));
-    assert!(child.try_wait().unwrap().is_none(), "the drain lasts drain_s");
+    assert!(child.try_wait().unwrap().is_none(), "the drain lasts drain_seconds");
     let status = exit_within(&mut child, std::time::Duration::from_secs(10));
     let took = signalled.elapsed();
     assert!(status.success(), "{status:?}");
-    assert!(took >= std::time::Duration::from_millis(1400), "{took:?}");
+    // Serving on for 1.5 s, then 1.5 s for the response its client does not read.
+    assert!(took >= std::time::Duration::from_millis(2900), "{took:?}");
     drop(conn);
     let log = std::fs::read_to_string(dir.path().join("log")).unwrap();
     let lines: Vec<serde_json::Value> = log

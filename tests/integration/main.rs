@@ -3,6 +3,7 @@
 
 mod common;
 
+mod access;
 mod array_core;
 mod cli;
 mod clouds;

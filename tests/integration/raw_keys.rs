@@ -685,17 +685,17 @@ proptest! {
 /// The app over one local mount "m" at `root` whose reads of bytes go through `read`.
 fn hooked_app(root: &std::path::Path, read: ReadFn) -> zarrgate::App {
     let mount = zarrgate::state::Mount {
-        name: "m".into(),
-        kind: "local",
-        url: "m".into(),
         consolidated: false,
-        store: zarrgate::store::Store::new(ReadHook {
-            inner: zarrgate::store::Store::new(zarrgate::store::open_local(root).unwrap()),
-            head: None,
-            read,
-        }),
-        tokens: Vec::new(),
-        cache_control: None,
+        ..zarrgate::state::Mount::new(
+            "m",
+            "local",
+            "m".into(),
+            zarrgate::store::Store::new(ReadHook {
+                inner: zarrgate::store::Store::new(zarrgate::store::open_local(root).unwrap()),
+                head: None,
+                read,
+            }),
+        )
     };
     zarrgate::app(zarrgate::AppState::with_mounts(
         zarrgate::config::Config::default(),

@@ -189,15 +189,12 @@ fn http_mount(name: &str, url: String, timeout_s: f64, retries: usize) -> Mount 
     config.timeout_s = timeout_s;
     config.retries = retries;
     let source = config.source(name).unwrap();
-    Mount {
-        name: name.into(),
-        kind: "http",
-        url: config.url.clone(),
-        consolidated: true,
-        store: zarrgate::store::open::open(&source, &config).unwrap(),
-        tokens: Vec::new(),
-        cache_control: None,
-    }
+    Mount::new(
+        name,
+        "http",
+        config.url.clone(),
+        zarrgate::store::open::open(&source, &config).unwrap(),
+    )
 }
 
 /// An origin that accepts connections and never answers: 504 upstream_timeout after the mount's

@@ -21,7 +21,7 @@ async fn serve_state(state: zarrgate::AppState) -> Served {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(zarrgate::run(listener, state, async {
+    let server = tokio::spawn(zarrgate::run(listener, zarrgate::app(state), async {
         let _ = stopped.await;
     }));
     Served {
@@ -99,7 +99,7 @@ async fn shutdown_stops_waiting_for_stuck_requests() {
     let drain = std::time::Duration::from_millis(300);
     let server = tokio::spawn(zarrgate::server::run_draining(
         listener,
-        state,
+        zarrgate::app(state),
         async {
             let _ = stopped.await;
         },
@@ -185,7 +185,7 @@ async fn serve_timed(
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(zarrgate::server::serve_with(
         listener,
-        state,
+        zarrgate::app(state),
         async {
             let _ = stopped.await;
         },
@@ -393,9 +393,13 @@ async fn the_health_listener_answers_while_every_connection_is_taken() {
     let health = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let health_base = format!("http://{}", health.local_addr().unwrap());
     let (stop_health, health_stopped) = oneshot::channel::<()>();
-    let health_server = tokio::spawn(zarrgate::server::serve_health(health, state.clone(), async {
-        let _ = health_stopped.await;
-    }));
+    let health_server = tokio::spawn(zarrgate::server::serve_health(
+        health,
+        zarrgate::server::health_app(state.clone()),
+        async {
+            let _ = health_stopped.await;
+        },
+    ));
     let served = serve_state(state).await;
     // The one permit on `bind`, kept open: the next connection there waits.
     let mut first = tokio::net::TcpStream::connect(served.addr).await.unwrap();

@@ -183,15 +183,7 @@ impl zarrgate::store::Backend for ReadHook {
 /// A mount `m` of `store` that calls itself remote (`s3`, at `url`): a wrapped store standing
 /// for a bucket (one that lags, fails or counts).
 pub fn wrapped_mount(url: &str, store: impl zarrgate::store::Backend) -> zarrgate::state::Mount {
-    zarrgate::state::Mount {
-        name: "m".into(),
-        kind: "s3",
-        url: url.into(),
-        consolidated: true,
-        store: zarrgate::store::Store::new(store),
-        tokens: Vec::new(),
-        cache_control: None,
-    }
+    zarrgate::state::Mount::new("m", "s3", url.into(), zarrgate::store::Store::new(store))
 }
 
 /// A store wrapper that counts reads, to prove what the caches save, and can make listings
@@ -323,20 +315,17 @@ pub fn slow_listing_app(
 ) -> (App, zarrgate::AppState, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     let gets = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let inner = zarrgate::store::Store::new(zarrgate::store::open_local(dir).unwrap());
-    let mount = zarrgate::state::Mount {
-        name: "m".into(),
-        kind: "local",
-        url: dir.display().to_string(),
-        consolidated: true,
-        store: zarrgate::store::Store::new(CountingStore {
+    let mount = zarrgate::state::Mount::new(
+        "m",
+        "local",
+        dir.display().to_string(),
+        zarrgate::store::Store::new(CountingStore {
             inner,
             gets: gets.clone(),
             list_delay,
             list_error: None,
         }),
-        tokens: Vec::new(),
-        cache_control: None,
-    };
+    );
     let state = AppState::with_mounts(config, vec![mount]);
     (zarrgate::app(state.clone()), state, gets)
 }

@@ -137,28 +137,12 @@ pub fn app_with(mounts: Vec<Mount>) -> (zarrgate::App, zarrgate::AppState) {
 }
 
 pub fn local_mount() -> Mount {
-    Mount {
-        name: "fx".into(),
-        kind: "local",
-        url: "fx".into(),
-        consolidated: true,
-        store: Store::new(open_local(&fixtures()).unwrap()),
-        tokens: Vec::new(),
-        cache_control: None,
-    }
+    Mount::new("fx", "local", "fx".into(), Store::new(open_local(&fixtures()).unwrap()))
 }
 
 /// A mount named `kind` of `store`.
 pub fn remote_mount(kind: &'static str, store: Store) -> Mount {
-    Mount {
-        name: kind.into(),
-        kind,
-        url: format!("{kind}://test"),
-        consolidated: true,
-        store,
-        tokens: Vec::new(),
-        cache_control: None,
-    }
+    Mount::new(kind, kind, format!("{kind}://test"), store)
 }
 
 /// Every file below `dir`, as (key relative to `dir` with `/` separators, path).
