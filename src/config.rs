@@ -171,12 +171,17 @@ fn default_jwks_refresh() -> u64 {
 
 impl JwtConfig {
     /// Checks the settings: a key set that is a path or an `https://` URL (`http://` on
-    /// loopback alone), an issuer and an audience, a refresh of a minute to a day.
+    /// loopback alone), an issuer and an audience, a refresh of a second to a day.
     fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |m: &str| Err(ConfigError::Invalid(format!("auth.jwt: {m}")));
         if let Some(rest) = self.jwks.strip_prefix("http://") {
-            let host = rest.split(['/', ':']).next().unwrap_or("");
-            if !matches!(host, "127.0.0.1" | "localhost" | "[") {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+            let host = match authority.strip_prefix('[') {
+                Some(v6) => v6.split(']').next().unwrap_or(""),
+                None => authority.rsplit_once(':').map_or(authority, |(host, _)| host),
+            };
+            let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+            if authority.contains('@') || !loopback {
                 return invalid("jwks must be a file path or an https:// URL (http:// only on loopback)");
             }
         } else if self.jwks.contains("://") && !self.jwks.starts_with("https://") {
@@ -447,6 +452,13 @@ pub struct MountConfig {
     /// A bearer JWT ([`AuthConfig::jwt`]) whose `scope` claim holds this may read the mount.
     #[serde(default)]
     pub jwt_scope: Option<String>,
+    /// What `url` holds: a Zarr hierarchy, or a reference file describing one.
+    #[serde(default)]
+    pub format: MountFormat,
+    /// URL prefixes (`s3://b/p/`, `https://h/p/`, `file:///abs/dir/`) that references may
+    /// read from, besides the reference file's own directory.
+    #[serde(default)]
+    pub virtual_prefixes: Vec<String>,
     /// Directory that a relative `url` is relative to (the config file's, or the working
     /// directory for `--mount`).
     #[serde(skip)]
@@ -470,6 +482,25 @@ fn default_concurrency() -> usize {
 }
 
 impl MountConfig {
+    /// For a reference mount: the settings of the directory holding its reference file (the
+    /// same, with that directory's URL), and the file's name.
+    pub fn reference_file(&self) -> Result<(MountConfig, String), String> {
+        let url = self.url.trim();
+        let (parent, file) = match url.rsplit_once('/') {
+            None => (".", url),
+            Some(("", file)) => ("/", file),
+            Some((parent, file)) => (parent, file),
+        };
+        if file.is_empty() || parent.ends_with(":/") || parent.ends_with(':') {
+            return Err(format!("{} names no reference file", redact(url)));
+        }
+        let directory = MountConfig {
+            url: parent.to_owned(),
+            ..self.clone()
+        };
+        Ok((directory, file.to_owned()))
+    }
+
     /// A mount of `url` with default options.
     pub fn new(url: impl Into<String>, base_dir: impl Into<PathBuf>) -> Self {
         Self {
@@ -487,9 +518,24 @@ impl MountConfig {
             immutable: false,
             stale_if_error: 0,
             jwt_scope: None,
+            format: MountFormat::Zarr,
+            virtual_prefixes: Vec::new(),
             base_dir: base_dir.into(),
         }
     }
+}
+
+/// `mounts.NAME.format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MountFormat {
+    /// A Zarr hierarchy (v1, v2, v3).
+    #[default]
+    Zarr,
+    /// An Icechunk repository (not served yet).
+    Icechunk,
+    /// A kerchunk reference file (JSON, version 0 or 1).
+    References,
 }
 
 /// Remote stores.
@@ -919,7 +965,35 @@ impl Config {
                     "mount name '{name}' may only hold letters, digits, '-', '_' and '.'"
                 )));
             }
-            mount.source(name)?;
+            match mount.format {
+                MountFormat::Icechunk => {
+                    return Err(ConfigError::Invalid(format!(
+                        "mount '{name}': format = \"icechunk\" is not served yet (see issue #48)"
+                    )));
+                }
+                MountFormat::References => {
+                    let (directory, _) = mount
+                        .reference_file()
+                        .map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
+                    directory.source(name)?;
+                }
+                MountFormat::Zarr if !mount.virtual_prefixes.is_empty() => {
+                    return Err(ConfigError::Invalid(format!(
+                        "mount '{name}': virtual_prefixes apply to format = \"references\" alone"
+                    )));
+                }
+                MountFormat::Zarr => {
+                    mount.source(name)?;
+                }
+            }
+            for prefix in &mount.virtual_prefixes {
+                let local = prefix.strip_prefix("file://");
+                if local.is_some_and(|p| !p.starts_with('/')) || (local.is_none() && !prefix.contains("://")) {
+                    return Err(ConfigError::Invalid(format!(
+                        "mount '{name}': virtual_prefixes are URLs (s3://, gs://, az://, https://, file:///absolute/path/), not '{prefix}'"
+                    )));
+                }
+            }
             if let Some(value) = &mount.cache_control
                 && axum::http::HeaderValue::from_str(value).is_err()
             {

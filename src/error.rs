@@ -68,6 +68,10 @@ pub enum ApiError {
     /// The upstream store refused our credentials.
     #[error("the upstream store denied access")]
     UpstreamDenied,
+    /// A reference of a reference mount points outside the mount's `virtual_prefixes` (a
+    /// configuration matter, not the client's: 502).
+    #[error("{0}")]
+    ReferenceNotAllowed(String),
     /// The upstream store failed.
     #[error("the upstream store failed")]
     Upstream,
@@ -120,7 +124,7 @@ impl ApiError {
             ApiError::RangeNotSatisfiable { .. } => StatusCode::RANGE_NOT_SATISFIABLE,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unsupported(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::UpstreamDenied | ApiError::Upstream => StatusCode::BAD_GATEWAY,
+            ApiError::UpstreamDenied | ApiError::Upstream | ApiError::ReferenceNotAllowed(_) => StatusCode::BAD_GATEWAY,
             ApiError::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             ApiError::CorruptData { .. } | ApiError::InvalidMetadata { .. } | ApiError::Internal => {
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -150,6 +154,7 @@ impl ApiError {
             ApiError::TooLarge(_) => "too_large",
             ApiError::Unsupported(_) => "unsupported",
             ApiError::UpstreamDenied => "upstream_denied",
+            ApiError::ReferenceNotAllowed(_) => "reference_not_allowed",
             ApiError::Upstream => "upstream_error",
             ApiError::UpstreamTimeout => "upstream_timeout",
             ApiError::CorruptData { .. } | ApiError::InvalidMetadata { .. } => "corrupt_data",
@@ -165,6 +170,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::Corrupt { key, .. } => ApiError::CorruptData { key },
             StoreError::Denied(_) => ApiError::UpstreamDenied,
+            StoreError::NotAllowed(m) => ApiError::ReferenceNotAllowed(m),
             StoreError::Timeout(_) => ApiError::UpstreamTimeout,
             StoreError::Io(_) | StoreError::Range { .. } => ApiError::Upstream,
             StoreError::NotSupported(m) => ApiError::Unsupported(m),

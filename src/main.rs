@@ -113,8 +113,11 @@ async fn serve(config: Config, args: zarrgate::config::ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    // Signals from here on stop the server, however soon they come.
+    // Signals from here on stop the server (or reload it), however soon they come.
     let signals = server::shutdown_signals();
+    #[cfg(unix)]
+    let hangups = server::reload_signals();
+    let drain = server::drain_time(&state);
     server::start_background(&state);
     start_reserve(state.caches.clone());
     let listener = match tokio::net::TcpListener::bind(addr).await {
@@ -150,7 +153,7 @@ async fn serve(config: Config, args: zarrgate::config::ServeArgs) -> ExitCode {
         tokio::spawn(server::serve_health(
             health,
             health_app,
-            server::stop_accepting(signals.clone(), app.clone()),
+            server::stop_accepting(signals.clone(), app.clone(), drain),
         ));
     }
     for mount in state.mounts.values() {
@@ -159,8 +162,10 @@ async fn serve(config: Config, args: zarrgate::config::ServeArgs) -> ExitCode {
             mount.name, mount.name, mount.kind, mount.url
         ));
     }
+    // From here on the listeners' states are the only ones: a reload replaces them.
+    drop(state);
     #[cfg(unix)]
-    if let Some(hangups) = server::reload_signals() {
+    if let Some(hangups) = hangups {
         tokio::spawn(reload_on_hangup(hangups, apps, args));
     }
     #[cfg(not(unix))]
@@ -173,7 +178,7 @@ async fn serve(config: Config, args: zarrgate::config::ServeArgs) -> ExitCode {
         tracing::warn!("a second signal: closing the connections still open");
     };
     let served = tokio::select! {
-        served = server::run(listener, app.clone(), server::stop_accepting(signals.clone(), app)) => served,
+        served = server::run_draining(listener, app.clone(), server::stop_accepting(signals.clone(), app, drain), drain) => served,
         () = second_signal => Ok(()),
     };
     if let Err(e) = served {
@@ -193,7 +198,11 @@ async fn reload_on_hangup(
 ) {
     while hangups.recv().await.is_some() {
         let apps: Vec<&zarrgate::App> = apps.iter().collect();
-        match Config::load(&args, |k| std::env::var(k).ok()).and_then(|config| server::reload(&apps, config)) {
+        let reloaded = match Config::load(&args, |k| std::env::var(k).ok()) {
+            Ok(config) => server::reload(&apps, config).await,
+            Err(e) => Err(e),
+        };
+        match reloaded {
             Ok(state) => tracing::info!(mounts = state.mounts.len(), "SIGHUP: configuration reloaded"),
             Err(e) => tracing::error!(error = %e, "SIGHUP: the configuration is not valid; keeping the one in use"),
         }

@@ -82,6 +82,11 @@ pub fn route_of(path: &str) -> &'static str {
 
 /// The index in [`ROUTES`] of a path's route family.
 pub fn route_index(path: &str) -> usize {
+    // A signed URL counts as the route it stands for.
+    let path = match path.strip_prefix("/signed/") {
+        Some(rest) => rest.find('/').map_or("", |at| &rest[at..]),
+        None => path,
+    };
     if path.starts_with("/zarr/") || path == "/zarr" {
         0
     } else if path.starts_with("/api/v1/slice/") {
@@ -94,7 +99,7 @@ pub fn route_index(path: &str) -> usize {
         4
     } else if path == "/metrics" {
         5
-    } else if path == "/healthz" {
+    } else if path == "/healthz" || path == "/readyz" {
         6
     } else if path == "/" {
         7

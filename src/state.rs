@@ -190,6 +190,14 @@ impl AppState {
             ),
             ("server.log_format", old.server.log_format != new.server.log_format),
             (
+                "server.drain_seconds",
+                old.server.drain_seconds != new.server.drain_seconds,
+            ),
+            (
+                "limits.max_url_bytes",
+                old.limits.max_url_bytes != new.limits.max_url_bytes,
+            ),
+            (
                 "limits.max_connections",
                 old.limits.max_connections != new.limits.max_connections,
             ),
@@ -357,9 +365,16 @@ fn open_mounts(
             .map(axum::http::HeaderValue::from_str)
             .transpose()
             .map_err(|_| ConfigError::Invalid(format!("mount '{name}': cache_control is not a header value")))?;
+        // Who may read it, and what its answers say to caches, are not the store's settings.
+        let store_settings = |c: &MountConfig| MountConfig {
+            tokens: Vec::new(),
+            jwt_scope: None,
+            cache_control: None,
+            ..c.clone()
+        };
         let kept = open_now
             .and_then(|open| open.get(name))
-            .filter(|mount| mount.settings.as_ref() == Some(m));
+            .filter(|mount| mount.settings.as_ref().map(store_settings) == Some(store_settings(m)));
         let (store, kind, cache_id) = match kept {
             Some(mount) => (mount.store.clone(), mount.kind, mount.cache_id.clone()),
             None => {
@@ -370,15 +385,26 @@ fn open_mounts(
                         format!("{name}#{n}").into()
                     }
                 };
-                let source = m.source(name)?;
                 let ttl = std::time::Duration::from_secs(config.cache.ttl_seconds);
                 let freshness = store::cached::Freshness {
                     immutable: m.immutable,
                     stale_if_error: std::time::Duration::from_secs(m.stale_if_error),
                 };
-                let store = store::open::open_cached(&source, m, ttl, (&caches.raw, name, &cache_id, freshness))
-                    .map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
-                (store, store::open::kind(&source), cache_id)
+                let (store, kind) = match m.format {
+                    crate::config::MountFormat::References => (
+                        store::references::open(name, m, ttl, (&caches.raw, &cache_id, freshness)),
+                        "references",
+                    ),
+                    _ => {
+                        let source = m.source(name)?;
+                        (
+                            store::open::open_cached(&source, m, ttl, (&caches.raw, name, &cache_id, freshness)),
+                            store::open::kind(&source),
+                        )
+                    }
+                };
+                let store = store.map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
+                (store, kind, cache_id)
             }
         };
         mounts.push(Mount {

@@ -14,7 +14,7 @@ use crate::config::JwtConfig;
 const MAX_JWKS_BYTES: u64 = 1 << 20;
 
 /// How long a fetch of the key set may take.
-const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Seconds a token's times (`exp`, `nbf`) may be off, for clocks that differ.
 const LEEWAY_SECONDS: u64 = 30;
@@ -53,7 +53,7 @@ pub struct JwtVerifier {
 impl std::fmt::Debug for JwtVerifier {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JwtVerifier")
-            .field("jwks", &self.config.jwks)
+            .field("jwks", &crate::config::redact(&self.config.jwks))
             .finish_non_exhaustive()
     }
 }
@@ -184,6 +184,7 @@ impl JwtVerifier {
         validation.set_issuer(&[&self.config.issuer]);
         validation.set_audience(&[&self.config.audience]);
         validation.leeway = LEEWAY_SECONDS;
+        validation.validate_nbf = true;
         validation.set_required_spec_claims(&["exp", "iss", "aud"]);
         let mut refusal = JwtRefusal::Invalid("the signature does not verify");
         for key in candidates {
@@ -203,7 +204,13 @@ impl JwtVerifier {
                 }
                 Err(e) => {
                     refusal = JwtRefusal::Invalid(match e.kind() {
-                        ErrorKind::InvalidSignature => continue,
+                        // About this key, not the token: another key of the set may verify it.
+                        ErrorKind::InvalidSignature
+                        | ErrorKind::InvalidAlgorithm
+                        | ErrorKind::InvalidKeyFormat
+                        | ErrorKind::InvalidEcdsaKey
+                        | ErrorKind::InvalidEddsaKey
+                        | ErrorKind::InvalidRsaKey(_) => continue,
                         ErrorKind::ExpiredSignature => "the token has expired",
                         ErrorKind::ImmatureSignature => "the token is not valid yet",
                         ErrorKind::InvalidIssuer => "the token's issuer is not accepted",
@@ -285,11 +292,11 @@ impl JwtVerifier {
                 let every = Duration::from_secs(v.config.refresh_seconds.max(1));
                 let wait = match v.refresh().await {
                     Ok(count) => {
-                        tracing::debug!(jwks = %v.config.jwks, keys = count, "JWT key set read");
+                        tracing::debug!(jwks = %crate::config::redact(&v.config.jwks), keys = count, "JWT key set read");
                         every
                     }
                     Err(e) => {
-                        tracing::warn!(jwks = %v.config.jwks, error = %e, "cannot read the JWT key set");
+                        tracing::warn!(jwks = %crate::config::redact(&v.config.jwks), error = %e, "cannot read the JWT key set");
                         match v.loaded() {
                             true => every,
                             false => every.min(Duration::from_secs(5)),

@@ -48,6 +48,15 @@ impl std::fmt::Display for SignedUrlError {
     }
 }
 
+/// A prefix as requests are checked against it: its segments that are not empty, joined by `/`.
+fn normalized(prefix: &str) -> String {
+    prefix
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// What is signed: the mount, the prefix (segments joined by `/`, no slash at either end) and
 /// the expiry, in a form no two different triples share.
 fn message(mount: &str, prefix: &str, expires: u64) -> String {
@@ -62,8 +71,8 @@ impl SigningKey {
 
     /// The signature (base64url, unpadded) of `prefix` of `mount` until `expires` (Unix seconds).
     pub fn sign(&self, mount: &str, prefix: &str, expires: u64) -> String {
-        let prefix = prefix.trim_matches('/');
-        URL_SAFE_NO_PAD.encode(hmac::sign(&self.0, message(mount, prefix, expires).as_bytes()))
+        let prefix = normalized(prefix);
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.0, message(mount, &prefix, expires).as_bytes()))
     }
 
     fn verifies(&self, mount: &str, prefix: &str, expires: u64, signature: &[u8]) -> bool {
@@ -115,8 +124,8 @@ const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
 /// The signed URL of `prefix` of `mount` until `expires` for a server at `base`
 /// (`http://host:port`, no trailing slash): clients append keys below the prefix.
 pub fn signed_url(key: &SigningKey, base: &str, mount: &str, prefix: &str, expires: u64) -> String {
-    let prefix = prefix.trim_matches('/');
-    let signature = key.sign(mount, prefix, expires);
+    let prefix = normalized(prefix);
+    let signature = key.sign(mount, &prefix, expires);
     let mut url = format!(
         "{}{SIGNED}{expires}.{signature}/zarr/{}/",
         base.trim_end_matches('/'),
@@ -145,6 +154,10 @@ pub fn for_config(
     if !config.mounts.contains_key(&args.mount) {
         return Err(format!("the config has no mount '{}'", args.mount));
     }
+    let prefix = normalized(&args.prefix);
+    if !prefix.is_empty() {
+        crate::store::StoreKey::new(&prefix).map_err(|e| format!("--prefix '{}': {e}", args.prefix))?;
+    }
     let lasts = parse_duration(&args.expires).ok_or_else(|| {
         format!(
             "--expires '{}' is not a duration such as 3600, 30m, 1h or 7d",
@@ -157,13 +170,7 @@ pub fn for_config(
         None => format!("http://{}", config.server.bind),
     };
     let key = SigningKey::new(secret.as_bytes());
-    Ok(signed_url(
-        &key,
-        &base,
-        &args.mount,
-        &args.prefix,
-        now.saturating_add(lasts),
-    ))
+    Ok(signed_url(&key, &base, &args.mount, &prefix, now.saturating_add(lasts)))
 }
 
 /// Reads a duration as `zarrgate sign --expires` takes it: a number with `s`, `m`, `h` or `d`

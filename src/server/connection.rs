@@ -1,7 +1,5 @@
 //! One accepted connection: socket options, its permit, and the loop that serves it.
 
-use crate::state::AppState;
-
 use super::activity::ConnectionActivity;
 use super::hang_up::HangUpWatch;
 use std::future::Future;
@@ -37,20 +35,26 @@ pub(super) fn tune_connection(tcp: &mut tokio::net::TcpStream) {
 /// An accepted connection: its permit ([`crate::config::LimitsConfig::max_connections`]) and its
 /// count in the metrics, released when it closes.
 pub(super) struct OpenConnection {
-    pub(super) state: AppState,
+    pub(super) metrics: std::sync::Arc<crate::metrics::Metrics>,
     pub(super) _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl OpenConnection {
-    pub(super) fn new(state: AppState, permit: tokio::sync::OwnedSemaphorePermit) -> Self {
-        state.metrics.connection_opened();
-        Self { state, _permit: permit }
+    pub(super) fn new(
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Self {
+        metrics.connection_opened();
+        Self {
+            metrics,
+            _permit: permit,
+        }
     }
 }
 
 impl Drop for OpenConnection {
     fn drop(&mut self) {
-        self.state.metrics.connection_closed();
+        self.metrics.connection_closed();
     }
 }
 
@@ -282,7 +286,7 @@ mod tests {
     }
 
     async fn serve(header_read: Duration) -> Served {
-        let state = AppState::from_config(crate::config::Config::default()).unwrap();
+        let state = crate::state::AppState::from_config(crate::config::Config::default()).unwrap();
         let settings = ConnectionSettings::new(&state.config.limits, header_read);
         let (server_end, client_end) = tokio::io::duplex(64 << 10);
         let (stop, stopping) = tokio::sync::watch::channel(());

@@ -130,7 +130,7 @@ pub(super) struct Front {
     pub(super) cors_exposed: HeaderValue,
     /// Requests reading mounts, at most `limits.max_concurrent_requests`; one past it is
     /// refused (503).
-    pub(super) concurrency: ConcurrencyLimit,
+    pub(super) concurrency: std::sync::Arc<ConcurrencyLimit>,
     pub(super) timeout: Duration,
     /// Whether slices and raw keys are answered without the router ([`Front::dispatch`]).
     pub(super) direct: bool,
@@ -188,12 +188,12 @@ pub fn routes(state: AppState) -> Router {
 /// test's own (which get every request: the direct answers of slices and raw keys are
 /// [`app`]'s).
 pub fn front(state: AppState, routes: Router) -> App {
-    App::new(make_front(state, Err(routes), false, false))
+    App::new(make_front(state, Err(routes), false, false, None))
 }
 
 /// The front over `state` and the routes `make_routes` makes over it.
 pub(super) fn build(state: AppState, make_routes: fn(AppState) -> Router, direct: bool, health_only: bool) -> App {
-    App::new(make_front(state, Ok(make_routes), direct, health_only))
+    App::new(make_front(state, Ok(make_routes), direct, health_only, None))
 }
 
 /// The front over `state` and its routes: made by `make_routes`, or given (a test's).
@@ -202,6 +202,7 @@ fn make_front(
     routes: Result<fn(AppState) -> Router, Router>,
     direct: bool,
     health_only: bool,
+    concurrency: Option<std::sync::Arc<ConcurrencyLimit>>,
 ) -> Front {
     let server = &state.config.server;
     let limits = &state.config.limits;
@@ -212,7 +213,10 @@ fn make_front(
     Front {
         cors: (!server.cors_origins.is_empty()).then(|| cors(&server.cors_origins)),
         cors_exposed: HeaderValue::from_str(&EXPOSED.join(",")).unwrap_or(HeaderValue::from_static("")),
-        concurrency: ConcurrencyLimit::new(limits.max_concurrent_requests),
+        // Kept across a reload that leaves it as it is: requests under way hold its permits.
+        concurrency: concurrency
+            .filter(|c| c.limit() == limits.max_concurrent_requests)
+            .unwrap_or_else(|| std::sync::Arc::new(ConcurrencyLimit::new(limits.max_concurrent_requests))),
         timeout: Duration::from_secs_f64(limits.request_timeout_s),
         direct,
         health_only,
@@ -246,7 +250,13 @@ impl App {
             Some(make) => Ok(make),
             None => Err(now.routes.clone()),
         };
-        let front = make_front(state, routes, now.direct, now.health_only);
+        let front = make_front(
+            state,
+            routes,
+            now.direct,
+            now.health_only,
+            Some(now.concurrency.clone()),
+        );
         *self.0.write().unwrap_or_else(std::sync::PoisonError::into_inner) = std::sync::Arc::new(front);
     }
 

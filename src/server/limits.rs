@@ -17,6 +17,11 @@ impl ConcurrencyLimit {
         Self { taken: 0.into(), limit }
     }
 
+    /// How many permits it has.
+    pub(super) fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// A permit, if one is free.
     pub(super) fn try_acquire(&self) -> Option<ConcurrencyPermit<'_>> {
         use std::sync::atomic::Ordering::{AcqRel, Acquire};

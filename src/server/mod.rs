@@ -52,18 +52,27 @@ pub fn drain_time(state: &AppState) -> Duration {
 /// SIGTERM, once `server.drain_seconds` have passed (or a second signal came), while
 /// `/readyz` says not ready and every request is still served, so that load balancers move
 /// their traffic away before connections are refused.
-pub async fn stop_accepting(signals: tokio::sync::watch::Receiver<StopSignals>, app: App) {
+///
+/// `drain` is `server.drain_seconds` as the server started with it (a reload does not change
+/// it). The listeners each wait on one of these; the first logs.
+pub async fn stop_accepting(signals: tokio::sync::watch::Receiver<StopSignals>, app: App, drain: Duration) {
     signalled(signals.clone(), 1).await;
     if !signals.borrow().first_was_term {
         return;
     }
-    let state = app.state();
-    state.lifecycle.start_draining();
-    let drain = drain_time(&state);
+    let lifecycle = app.state().lifecycle.clone();
+    if lifecycle.draining() {
+        return wait_drain(signals, drain).await;
+    }
+    lifecycle.start_draining();
     tracing::info!(
         drain_seconds = drain.as_secs_f64(),
         "SIGTERM: not ready, serving on while load balancers move away"
     );
+    wait_drain(signals, drain).await
+}
+
+async fn wait_drain(signals: tokio::sync::watch::Receiver<StopSignals>, drain: Duration) {
     tokio::select! {
         () = tokio::time::sleep(drain) => {},
         () = signalled(signals, 2) => {},
@@ -100,13 +109,15 @@ pub async fn serve_with(
     // what connections hold (buffers, bodies under way, descriptors) is bounded.
     let max_connections = state.config.limits.max_connections;
     let connections = std::sync::Arc::new(tokio::sync::Semaphore::new(max_connections));
-    let open = state.clone();
+    let metrics = state.metrics.clone();
     let settings = std::sync::Arc::new(ConnectionSettings::new(&state.config.limits, header_read));
     // Connections are served by the workers, or on this runtime when there are none.
-    let mut workers = match open.config.server.workers {
+    let mut workers = match state.config.server.workers {
         0 => None,
-        n => Some(crate::workers::Workers::start(n, open.config.server.blocking_threads).await?),
+        n => Some(crate::workers::Workers::start(n, state.config.server.blocking_threads).await?),
     };
+    // Not held past start: a reload's state replaces it (its mounts, its JWT key set's refresh).
+    drop(state);
     let (stop, stopping) = tokio::sync::watch::channel(());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -125,7 +136,7 @@ pub async fn serve_with(
             },
         };
         let (app, settings, mut stopping) = (app.clone(), settings.clone(), stopping.clone());
-        let open = OpenConnection::new(open.clone(), permit);
+        let open = OpenConnection::new(metrics.clone(), permit);
         let connection = async move {
             let _open = open;
             let tcp = match tcp {

@@ -14,6 +14,7 @@ mod nonblocking;
 mod object;
 pub mod open;
 mod origin;
+pub mod references;
 pub mod zip;
 
 use std::fmt;
@@ -56,6 +57,10 @@ pub enum StoreError {
     /// ([`crate::json_text::MAX_DOCUMENT_VALUES`]): parsed, they would take gigabytes.
     #[error("'{key}' holds more than {max} JSON values; at most {max} are parsed")]
     TooManyValues { key: String, max: usize },
+    /// A reference (of a reference mount) names an object the mount may not read: outside its
+    /// `virtual_prefixes`. The message names the URL's origin, not its path.
+    #[error("{0}")]
+    NotAllowed(String),
     /// The stored bytes are not what their container format says (a zip archive whose
     /// directory or entry is broken). `key` is the key that was asked for.
     #[error("'{key}' is corrupt: {message}")]

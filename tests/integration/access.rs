@@ -197,6 +197,19 @@ async fn jwts_of_the_key_set_with_the_mount_s_scope_read_it_and_others_are_refus
             "{what}"
         );
     }
+    // Not valid yet (nbf an hour ahead): refused, as RFC 7519 says.
+    let mut early = claims("read:private", now() + 7200);
+    early["nbf"] = (now() + 3600).into();
+    let r = get(
+        &app,
+        KEY,
+        &[("authorization", &format!("Bearer {}", token(&signer, early)))],
+    )
+    .await;
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Bearer error=\"invalid_token\", error_description=\"the token is not valid yet\"")
+    );
     // No token: told the scheme only. The public mount needs none.
     let r = get(&app, KEY, &[]).await;
     assert_eq!((r.status.as_u16(), r.header("www-authenticate")), (401, Some("Bearer")));
@@ -216,6 +229,30 @@ async fn jwts_of_the_key_set_with_the_mount_s_scope_read_it_and_others_are_refus
     std::fs::write(dir.path().join("jwks.json"), "{not json").unwrap();
     assert!(state.auth.jwt.as_ref().unwrap().refresh().await.is_err());
     assert_eq!(get(&app, KEY, &[("authorization", &fresh)]).await.status, 200);
+}
+
+/// A token that names no key is tried with every key of its algorithm.
+#[tokio::test]
+async fn a_token_without_a_key_id_is_tried_with_each_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (one, two) = (test_key("a"), test_key("b"));
+    let config = jwt_config(dir.path(), &serde_json::json!({"keys": [one.jwk, two.jwk]}));
+    let state = zarrgate::AppState::from_config(config).unwrap();
+    assert_eq!(state.auth.jwt.as_ref().unwrap().refresh().await, Ok(2));
+    let app = zarrgate::app(state);
+    let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+    let signed = jsonwebtoken::encode(
+        &header,
+        &claims("read:private", now() + 60),
+        &jsonwebtoken::EncodingKey::from_ec_der(&two.pkcs8),
+    )
+    .unwrap();
+    assert_eq!(
+        get(&app, KEY, &[("authorization", &format!("Bearer {signed}"))])
+            .await
+            .status,
+        200
+    );
 }
 
 #[test]
@@ -414,7 +451,7 @@ async fn a_reload_changes_mounts_without_mixing_their_caches() {
 
     let mut changed = config_with(&[("m", two.path()), ("added", &fixtures()), ("fx", &fixtures())]);
     changed.server.cors_origins = vec!["https://viewer.test".into()];
-    let state = zarrgate::server::reload(&[&app, &health], changed).unwrap();
+    let state = zarrgate::server::reload(&[&app, &health], changed).await.unwrap();
     assert_eq!(
         get(&app, slice, &[]).await.json()["data"],
         serde_json::json!([2, 2, 2, 2])
@@ -431,10 +468,11 @@ async fn a_reload_changes_mounts_without_mixing_their_caches() {
     assert_ne!(state.mounts["m"].cache_id, before.mounts["m"].cache_id);
     assert!(std::sync::Arc::ptr_eq(&state.caches, &before.caches));
     // Both listeners serve the new state; the old state's metrics carry on.
-    assert!(std::sync::Arc::ptr_eq(&health.state().metrics, &before.metrics));
+    assert!(health.state().mounts.contains_key("added"));
+    assert!(std::sync::Arc::ptr_eq(&state.metrics, &before.metrics));
 
     let removed = config_with(&[("fx", &fixtures())]);
-    zarrgate::server::reload(&[&app, &health], removed).unwrap();
+    zarrgate::server::reload(&[&app, &health], removed).await.unwrap();
     let r = get(&app, slice, &[]).await;
     assert_eq!((r.status.as_u16(), r.error_code().as_str()), (404, "unknown_mount"));
     let mounts = get(&app, "/api/v1/mounts", &[]).await.json();
@@ -445,7 +483,7 @@ async fn a_reload_changes_mounts_without_mixing_their_caches() {
         ("fx", &fixtures()),
         ("gone", std::path::Path::new("/nonexistent/zarrgate")),
     ]);
-    assert!(zarrgate::server::reload(&[&app, &health], broken).is_err());
+    assert!(zarrgate::server::reload(&[&app, &health], broken).await.is_err());
     assert_eq!(get(&app, fx_key, &[]).await.status, 200);
     assert_eq!(get(&app, "/zarr/gone/x", &[]).await.status, 404);
 }
@@ -467,4 +505,63 @@ async fn draining_is_not_ready_and_closes_connections() {
     let r = get(&app, "/zarr/fx/v3/zstd_i4/zarr.json", &[]).await;
     assert_eq!((r.status.as_u16(), r.header("connection")), (200, Some("close")));
     assert_eq!(get(&app, "/healthz", &[]).await.status, 200);
+}
+
+/// A key set at a URL is fetched over HTTP (here from a zarrgate serving it as a raw key, on
+/// loopback, where `http://` is allowed), and again when a token names a key it does not hold.
+#[tokio::test]
+async fn a_key_set_at_a_url_is_fetched_and_fetched_again_for_an_unknown_key() {
+    let keys_dir = tempfile::tempdir().unwrap();
+    let (first, second) = (test_key("k1"), test_key("k2"));
+    std::fs::write(
+        keys_dir.path().join("jwks.json"),
+        serde_json::json!({"keys": [first.jwk]}).to_string(),
+    )
+    .unwrap();
+    let origin = zarrgate::AppState::from_config(config_with(&[("keys", keys_dir.path())])).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/zarr/keys/jwks.json", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(zarrgate::run(listener, zarrgate::app(origin), async {
+        let _ = stopped.await;
+    }));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = jwt_config(dir.path(), &serde_json::json!({"keys": []}));
+    config.auth.jwt.as_mut().unwrap().jwks = url;
+    // The shortest refresh: a fetch for an unknown key may follow a second after the last.
+    config.auth.jwt.as_mut().unwrap().refresh_seconds = 10;
+    config.validate().unwrap();
+    let state = zarrgate::AppState::from_config(config).unwrap();
+    zarrgate::server::start_background(&state);
+    let app = zarrgate::app(state.clone());
+    let ready = async {
+        while get(&app, "/readyz", &[]).await.status != 200 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), ready)
+        .await
+        .expect("the key set is fetched");
+    let bearer = |key: &TestKey| format!("Bearer {}", token(key, claims("read:private", now() + 60)));
+    assert_eq!(get(&app, KEY, &[("authorization", &bearer(&first))]).await.status, 200);
+    // A rotation at the origin: the first token naming the new key is refused and asks for a
+    // fetch, after which it is accepted.
+    std::fs::write(
+        keys_dir.path().join("jwks.json"),
+        serde_json::json!({"keys": [first.jwk, second.jwk]}).to_string(),
+    )
+    .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(get(&app, KEY, &[("authorization", &bearer(&second))]).await.status, 401);
+    let accepted = async {
+        while get(&app, KEY, &[("authorization", &bearer(&second))]).await.status != 200 {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), accepted)
+        .await
+        .expect("a token of an unknown key fetches the set again");
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
 }

@@ -10,6 +10,7 @@ mod clouds;
 mod compression;
 mod hardening;
 mod raw_keys;
+mod references;
 mod remote;
 mod slice;
 mod tcp;

@@ -1,0 +1,377 @@
+//! Reference mounts (`format = "references"`): a kerchunk reference file (JSON, versions 0 and
+//! 1 alike) served as the Zarr store it describes. Each key is inline bytes of the file, or a
+//! byte range (or the whole) of another object: relative URLs are read beside the reference
+//! file, absolute ones only below the mount's `virtual_prefixes`, with the mount's credentials.
+//!
+//! The file is read at the first request and read again when it has changed, checked at most
+//! once per `cache.ttl_seconds`. Spec: <https://fsspec.github.io/kerchunk/spec.html>
+
+mod parse;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream;
+
+pub use parse::{Reference, parse};
+
+use super::cached::{Freshness, RawCache};
+use super::{Backend, ByteRange, GetObject, Listing, ObjectMeta, Store, StoreError, StoreKey, resolve_range};
+use crate::config::{MountConfig, MountSource};
+
+/// The largest reference file read (its table takes a few times this in memory).
+pub const MAX_REFERENCE_BYTES: u64 = 256 << 20;
+
+/// The stores references may point into: the directory of the reference file (relative
+/// URLs), and one store per allowed prefix.
+#[derive(Debug)]
+pub struct Targets {
+    /// The store holding the reference file, and the file's directory in it.
+    pub own: (Store, String),
+    /// `(prefix, store)`: URLs starting with the prefix (which ends with `/`) are the rest of
+    /// the URL in the store.
+    pub prefixes: Vec<(String, Store)>,
+}
+
+/// A URL's scheme and authority, to name it without its path.
+fn origin_of(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}/", rest.split('/').next().unwrap_or("")),
+        None => url.split('/').take(2).collect::<Vec<_>>().join("/") + "/",
+    }
+}
+
+impl Targets {
+    /// The store and key a reference's URL names.
+    fn resolve(&self, url: &str) -> Result<(Store, StoreKey), StoreError> {
+        let absolute;
+        let url = match url.starts_with('/') {
+            true => {
+                absolute = format!("file://{url}");
+                absolute.as_str()
+            }
+            false => url,
+        };
+        if !url.contains("://") {
+            let (store, dir) = &self.own;
+            let key = match dir.is_empty() {
+                true => url.to_owned(),
+                false => format!("{dir}/{url}"),
+            };
+            let key = StoreKey::new(&key).map_err(|e| StoreError::NotAllowed(format!("reference to '{url}': {e}")))?;
+            return Ok((store.clone(), key));
+        }
+        let (prefix, store) = self
+            .prefixes
+            .iter()
+            .filter(|(prefix, _)| url.starts_with(prefix.as_str()))
+            .max_by_key(|(prefix, _)| prefix.len())
+            .ok_or_else(|| {
+                StoreError::NotAllowed(format!(
+                    "a reference into '{}' is outside the mount's virtual_prefixes",
+                    origin_of(url)
+                ))
+            })?;
+        let key = StoreKey::new(&url[prefix.len()..])
+            .map_err(|e| StoreError::NotAllowed(format!("reference below '{prefix}': {e}")))?;
+        Ok((store.clone(), key))
+    }
+}
+
+/// The keys of a reference file, and its directories for listings.
+#[derive(Debug)]
+struct Table {
+    entries: BTreeMap<String, Reference>,
+    /// Child prefixes and objects of each directory ("" is the root).
+    directories: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>,
+    /// Names this state of the reference file in the versions of its keys.
+    tag: u32,
+}
+
+impl Table {
+    fn new(entries: BTreeMap<String, Reference>, meta: &ObjectMeta) -> Self {
+        let mut directories: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+        directories.entry(String::new()).or_default();
+        for key in entries.keys() {
+            let mut dir = String::new();
+            let mut segments = key.split('/').peekable();
+            while let Some(segment) = segments.next() {
+                let children = directories.entry(dir.clone()).or_default();
+                if segments.peek().is_none() {
+                    children.1.insert(segment.to_owned());
+                } else {
+                    children.0.insert(segment.to_owned());
+                    if !dir.is_empty() {
+                        dir.push('/');
+                    }
+                    dir.push_str(segment);
+                }
+            }
+        }
+        let tag = crc32c::crc32c(format!("{:?}/{}", meta.version, meta.size).as_bytes());
+        Self {
+            entries,
+            directories,
+            tag,
+        }
+    }
+}
+
+/// The reference file as last read.
+#[derive(Debug)]
+struct Loaded {
+    table: Arc<Table>,
+    meta: ObjectMeta,
+    checked: Instant,
+}
+
+/// A reference file as a store.
+#[derive(Debug)]
+pub struct ReferenceBackend {
+    file: StoreKey,
+    targets: Targets,
+    check_every: Duration,
+    loaded: tokio::sync::Mutex<Option<Loaded>>,
+}
+
+impl ReferenceBackend {
+    /// The store described by the reference file `file` of `targets.own`, checked for changes
+    /// at most once per `check_every`.
+    pub fn new(file: StoreKey, targets: Targets, check_every: Duration) -> Self {
+        Self {
+            file,
+            targets,
+            check_every,
+            loaded: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn corrupt(&self, message: String) -> StoreError {
+        StoreError::Corrupt {
+            key: self.file.as_str().to_owned(),
+            message,
+        }
+    }
+
+    /// The table of the reference file as it is now (read again when it has changed).
+    async fn table(&self) -> Result<Arc<Table>, StoreError> {
+        let mut loaded = self.loaded.lock().await;
+        let store = &self.targets.own.0;
+        if let Some(l) = loaded.as_mut() {
+            if l.checked.elapsed() < self.check_every {
+                return Ok(l.table.clone());
+            }
+            if let Some(meta) = store.head(&self.file).await?
+                && meta.same_object(&l.meta)
+            {
+                l.checked = Instant::now();
+                return Ok(l.table.clone());
+            }
+        }
+        let missing = || self.corrupt("the reference file does not exist".into());
+        let meta = store.head(&self.file).await?.ok_or_else(missing)?;
+        if meta.size > MAX_REFERENCE_BYTES {
+            return Err(StoreError::TooLarge {
+                key: self.file.as_str().to_owned(),
+                size: meta.size,
+                max: MAX_REFERENCE_BYTES,
+            });
+        }
+        let got = store.get(&self.file, None).await?.ok_or_else(missing)?;
+        let meta = got.meta.clone();
+        let text = got.bytes().await?;
+        let entries = tokio::task::spawn_blocking(move || parse(&text))
+            .await
+            .map_err(|_| StoreError::Io("reading a reference file failed".into()))?
+            .map_err(|e| self.corrupt(e))?;
+        let table = Arc::new(Table::new(entries, &meta));
+        *loaded = Some(Loaded {
+            table: table.clone(),
+            meta,
+            checked: Instant::now(),
+        });
+        Ok(table)
+    }
+
+    /// The metadata a key shows: its size, and a version naming the reference file's state,
+    /// the reference, and the state of the object it reads.
+    fn meta(table: &Table, reference: &Reference, size: u64, source: Option<&ObjectMeta>) -> ObjectMeta {
+        let (what, offset, length) = match reference {
+            Reference::Inline(bytes) => (format!("{:08x}", crc32c::crc32c(bytes)), 0, 0),
+            Reference::Whole { url } => (url.to_string(), 0, 0),
+            Reference::Range { url, offset, length } => (url.to_string(), *offset, *length),
+        };
+        let reference = crc32c::crc32c(format!("{what}/{offset}/{length}").as_bytes());
+        let source = source.map(|m| match &m.version {
+            Some(v) => format!("-{:08x}", crc32c::crc32c(v.as_bytes())),
+            None => format!("-{}", m.size),
+        });
+        ObjectMeta {
+            size,
+            last_modified: None,
+            version: Some(format!(
+                "{:08x}{reference:08x}{}",
+                table.tag,
+                source.unwrap_or_default()
+            )),
+        }
+    }
+
+    /// The object a reference reads: its store's metadata of it, or a corrupt-data error
+    /// naming the key when it is missing or shorter than the reference says.
+    async fn source_meta(&self, key: &StoreKey, url: &str, end: Option<u64>) -> Result<ObjectMeta, StoreError> {
+        let (store, target) = self.targets.resolve(url)?;
+        let meta = store.head(&target).await?.ok_or_else(|| StoreError::Corrupt {
+            key: key.as_str().to_owned(),
+            message: format!("its reference names '{url}', which does not exist"),
+        })?;
+        if let Some(end) = end
+            && meta.size < end
+        {
+            return Err(past_end(key, url, end, meta.size));
+        }
+        Ok(meta)
+    }
+}
+
+fn past_end(key: &StoreKey, url: &str, end: u64, size: u64) -> StoreError {
+    StoreError::Corrupt {
+        key: key.as_str().to_owned(),
+        message: format!("its reference reads to byte {end} of '{url}', which has {size}"),
+    }
+}
+
+#[async_trait]
+impl Backend for ReferenceBackend {
+    async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
+        let table = self.table().await?;
+        let Some(reference) = table.entries.get(key.as_str()) else {
+            return Ok(None);
+        };
+        Ok(Some(match reference {
+            Reference::Inline(bytes) => Self::meta(&table, reference, bytes.len() as u64, None),
+            Reference::Whole { url } => {
+                let source = self.source_meta(key, url, None).await?;
+                Self::meta(&table, reference, source.size, Some(&source))
+            }
+            Reference::Range { url, offset, length } => {
+                let source = self.source_meta(key, url, Some(offset + length)).await?;
+                Self::meta(&table, reference, *length, Some(&source))
+            }
+        }))
+    }
+
+    fn resolves_ranges(&self) -> bool {
+        true
+    }
+
+    async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
+        let table = self.table().await?;
+        let Some(reference) = table.entries.get(key.as_str()) else {
+            return Ok(None);
+        };
+        let (url, offset, length) = match reference {
+            Reference::Inline(bytes) => {
+                let r = resolve_range(range, bytes.len() as u64)?;
+                let part: Bytes = bytes.slice(r.start as usize..r.end as usize);
+                return Ok(Some(GetObject {
+                    meta: Self::meta(&table, reference, bytes.len() as u64, None),
+                    range: r,
+                    body: Box::pin(stream::once(async move { Ok(part) })),
+                }));
+            }
+            Reference::Whole { url } => (url, 0, None),
+            Reference::Range { url, offset, length } => (url, *offset, Some(*length)),
+        };
+        let (store, target) = self.targets.resolve(url)?;
+        let missing = || StoreError::Corrupt {
+            key: key.as_str().to_owned(),
+            message: format!("its reference names '{url}', which does not exist"),
+        };
+        let Some(length) = length else {
+            // The whole object, as its store reads it.
+            let got = store.get(&target, range).await?.ok_or_else(missing)?;
+            let meta = Self::meta(&table, reference, got.meta.size, Some(&got.meta));
+            return Ok(Some(GetObject { meta, ..got }));
+        };
+        let r = resolve_range(range, length)?;
+        if r.is_empty() {
+            let source = self.source_meta(key, url, Some(offset + length)).await?;
+            return Ok(Some(GetObject {
+                meta: Self::meta(&table, reference, length, Some(&source)),
+                range: r,
+                body: Box::pin(stream::empty()),
+            }));
+        }
+        let wanted = ByteRange::Bounded(offset + r.start, offset + r.end);
+        let got = match store.get(&target, Some(wanted)).await {
+            Ok(got) => got.ok_or_else(missing)?,
+            Err(StoreError::Range { size, .. }) => return Err(past_end(key, url, offset + length, size)),
+            Err(e) => return Err(e),
+        };
+        if got.meta.size < offset + length {
+            return Err(past_end(key, url, offset + length, got.meta.size));
+        }
+        let meta = Self::meta(&table, reference, length, Some(&got.meta));
+        Ok(Some(GetObject {
+            meta,
+            range: r,
+            body: got.body,
+        }))
+    }
+
+    async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
+        let table = self.table().await?;
+        Ok(table
+            .directories
+            .get(prefix.as_str())
+            .map(|(prefixes, objects)| Listing {
+                prefixes: prefixes.iter().cloned().collect(),
+                objects: objects.iter().cloned().collect(),
+            })
+            .unwrap_or_default())
+    }
+}
+
+/// Opens a reference mount: `config.url` is the reference file; its directory and each of
+/// `config.virtual_prefixes` are opened as stores (remote ones read through `raw`, keyed
+/// under `cache_id`), and the file is checked for changes at most once per `check_every`.
+pub fn open(
+    name: &str,
+    config: &MountConfig,
+    check_every: Duration,
+    (raw, cache_id, freshness): (&Arc<RawCache>, &Arc<str>, Freshness),
+) -> Result<Store, String> {
+    let (directory, file) = config.reference_file()?;
+    let file = StoreKey::new(&file).map_err(|e| format!("reference file '{file}': {e}"))?;
+    let opened = |url: &str, id: Arc<str>| -> Result<Store, String> {
+        let at = MountConfig {
+            url: url.to_owned(),
+            ..config.clone()
+        };
+        let source = at.source(name).map_err(|e| e.to_string())?;
+        if matches!(source, MountSource::Zip(..)) {
+            return Err(format!(
+                "{} is a zip archive, not a directory",
+                crate::config::redact(url)
+            ));
+        }
+        super::open::open_cached(&source, &at, check_every, (raw, name, &id, freshness))
+    };
+    let own = opened(&directory.url, cache_id.clone())?;
+    let mut prefixes = Vec::new();
+    for (n, prefix) in config.virtual_prefixes.iter().enumerate() {
+        let normalized = format!("{}/", prefix.trim_end_matches('/'));
+        let store =
+            opened(&normalized, format!("{cache_id}~{n}").into()).map_err(|e| format!("virtual_prefixes: {e}"))?;
+        prefixes.push((normalized, store));
+    }
+    let targets = Targets {
+        own: (own, String::new()),
+        prefixes,
+    };
+    Ok(Store::new(ReferenceBackend::new(file, targets, check_every)))
+}
