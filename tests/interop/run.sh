@@ -59,7 +59,14 @@ if [ -d "$zarrita" ]; then
 else
   echo "interop: ../shared/fixtures/zarrita absent, its cases are skipped"
 fi
-ZARRGATE_LOG=info "$bin" serve --config config.toml --bind "127.0.0.1:$port" "${mounts[@]}" \
+# The demo's config, its mount made absolute, with the reference mounts of
+# tests/fixtures/references (test_references.py), which need settings --mount cannot give.
+sed "s#^url = \"./data/demo\"#url = \"$repo/data/demo\"#" config.toml >"$work/interop.toml"
+for refs in refs_templates refs_h5_v0; do
+  printf '\n[mounts.%s]\nurl = "%s"\nformat = "references"\n' \
+    "$refs" "$repo/tests/fixtures/references/$refs.json" >>"$work/interop.toml"
+done
+ZARRGATE_LOG=info "$bin" serve --config "$work/interop.toml" --bind "127.0.0.1:$port" "${mounts[@]}" \
   >"$work/server.out" 2>"$work/access.log" &
 server_pid=$!
 up=""
