@@ -38,6 +38,7 @@ pub struct Targets {
 
 /// A URL's scheme and authority, to name it without its path.
 fn origin_of(url: &str) -> String {
+    let url = crate::config::redact(url);
     match url.split_once("://") {
         Some((scheme, rest)) => format!("{scheme}://{}/", rest.split('/').next().unwrap_or("")),
         None => url.split('/').take(2).collect::<Vec<_>>().join("/") + "/",
@@ -120,12 +121,16 @@ impl Table {
     }
 }
 
-/// The reference file as last read.
+/// The reference file as last read, or why it could not be.
 #[derive(Debug)]
-struct Loaded {
-    table: Arc<Table>,
-    meta: ObjectMeta,
-    checked: Instant,
+enum Loaded {
+    Table {
+        table: Arc<Table>,
+        meta: ObjectMeta,
+        checked: Instant,
+    },
+    /// Answered until the next check, rather than read again by every request.
+    Failed { error: StoreError, at: Instant },
 }
 
 /// A reference file as a store.
@@ -156,44 +161,73 @@ impl ReferenceBackend {
         }
     }
 
-    /// The table of the reference file as it is now (read again when it has changed).
+    /// The table of the reference file as it is now: read again when it has changed, checked
+    /// at most once per `check_every`. A check that fails keeps the table held (logged); a
+    /// read that fails is the answer until the next check.
     async fn table(&self) -> Result<Arc<Table>, StoreError> {
         let mut loaded = self.loaded.lock().await;
         let store = &self.targets.own.0;
-        if let Some(l) = loaded.as_mut() {
-            if l.checked.elapsed() < self.check_every {
-                return Ok(l.table.clone());
+        match loaded.as_mut() {
+            Some(Loaded::Table { table, meta, checked }) => {
+                if checked.elapsed() < self.check_every {
+                    return Ok(table.clone());
+                }
+                match store.head(&self.file).await {
+                    Ok(Some(now)) if now.same_object(meta) => {
+                        *checked = Instant::now();
+                        return Ok(table.clone());
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(file = %self.file, error = %e, "cannot check the reference file: serving it as last read");
+                        *checked = Instant::now();
+                        return Ok(table.clone());
+                    }
+                }
             }
-            if let Some(meta) = store.head(&self.file).await?
-                && meta.same_object(&l.meta)
-            {
-                l.checked = Instant::now();
-                return Ok(l.table.clone());
-            }
+            Some(Loaded::Failed { error, at }) if at.elapsed() < self.check_every => return Err(error.clone()),
+            _ => {}
         }
+        let read = self.read_table().await;
+        *loaded = Some(match &read {
+            Ok((table, meta)) => Loaded::Table {
+                table: table.clone(),
+                meta: meta.clone(),
+                checked: Instant::now(),
+            },
+            Err(error) => Loaded::Failed {
+                error: error.clone(),
+                at: Instant::now(),
+            },
+        });
+        read.map(|(table, _)| table)
+    }
+
+    /// Reads and parses the reference file (at most [`MAX_REFERENCE_BYTES`] of it).
+    async fn read_table(&self) -> Result<(Arc<Table>, ObjectMeta), StoreError> {
+        let store = &self.targets.own.0;
         let missing = || self.corrupt("the reference file does not exist".into());
+        let too_large = |size: u64| {
+            self.corrupt(format!(
+                "the reference file is {size} bytes; at most {MAX_REFERENCE_BYTES} are read"
+            ))
+        };
         let meta = store.head(&self.file).await?.ok_or_else(missing)?;
         if meta.size > MAX_REFERENCE_BYTES {
-            return Err(StoreError::TooLarge {
-                key: self.file.as_str().to_owned(),
-                size: meta.size,
-                max: MAX_REFERENCE_BYTES,
-            });
+            return Err(too_large(meta.size));
         }
         let got = store.get(&self.file, None).await?.ok_or_else(missing)?;
+        if got.meta.size > MAX_REFERENCE_BYTES {
+            return Err(too_large(got.meta.size));
+        }
         let meta = got.meta.clone();
         let text = got.bytes().await?;
-        let entries = tokio::task::spawn_blocking(move || parse(&text))
+        let table_meta = meta.clone();
+        let table = tokio::task::spawn_blocking(move || parse(&text).map(|entries| Table::new(entries, &table_meta)))
             .await
             .map_err(|_| StoreError::Io("reading a reference file failed".into()))?
             .map_err(|e| self.corrupt(e))?;
-        let table = Arc::new(Table::new(entries, &meta));
-        *loaded = Some(Loaded {
-            table: table.clone(),
-            meta,
-            checked: Instant::now(),
-        });
-        Ok(table)
+        Ok((Arc::new(table), meta))
     }
 
     /// The metadata a key shows: its size, and a version naming the reference file's state,
@@ -205,9 +239,13 @@ impl ReferenceBackend {
             Reference::Range { url, offset, length } => (url.to_string(), *offset, *length),
         };
         let reference = crc32c::crc32c(format!("{what}/{offset}/{length}").as_bytes());
-        let source = source.map(|m| match &m.version {
-            Some(v) => format!("-{:08x}", crc32c::crc32c(v.as_bytes())),
-            None => format!("-{}", m.size),
+        // The source's ETag, or else its size and time (an origin may send no ETag).
+        let source = source.map(|m| {
+            let state = match &m.version {
+                Some(v) => v.clone(),
+                None => format!("{}/{:?}", m.size, m.last_modified),
+            };
+            format!("-{:08x}", crc32c::crc32c(state.as_bytes()))
         });
         ObjectMeta {
             size,
@@ -374,4 +412,44 @@ pub fn open(
         prefixes,
     };
     Ok(Store::new(ReferenceBackend::new(file, targets, check_every)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn local(dir: &std::path::Path) -> Store {
+        Store::new(super::super::open_local(dir).unwrap())
+    }
+
+    /// References resolve beside the file or below a prefix, on segment boundaries, an
+    /// absolute path as its `file://` URL; nothing else, and nothing above them.
+    #[test]
+    fn urls_resolve_below_their_prefixes_only() {
+        let (own, allowed) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let prefix = format!("file://{}/", allowed.path().display());
+        let targets = Targets {
+            own: (local(own.path()), String::new()),
+            prefixes: vec![(prefix.clone(), local(allowed.path()))],
+        };
+        let key = |url: &str| targets.resolve(url).map(|(_, key)| key.as_str().to_owned());
+        assert_eq!(key("data.nc").unwrap(), "data.nc");
+        assert_eq!(key("sub/data.nc").unwrap(), "sub/data.nc");
+        assert_eq!(key(&format!("{prefix}x/y.nc")).unwrap(), "x/y.nc");
+        assert_eq!(key(&format!("{}/x.nc", allowed.path().display())).unwrap(), "x.nc");
+        let sibling = format!("{}-other/x.nc", allowed.path().display());
+        for refused in [
+            "../data.nc",
+            "sub/../../data.nc",
+            &sibling,
+            &format!("file://{sibling}"),
+            &format!("{prefix}../x.nc"),
+            "s3://bucket/x.nc",
+            "https://user:secret@host/x.nc",
+        ] {
+            let e = key(refused).unwrap_err();
+            assert!(matches!(e, StoreError::NotAllowed(_)), "{refused}: {e:?}");
+            assert!(!e.to_string().contains("secret"), "{e}");
+        }
+    }
 }

@@ -11,6 +11,10 @@ use serde_json::Value;
 /// The most keys `gen` may make, all entries together: each takes some hundred bytes.
 pub const MAX_GENERATED: u64 = 10_000_000;
 
+/// The longest key or URL a template may render: longer is refused, so that a small file
+/// cannot render gigabytes.
+pub const MAX_RENDERED: usize = 4096;
+
 /// What a key of a reference set holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reference {
@@ -61,8 +65,9 @@ pub fn parse(text: &[u8]) -> Result<BTreeMap<String, Reference>, String> {
     };
     let strings: BTreeMap<&str, Var> = templates.iter().map(|(k, v)| (k.as_str(), Var::Text(v))).collect();
     let mut out = BTreeMap::new();
+    let rendered = (version == Some(1)).then_some(&strings);
     for (key, value) in refs {
-        let reference = reference(&key, value, &strings)?;
+        let reference = reference(&key, value, rendered)?;
         out.insert(key, reference);
     }
     let mut generated = 0u64;
@@ -72,7 +77,7 @@ pub fn parse(text: &[u8]) -> Result<BTreeMap<String, Reference>, String> {
     Ok(out)
 }
 
-fn reference(key: &str, value: Value, templates: &BTreeMap<&str, Var>) -> Result<Reference, String> {
+fn reference(key: &str, value: Value, templates: Option<&BTreeMap<&str, Var>>) -> Result<Reference, String> {
     let bad = |why: &str| format!("reference '{key}': {why}");
     Ok(match value {
         Value::String(text) => match text.strip_prefix("base64:") {
@@ -88,7 +93,12 @@ fn reference(key: &str, value: Value, templates: &BTreeMap<&str, Var>) -> Result
         Value::Object(_) => Reference::Inline(Bytes::from(value.to_string().into_bytes())),
         Value::Array(parts) => {
             let url = match parts.first() {
-                Some(Value::String(url)) => render(url, templates).map_err(|e| bad(&e))?,
+                // Version 1 renders its templates in URLs; version 0 has none, and takes URLs as
+                // written, as fsspec does.
+                Some(Value::String(url)) => match templates {
+                    Some(templates) => render(url, templates).map_err(|e| bad(&e))?,
+                    None => url.clone(),
+                },
                 _ => return Err(bad("a list whose first item is not a URL")),
             };
             match parts.len() {
@@ -147,6 +157,9 @@ fn expand(
     let mut count = 1u64;
     for (name, spec) in dimensions {
         let values: Vec<i64> = match spec {
+            Value::Array(list) if count.saturating_mul(list.len() as u64) > MAX_GENERATED => {
+                return Err(format!("more than {MAX_GENERATED} keys"));
+            }
             Value::Array(list) => list
                 .iter()
                 .map(|v| {
@@ -165,8 +178,10 @@ fn expand(
                 if step <= 0 {
                     return Err(format!("dimension '{name}': step must be positive"));
                 }
-                let n = u64::try_from((stop - start + step - 1).max(0) / step).unwrap_or(0);
-                if n > MAX_GENERATED {
+                let span = i128::from(stop) - i128::from(start);
+                let n = u64::try_from(((span + i128::from(step) - 1) / i128::from(step)).max(0)).unwrap_or(u64::MAX);
+                // Checked before anything is made: the product of the dimensions bounds them all.
+                if count.saturating_mul(n) > MAX_GENERATED {
                     return Err(format!("more than {MAX_GENERATED} keys"));
                 }
                 (0..n as i64).map(|i| start + i * step).collect()
@@ -184,8 +199,8 @@ fn expand(
         return Ok(());
     }
     let mut index = vec![0usize; axes.len()];
+    let mut vars = templates.clone();
     loop {
-        let mut vars = templates.clone();
         for ((name, values), &i) in axes.iter().zip(&index) {
             vars.insert(name, Var::Int(values[i]));
         }
@@ -237,10 +252,16 @@ fn render(text: &str, vars: &BTreeMap<&str, Var>) -> Result<String, String> {
             Var::Int(n) => out.push_str(&n.to_string()),
             Var::Text(s) => out.push_str(s),
         }
+        if out.len() > MAX_RENDERED {
+            return Err(format!("a template renders more than {MAX_RENDERED} bytes"));
+        }
         rest = &after[close + 2..];
     }
     out.push_str(rest);
-    Ok(out)
+    match out.len() > MAX_RENDERED {
+        true => Err(format!("a template renders more than {MAX_RENDERED} bytes")),
+        false => Ok(out),
+    }
 }
 
 /// A template expression: whole numbers, names, `+ - * // / %` and parentheses.
@@ -265,8 +286,8 @@ impl<'t, 'v> Expression<'t, 'v> {
     }
 
     fn skip_space(&mut self) {
-        while self.text[self.at..].starts_with(char::is_whitespace) {
-            self.at += 1;
+        while let Some(c) = self.text[self.at..].chars().next().filter(|c| c.is_whitespace()) {
+            self.at += c.len_utf8();
         }
     }
 
@@ -432,9 +453,19 @@ mod tests {
             (br#"{"version": 1, "gen": [{"key": "k{{i}}", "url": "u", "dimensions": {"i": {"stop": 100000000}}}]}"#, "more than"),
             (br#"{"version": 1, "gen": [{"key": "k{{i}}", "url": "u", "offset": "{{i/3}}", "length": "1", "dimensions": {"i": {"stop": 2}}}]}"#, "unevenly"),
             (br#"{"version": 1, "gen": [{"key": "k{{i", "url": "u", "dimensions": {"i": [1]}}]}"#, "without"),
+            // A few bytes that would make terabytes, or a product of dimensions past the limit.
+            (br#"{"version": 1, "gen": [{"key": "k{{i}}{{j}}", "url": "u", "dimensions": {"i": {"stop": 100000}, "j": {"stop": 100000}}}]}"#, "more than"),
+            (br#"{"version": 1, "gen": [{"key": "k{{i}}", "url": "u", "dimensions": {"i": {"start": -9223372036854775807, "stop": 9223372036854775807}}}]}"#, "more than"),
+            // Non-ASCII white space inside a template is read past, not split.
+            ("{\"version\": 1, \"refs\": {\"a\": [\"{{\u{a0}v}}\", 0, 1]}}".as_bytes(), "names 'v'"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(says), "{}: {e}", String::from_utf8_lossy(text));
         }
+        // A few hundred bytes that would render megabytes: refused.
+        let many = "{{u}}".repeat(300);
+        let text =
+            format!(r#"{{"version": 1, "templates": {{"u": "0123456789abcdef"}}, "refs": {{"a": ["{many}", 0, 1]}}}}"#);
+        assert!(parse(text.as_bytes()).unwrap_err().contains("more than 4096 bytes"));
     }
 }
