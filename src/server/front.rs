@@ -412,7 +412,9 @@ impl Front {
         };
         // The `Cache-Control` of the mount read, for its successful answers (errors stay
         // `no-cache`: a CDN keeping a 404 or a 503 for an hour serves it for an hour).
-        let mount_cache_control = match self.mount_cache_control {
+        // Not for a signed URL's answers: a shared cache would keep them past the URL's expiry.
+        let signed = request.extensions().get::<SignedRequest>().is_some();
+        let mount_cache_control = match self.mount_cache_control && !signed {
             true => mount_of(request.uri().path())
                 .and_then(|segment| self.state.mount(segment).ok())
                 .and_then(|mount| mount.cache_control.clone()),

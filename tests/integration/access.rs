@@ -327,6 +327,7 @@ async fn signed_urls_read_their_prefix_until_they_expire() {
     // SAFETY: as above; a variable unique to this test.
     unsafe { std::env::set_var("ZG_TEST_SIGNED_MOUNT_TOKEN", "mount-token") };
     config.mounts.get_mut("secret").unwrap().tokens = vec!["env:ZG_TEST_SIGNED_MOUNT_TOKEN".into()];
+    config.mounts.get_mut("secret").unwrap().cache_control = Some("public, max-age=3600".into());
     config.validate().unwrap();
     let app = zarrgate::app(zarrgate::AppState::from_config(config.clone()).unwrap());
     let url = sign(&config, "secret", "v3/zstd_i4", "1h");
@@ -359,6 +360,12 @@ async fn signed_urls_read_their_prefix_until_they_expire() {
     )
     .await;
     assert_eq!((slice.status.as_u16(), &slice.body), (200, &plain.body));
+    // A signed answer is not the mount's to keep publicly: a cache would keep it past the
+    // URL's expiry.
+    assert_eq!(
+        (plain.header("cache-control"), slice.header("cache-control")),
+        (Some("public, max-age=3600"), Some("no-cache"))
+    );
     // Outside the prefix, another mount, a changed signature or expiry: 403.
     let sibling = path.replace("/v3/zstd_i4/", "/v3/zstd_i4x/");
     let (expires, signature) = token.split_once('.').unwrap();

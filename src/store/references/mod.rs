@@ -76,8 +76,22 @@ impl Targets {
                     origin_of(url)
                 ))
             })?;
-        let key = StoreKey::new(&url[prefix.len()..])
-            .map_err(|e| StoreError::NotAllowed(format!("reference below '{prefix}': {e}")))?;
+        let rest = &url[prefix.len()..];
+        // An http(s) URL's path is percent-encoded, and the HTTP store encodes keys itself: it
+        // is decoded once (then checked as any key), as clients send such URLs as written.
+        let decoded;
+        let rest = match url.starts_with("http://") || url.starts_with("https://") {
+            true => {
+                let path = rest.split(['?', '#']).next().unwrap_or(rest);
+                decoded = percent_encoding::percent_decode_str(path)
+                    .decode_utf8()
+                    .map_err(|_| StoreError::NotAllowed(format!("reference below '{prefix}': not UTF-8")))?;
+                decoded.as_ref()
+            }
+            false => rest,
+        };
+        let key =
+            StoreKey::new(rest).map_err(|e| StoreError::NotAllowed(format!("reference below '{prefix}': {e}")))?;
         Ok((store.clone(), key))
     }
 }
@@ -437,6 +451,18 @@ mod tests {
         assert_eq!(key("sub/data.nc").unwrap(), "sub/data.nc");
         assert_eq!(key(&format!("{prefix}x/y.nc")).unwrap(), "x/y.nc");
         assert_eq!(key(&format!("{}/x.nc", allowed.path().display())).unwrap(), "x.nc");
+        // An http(s) path is decoded once; other URLs name keys as written.
+        let web = Targets {
+            own: (local(own.path()), String::new()),
+            prefixes: vec![
+                ("https://h.test/d/".into(), local(allowed.path())),
+                ("s3://b/d/".into(), local(allowed.path())),
+            ],
+        };
+        let key_of = |url: &str| web.resolve(url).map(|(_, key)| key.as_str().to_owned());
+        assert_eq!(key_of("https://h.test/d/My%20Data.nc").unwrap(), "My Data.nc");
+        assert_eq!(key_of("s3://b/d/My%20Data.nc").unwrap(), "My%20Data.nc");
+        assert!(key_of("https://h.test/d/%2e%2e/x.nc").is_err());
         let sibling = format!("{}-other/x.nc", allowed.path().display());
         for refused in [
             "../data.nc",
