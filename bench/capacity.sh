@@ -154,31 +154,9 @@ wait_http "$ZG/healthz"
 NG_PORT="$(free_port)"
 NG="http://127.0.0.1:$NG_PORT"
 mkdir -p "$WORK/nginx"
-cat >"$WORK/nginx/nginx.conf" <<EOF
-user $(id -un);
-worker_processes 1;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    access_log off;
-    default_type application/octet-stream;
-    client_body_temp_path $WORK/nginx/body;
-    proxy_temp_path $WORK/nginx/proxy;
-    fastcgi_temp_path $WORK/nginx/fastcgi;
-    uwsgi_temp_path $WORK/nginx/uwsgi;
-    scgi_temp_path $WORK/nginx/scgi;
-    server {
-        listen 127.0.0.1:$NG_PORT;
-        root $DATA;
-        location /ref/ { alias $WORK/ref/; }
-    }
-}
-EOF
+# shellcheck source=bench/nginx_static.sh
+. bench/nginx_static.sh  # the scripts run from the repository root
+static_nginx_conf "$WORK" "$NG_PORT" "$DATA" "$WORK/ref" 1 >"$WORK/nginx/nginx.conf"
 taskset -c 0 "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g 'daemon off;' 2>>"$WORK/nginx/stderr" &
 NG_PID=$!
 PIDS+=("$NG_PID")

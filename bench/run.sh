@@ -143,31 +143,9 @@ mkdir -p "$WORK/nginx/ref"
 # reference for those (a file from the page cache is the least work a server can do for them).
 head -c $((1 << 20)) /dev/zero >"$WORK/nginx/ref/1MiB"
 head -c $((16 << 10)) /dev/zero >"$WORK/nginx/ref/16KiB"
-cat >"$WORK/nginx/nginx.conf" <<EOF
-user $(id -un);
-worker_processes auto;
-pid $WORK/nginx/nginx.pid;
-error_log $WORK/nginx/error.log warn;
-events { worker_connections 1024; }
-http {
-    sendfile on;
-    tcp_nopush on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    access_log off;
-    default_type application/octet-stream;
-    client_body_temp_path $WORK/nginx/body;
-    proxy_temp_path $WORK/nginx/proxy;
-    fastcgi_temp_path $WORK/nginx/fastcgi;
-    uwsgi_temp_path $WORK/nginx/uwsgi;
-    scgi_temp_path $WORK/nginx/scgi;
-    server {
-        listen 127.0.0.1:$NG_PORT;
-        root $DATA;
-        location /ref/ { alias $WORK/nginx/ref/; }
-    }
-}
-EOF
+# shellcheck source=bench/nginx_static.sh
+. bench/nginx_static.sh  # the scripts run from the repository root
+static_nginx_conf "$WORK" "$NG_PORT" "$DATA" "$WORK/nginx/ref" auto >"$WORK/nginx/nginx.conf"
 "$NGINX" -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" -g 'daemon off;' 2>>"$WORK/nginx/stderr" &
 NG_PID=$!
 PIDS+=("$NG_PID")
