@@ -36,13 +36,7 @@ venv="$(scripts/python-env.sh interop tests/interop/requirements.txt)" \
 venv2="$(scripts/python-env.sh interop-zarr2 tests/interop/requirements-zarr2.txt)" \
   || fail_setup "could not install the zarr 2 Python clients (tests/interop/requirements-zarr2.txt)"
 
-if [ -n "${ZARRGATE_BIN:-}" ]; then
-  [ -x "$ZARRGATE_BIN" ] || fail_setup "ZARRGATE_BIN=$ZARRGATE_BIN is not an executable file"
-  bin="$ZARRGATE_BIN"
-else
-  cargo build --release --bin zarrgate || fail_setup "cargo build --release failed"
-  bin="${CARGO_TARGET_DIR:-target}/release/zarrgate"
-fi
+bin="$(scripts/zarrgate-bin.sh)" || fail_setup "no zarrgate binary (scripts/zarrgate-bin.sh)"
 
 port="$("$venv/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 # Arrays larger than a streamed slice's first band, written by zarr-python (test_large_slices.py).

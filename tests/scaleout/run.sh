@@ -46,14 +46,7 @@ PATH="$PATH:/usr/sbin"
 venv="$(scripts/python-env.sh scaleout tests/scaleout/requirements.txt)" \
   || fail_setup "could not install tests/scaleout/requirements.txt"
 
-if [ -n "${ZARRGATE_BIN:-}" ]; then
-  [ -x "$ZARRGATE_BIN" ] || fail_setup "ZARRGATE_BIN=$ZARRGATE_BIN is not an executable file"
-  bin="$ZARRGATE_BIN"
-else
-  cargo build --release --bin zarrgate || fail_setup "cargo build --release failed"
-  bin="${CARGO_TARGET_DIR:-target}/release/zarrgate"
-fi
-case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
+bin="$(scripts/zarrgate-bin.sh)" || fail_setup "no zarrgate binary (scripts/zarrgate-bin.sh)"
 conf="${ZARRGATE_LB_CONF:-deploy/nginx/zarrgate-lb.conf}"
 [ -f "$conf" ] || fail_setup "no nginx conf at $conf"
 echo "scaleout: $bin, nginx $(nginx -v 2>&1 | sed 's/.*\///'), $conf"
