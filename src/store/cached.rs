@@ -678,7 +678,7 @@ impl CachedBackend {
             return GetObject {
                 meta: meta.clone(),
                 range,
-                body: futures::stream::once(async move { Ok(bytes) }).boxed(),
+                body: super::one_piece(bytes),
             };
         }
         let block = self.cache.block;
@@ -807,7 +807,7 @@ mod tests {
             Ok(Some(GetObject {
                 meta: meta(&bytes, &version),
                 range,
-                body: futures::stream::once(async move { Ok(part) }).boxed(),
+                body: super::super::one_piece(part),
             }))
         }
 

@@ -595,6 +595,11 @@ impl Store {
     }
 }
 
+/// A body of bytes already in memory, in one piece.
+pub(crate) fn one_piece(bytes: Bytes) -> BoxStream<'static, Result<Bytes, StoreError>> {
+    futures::stream::once(async move { Ok(bytes) }).boxed()
+}
+
 /// Turns a stream of `Bytes` from any source into the store's body type.
 pub(crate) fn body_stream<S, E>(s: S) -> BoxStream<'static, Result<Bytes, StoreError>>
 where

@@ -281,7 +281,7 @@ impl LocalFiles {
             return Ok(read?.map(|(bytes, meta, range)| GetObject {
                 range,
                 meta,
-                body: body_stream(futures::stream::iter([Ok::<Bytes, StoreError>(bytes)])),
+                body: super::one_piece(bytes),
             }));
         }
         let (root, beneath, key) = (self.root.clone(), self.nowait.clone(), key.clone());
@@ -302,7 +302,7 @@ impl LocalFiles {
             return Ok(None);
         };
         let body = match content {
-            Ok(bytes) => body_stream(futures::stream::iter([Ok::<Bytes, StoreError>(bytes)])),
+            Ok(bytes) => super::one_piece(bytes),
             Err(file) => {
                 let mut file = tokio::fs::File::from_std(file);
                 file.seek(std::io::SeekFrom::Start(range.start)).await?;

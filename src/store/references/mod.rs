@@ -332,7 +332,7 @@ impl Backend for ReferenceBackend {
                 return Ok(Some(GetObject {
                     meta: Self::meta(&table, reference, bytes.len() as u64, None),
                     range: r,
-                    body: Box::pin(stream::once(async move { Ok(part) })),
+                    body: super::one_piece(part),
                 }));
             }
             Reference::Whole { url } => (url, 0, None),
