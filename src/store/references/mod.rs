@@ -29,8 +29,8 @@ pub const MAX_REFERENCE_BYTES: u64 = 256 << 20;
 /// URLs), and one store per allowed prefix.
 #[derive(Debug)]
 pub struct Targets {
-    /// The store holding the reference file, and the file's directory in it.
-    pub own: (Store, String),
+    /// The store of the reference file's directory (relative URLs are keys in it).
+    pub own: Store,
     /// `(prefix, store)`: URLs starting with the prefix (which ends with `/`) are the rest of
     /// the URL in the store.
     pub prefixes: Vec<(String, Store)>,
@@ -57,13 +57,8 @@ impl Targets {
             false => url,
         };
         if !url.contains("://") {
-            let (store, dir) = &self.own;
-            let key = match dir.is_empty() {
-                true => url.to_owned(),
-                false => format!("{dir}/{url}"),
-            };
-            let key = StoreKey::new(&key).map_err(|e| StoreError::NotAllowed(format!("reference to '{url}': {e}")))?;
-            return Ok((store.clone(), key));
+            let key = StoreKey::new(url).map_err(|e| StoreError::NotAllowed(format!("reference to '{url}': {e}")))?;
+            return Ok((self.own.clone(), key));
         }
         let (prefix, store) = self
             .prefixes
@@ -78,20 +73,19 @@ impl Targets {
             })?;
         let rest = &url[prefix.len()..];
         // An http(s) URL's path is percent-encoded, and the HTTP store encodes keys itself: it
-        // is decoded once (then checked as any key), as clients send such URLs as written.
-        let decoded;
-        let rest = match url.starts_with("http://") || url.starts_with("https://") {
-            true => {
-                let path = rest.split(['?', '#']).next().unwrap_or(rest);
-                decoded = percent_encoding::percent_decode_str(path)
-                    .decode_utf8()
-                    .map_err(|_| StoreError::NotAllowed(format!("reference below '{prefix}': not UTF-8")))?;
-                decoded.as_ref()
-            }
-            false => rest,
-        };
+        // is decoded once, as a request's path is (a trailing slash names no object), as
+        // clients send such URLs as written.
         let key =
-            StoreKey::new(rest).map_err(|e| StoreError::NotAllowed(format!("reference below '{prefix}': {e}")))?;
+            match url.starts_with("http://") || url.starts_with("https://") {
+                true => StoreKey::from_url_path(rest.split(['?', '#']).next().unwrap_or(rest)).and_then(
+                    |(key, directory)| match directory {
+                        true => Err(super::KeyError::EmptySegment),
+                        false => Ok(key),
+                    },
+                ),
+                false => StoreKey::new(rest),
+            }
+            .map_err(|e| StoreError::NotAllowed(format!("reference below '{prefix}': {e}")))?;
         Ok((store.clone(), key))
     }
 }
@@ -180,7 +174,7 @@ impl ReferenceBackend {
     /// read that fails is the answer until the next check.
     async fn table(&self) -> Result<Arc<Table>, StoreError> {
         let mut loaded = self.loaded.lock().await;
-        let store = &self.targets.own.0;
+        let store = &self.targets.own;
         match loaded.as_mut() {
             Some(Loaded::Table { table, meta, checked }) => {
                 if checked.elapsed() < self.check_every {
@@ -219,7 +213,7 @@ impl ReferenceBackend {
 
     /// Reads and parses the reference file (at most [`MAX_REFERENCE_BYTES`] of it).
     async fn read_table(&self) -> Result<(Arc<Table>, ObjectMeta), StoreError> {
-        let store = &self.targets.own.0;
+        let store = &self.targets.own;
         let missing = || self.corrupt("the reference file does not exist".into());
         let too_large = |size: u64| {
             self.corrupt(format!(
@@ -421,10 +415,7 @@ pub fn open(
             opened(&normalized, format!("{cache_id}~{n}").into()).map_err(|e| format!("virtual_prefixes: {e}"))?;
         prefixes.push((normalized, store));
     }
-    let targets = Targets {
-        own: (own, String::new()),
-        prefixes,
-    };
+    let targets = Targets { own, prefixes };
     Ok(Store::new(ReferenceBackend::new(file, targets, check_every)))
 }
 
@@ -443,7 +434,7 @@ mod tests {
         let (own, allowed) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let prefix = format!("file://{}/", allowed.path().display());
         let targets = Targets {
-            own: (local(own.path()), String::new()),
+            own: local(own.path()),
             prefixes: vec![(prefix.clone(), local(allowed.path()))],
         };
         let key = |url: &str| targets.resolve(url).map(|(_, key)| key.as_str().to_owned());
@@ -453,7 +444,7 @@ mod tests {
         assert_eq!(key(&format!("{}/x.nc", allowed.path().display())).unwrap(), "x.nc");
         // An http(s) path is decoded once; other URLs name keys as written.
         let web = Targets {
-            own: (local(own.path()), String::new()),
+            own: local(own.path()),
             prefixes: vec![
                 ("https://h.test/d/".into(), local(allowed.path())),
                 ("s3://b/d/".into(), local(allowed.path())),
