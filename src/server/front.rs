@@ -139,9 +139,16 @@ pub(super) struct Front {
     pub(super) health_only: bool,
     /// Whether a mount sets its own `Cache-Control` (`mounts.NAME.cache_control`).
     pub(super) mount_cache_control: bool,
-    /// Makes the routes over a reloaded state; `None` for a test's own routes, which a reload
-    /// keeps.
-    pub(super) make_routes: Option<fn(AppState) -> Router>,
+    /// Where its routes come from, so that a reload can make them over the new state.
+    pub(super) route_source: RouteSource,
+}
+
+/// The routes of a front: made over its state, or given ready-made (a test's own, which a
+/// reload keeps).
+#[derive(Clone)]
+pub(super) enum RouteSource {
+    Made(fn(AppState) -> Router),
+    Given(Router),
 }
 
 /// The service over the routes of zarrgate.
@@ -188,27 +195,33 @@ pub fn routes(state: AppState) -> Router {
 /// test's own (which get every request: the direct answers of slices and raw keys are
 /// [`app`]'s).
 pub fn front(state: AppState, routes: Router) -> App {
-    App::new(make_front(state, Err(routes), false, false, None))
+    App::new(make_front(state, RouteSource::Given(routes), false, false, None))
 }
 
 /// The front over `state` and the routes `make_routes` makes over it.
 pub(super) fn build(state: AppState, make_routes: fn(AppState) -> Router, direct: bool, health_only: bool) -> App {
-    App::new(make_front(state, Ok(make_routes), direct, health_only, None))
+    App::new(make_front(
+        state,
+        RouteSource::Made(make_routes),
+        direct,
+        health_only,
+        None,
+    ))
 }
 
-/// The front over `state` and its routes: made by `make_routes`, or given (a test's).
+/// The front over `state` and the routes of `route_source`.
 fn make_front(
     state: AppState,
-    routes: Result<fn(AppState) -> Router, Router>,
+    route_source: RouteSource,
     direct: bool,
     health_only: bool,
     concurrency: Option<std::sync::Arc<ConcurrencyLimit>>,
 ) -> Front {
     let server = &state.config.server;
     let limits = &state.config.limits;
-    let (routes, make_routes) = match routes {
-        Ok(make) => (make(state.clone()), Some(make)),
-        Err(routes) => (routes, None),
+    let routes = match &route_source {
+        RouteSource::Made(make) => make(state.clone()),
+        RouteSource::Given(routes) => routes.clone(),
     };
     Front {
         cors: (!server.cors_origins.is_empty()).then(|| cors(&server.cors_origins)),
@@ -221,7 +234,7 @@ fn make_front(
         direct,
         health_only,
         mount_cache_control: state.mounts.values().any(|m| m.cache_control.is_some()),
-        make_routes,
+        route_source,
         routes,
         state,
     }
@@ -246,13 +259,9 @@ impl App {
     /// made anew; those under way finish with the state they began with.
     pub fn reload(&self, state: AppState) {
         let now = self.current();
-        let routes = match now.make_routes {
-            Some(make) => Ok(make),
-            None => Err(now.routes.clone()),
-        };
         let front = make_front(
             state,
-            routes,
+            now.route_source.clone(),
             now.direct,
             now.health_only,
             Some(now.concurrency.clone()),
