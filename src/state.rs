@@ -39,9 +39,10 @@ pub struct Mount {
     /// is read.
     #[serde(skip)]
     pub cache_id: Arc<str>,
-    /// The settings it was opened with (a reload keeps a mount whose settings are the same).
+    /// The settings its store was opened with ([`store_settings`]): a reload keeps a mount
+    /// whose store settings are the same.
     #[serde(skip)]
-    pub settings: Option<MountConfig>,
+    pub store_settings: Option<MountConfig>,
 }
 
 impl Mount {
@@ -56,7 +57,7 @@ impl Mount {
             access: MountAccess::default(),
             cache_control: None,
             cache_id: name.into(),
-            settings: None,
+            store_settings: None,
         }
     }
 
@@ -341,6 +342,17 @@ impl Kept {
     }
 }
 
+/// A mount's settings that its store depends on: who may read it, and what its answers say
+/// to caches, are not among them.
+fn store_settings(m: &MountConfig) -> MountConfig {
+    MountConfig {
+        tokens: Vec::new(),
+        jwt_scope: None,
+        cache_control: None,
+        ..m.clone()
+    }
+}
+
 /// Opens the mounts of `config`; a reload passes the mounts open now, of which those with the
 /// same settings are kept as they are.
 fn open_mounts(
@@ -365,16 +377,10 @@ fn open_mounts(
             .map(axum::http::HeaderValue::from_str)
             .transpose()
             .map_err(|_| ConfigError::Invalid(format!("mount '{name}': cache_control is not a header value")))?;
-        // Who may read it, and what its answers say to caches, are not the store's settings.
-        let store_settings = |c: &MountConfig| MountConfig {
-            tokens: Vec::new(),
-            jwt_scope: None,
-            cache_control: None,
-            ..c.clone()
-        };
+        let settings = store_settings(m);
         let kept = open_now
             .and_then(|open| open.get(name))
-            .filter(|mount| mount.settings.as_ref().map(store_settings) == Some(store_settings(m)));
+            .filter(|mount| mount.store_settings.as_ref() == Some(&settings));
         let (store, kind, cache_id) = match kept {
             Some(mount) => (mount.store.clone(), mount.kind, mount.cache_id.clone()),
             None => {
@@ -416,7 +422,7 @@ fn open_mounts(
             access,
             cache_control,
             cache_id,
-            settings: Some(m.clone()),
+            store_settings: Some(settings),
         });
     }
     Ok(mounts)
