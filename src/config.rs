@@ -455,10 +455,19 @@ pub struct MountConfig {
     /// What `url` holds: a Zarr hierarchy, or a reference file describing one.
     #[serde(default)]
     pub format: MountFormat,
-    /// URL prefixes (`s3://b/p/`, `https://h/p/`, `file:///abs/dir/`) that references may
-    /// read from, besides the reference file's own directory.
+    /// The version of an Icechunk mount that requests naming none read (`branch.NAME`,
+    /// `tag.NAME`, `snapshot.ID`); `None`: `branch.main`.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// URL prefixes (`s3://b/p/`, `https://h/p/`, `file:///abs/dir/`) that references and
+    /// virtual chunks may read from, besides the reference file's own directory.
     #[serde(default)]
     pub virtual_prefixes: Vec<String>,
+    /// URL prefixes that references and virtual chunks may read from, each read from another
+    /// place (a directory, bucket or origin URL, as `url` is written): data that moved, or a
+    /// local copy of it.
+    #[serde(default)]
+    pub virtual_locations: BTreeMap<String, String>,
     /// Directory that a relative `url` is relative to (the config file's, or the working
     /// directory for `--mount`).
     #[serde(skip)]
@@ -519,7 +528,9 @@ impl MountConfig {
             stale_if_error: 0,
             jwt_scope: None,
             format: MountFormat::Zarr,
+            version: None,
             virtual_prefixes: Vec::new(),
+            virtual_locations: BTreeMap::new(),
             base_dir: base_dir.into(),
         }
     }
@@ -532,7 +543,7 @@ pub enum MountFormat {
     /// A Zarr hierarchy (v1, v2, v3).
     #[default]
     Zarr,
-    /// An Icechunk repository (not served yet).
+    /// An Icechunk repository: each of its versions served as a Zarr v3 hierarchy.
     Icechunk,
     /// A kerchunk reference file (JSON, version 0 or 1).
     References,
@@ -967,9 +978,15 @@ impl Config {
             }
             match mount.format {
                 MountFormat::Icechunk => {
-                    return Err(ConfigError::Invalid(format!(
-                        "mount '{name}': format = \"icechunk\" is not served yet (see issue #48)"
-                    )));
+                    if let Some(version) = &mount.version {
+                        crate::store::icechunk::Version::parse(version)
+                            .map_err(|e| ConfigError::Invalid(format!("mount '{name}': version: {e}")))?;
+                    }
+                    if let MountSource::Zip(..) = mount.source(name)? {
+                        return Err(ConfigError::Invalid(format!(
+                            "mount '{name}': an Icechunk repository is a directory or a bucket prefix, not a zip archive"
+                        )));
+                    }
                 }
                 MountFormat::References => {
                     let (directory, _) = mount
@@ -977,16 +994,21 @@ impl Config {
                         .map_err(|e| ConfigError::Invalid(format!("mount '{name}': {e}")))?;
                     directory.source(name)?;
                 }
-                MountFormat::Zarr if !mount.virtual_prefixes.is_empty() => {
+                MountFormat::Zarr if !mount.virtual_prefixes.is_empty() || !mount.virtual_locations.is_empty() => {
                     return Err(ConfigError::Invalid(format!(
-                        "mount '{name}': virtual_prefixes apply to format = \"references\" alone"
+                        "mount '{name}': virtual_prefixes and virtual_locations apply to format = \"references\" or \"icechunk\""
                     )));
                 }
                 MountFormat::Zarr => {
                     mount.source(name)?;
                 }
             }
-            for prefix in &mount.virtual_prefixes {
+            if mount.version.is_some() && mount.format != MountFormat::Icechunk {
+                return Err(ConfigError::Invalid(format!(
+                    "mount '{name}': version applies to format = \"icechunk\" alone"
+                )));
+            }
+            for prefix in mount.virtual_prefixes.iter().chain(mount.virtual_locations.keys()) {
                 let local = prefix.strip_prefix("file://");
                 if local.is_some_and(|p| !p.starts_with('/')) || (local.is_none() && !prefix.contains("://")) {
                     return Err(ConfigError::Invalid(format!(

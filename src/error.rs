@@ -25,6 +25,9 @@ pub enum ApiError {
     /// No key, node or array at that path.
     #[error("{0}")]
     NotFound(String),
+    /// A version an Icechunk mount does not hold, or a version on a mount that has none.
+    #[error("{0}")]
+    UnknownVersion(String),
     /// The mount needs a bearer token this request did not present.
     #[error("this resource needs a valid bearer token")]
     Unauthorized,
@@ -112,7 +115,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) | ApiError::InvalidPath(_) => StatusCode::BAD_REQUEST,
-            ApiError::UnknownMount(_) | ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::UnknownMount(_) | ApiError::NotFound(_) | ApiError::UnknownVersion(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized | ApiError::InvalidToken(_) => StatusCode::UNAUTHORIZED,
             ApiError::InsufficientScope(_) | ApiError::SignedUrl(_) => StatusCode::FORBIDDEN,
@@ -139,6 +142,7 @@ impl ApiError {
             ApiError::InvalidPath(_) => "invalid_path",
             ApiError::UnknownMount(_) => "unknown_mount",
             ApiError::NotFound(_) => "not_found",
+            ApiError::UnknownVersion(_) => "unknown_version",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unauthorized => "unauthorized",
             ApiError::InvalidToken(_) => "invalid_token",
@@ -171,6 +175,7 @@ impl From<StoreError> for ApiError {
             StoreError::Corrupt { key, .. } => ApiError::CorruptData { key },
             StoreError::Denied(_) => ApiError::UpstreamDenied,
             StoreError::NotAllowed(m) => ApiError::ReferenceNotAllowed(m),
+            StoreError::UnknownVersion(m) => ApiError::UnknownVersion(m),
             StoreError::Timeout(_) => ApiError::UpstreamTimeout,
             StoreError::Io(_) | StoreError::Range { .. } => ApiError::Upstream,
             StoreError::NotSupported(m) => ApiError::Unsupported(m),

@@ -43,6 +43,9 @@ pub struct Mount {
     /// whose store settings are the same.
     #[serde(skip)]
     pub store_settings: Option<MountConfig>,
+    /// An Icechunk mount's repository: its versions, each a store of its own.
+    #[serde(skip)]
+    pub repository: Option<Arc<store::icechunk::Repository>>,
 }
 
 impl Mount {
@@ -58,6 +61,7 @@ impl Mount {
             cache_control: None,
             cache_id: name.into(),
             store_settings: None,
+            repository: None,
         }
     }
 
@@ -85,6 +89,10 @@ impl Lifecycle {
         self.draining.load(std::sync::atomic::Ordering::Acquire)
     }
 }
+
+/// The `Cache-Control` of answers read from an Icechunk snapshot named in the URL, unless
+/// the mount sets its own: such an answer never changes.
+pub const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
 /// Numbers the mounts reloads open (their [`Mount::cache_id`]).
 static MOUNT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
@@ -305,17 +313,70 @@ impl AppState {
     /// not UTF-8) is a 400, as it is there: no mount has such a name, and the message does not
     /// repeat it.
     pub fn mount(&self, segment: &str) -> Result<&Mount, ApiError> {
+        Ok(self.mount_and_version(segment)?.0)
+    }
+
+    /// The mount a mount segment names, and the version it names after `@` (percent-decoded
+    /// as [`AppState::mount`] does), checked only for being a version of a versioned mount.
+    pub fn mount_and_version(&self, segment: &str) -> Result<(&Mount, Option<store::icechunk::Version>), ApiError> {
         let name = match segment.contains('%') {
             true => percent_encoding::percent_decode_str(segment)
                 .decode_utf8()
                 .map_err(|_| store::KeyError::NotUtf8)?,
             false => segment.into(),
         };
-        if let Some(mount) = self.mounts.get(name.as_ref()) {
-            return Ok(mount);
+        let (name, version) = match name.split_once('@') {
+            Some((name, version)) => (name, Some(version)),
+            None => (name.as_ref(), None),
+        };
+        if let Some(mount) = self.mounts.get(name) {
+            let version = match (version, &mount.repository) {
+                (None, _) => None,
+                (Some(v), Some(_)) => Some(store::icechunk::Version::parse(v).map_err(ApiError::UnknownVersion)?),
+                (Some(_), None) => {
+                    return Err(ApiError::UnknownVersion(format!(
+                        "mount '{name}' has no versions (only Icechunk mounts do)"
+                    )));
+                }
+            };
+            return Ok((mount, version));
         }
-        StoreKey::new(&name)?;
-        Err(ApiError::UnknownMount(name.into_owned()))
+        StoreKey::new(name)?;
+        Err(ApiError::UnknownMount(name.to_owned()))
+    }
+
+    /// The `Cache-Control` of successful answers read through a mount segment: the mount's,
+    /// or for an Icechunk snapshot named outright, [`IMMUTABLE`]; `None`: the default.
+    pub fn cache_control_of(&self, segment: &str) -> Option<axum::http::HeaderValue> {
+        let (mount, version) = self.mount_and_version(segment).ok()?;
+        match (&mount.cache_control, version) {
+            (None, Some(v)) if v.is_immutable() => Some(axum::http::HeaderValue::from_static(IMMUTABLE)),
+            (cache_control, _) => cache_control.clone(),
+        }
+    }
+
+    /// The mount a mount segment names, as the version it names (or its default) is now: for
+    /// an Icechunk mount, the store of one snapshot, its cache entries keyed by that snapshot
+    /// (so that no answer mixes two), and a snapshot named outright `immutable` to caches
+    /// downstream unless the mount says otherwise. Other mounts as they are.
+    pub async fn mount_at(&self, segment: &str) -> Result<std::borrow::Cow<'_, Mount>, ApiError> {
+        let (mount, version) = self.mount_and_version(segment)?;
+        let Some(repository) = &mount.repository else {
+            return Ok(std::borrow::Cow::Borrowed(mount));
+        };
+        let at = repository.at(version.as_ref()).await?;
+        Ok(std::borrow::Cow::Owned(Mount {
+            name: mount.name.clone(),
+            kind: mount.kind,
+            url: mount.url.clone(),
+            consolidated: mount.consolidated,
+            store: at.store,
+            access: mount.access.clone(),
+            cache_control: self.cache_control_of(segment),
+            cache_id: format!("{}@{}", mount.cache_id, at.snapshot).into(),
+            store_settings: None,
+            repository: mount.repository.clone(),
+        }))
     }
 }
 
@@ -381,6 +442,7 @@ fn open_mounts(
         let kept = open_now
             .and_then(|open| open.get(name))
             .filter(|mount| mount.store_settings.as_ref() == Some(&settings));
+        let mut repository = kept.and_then(|mount| mount.repository.clone());
         let (store, kind, cache_id) = match kept {
             Some(mount) => (mount.store.clone(), mount.kind, mount.cache_id.clone()),
             None => {
@@ -400,6 +462,15 @@ fn open_mounts(
                     crate::config::MountFormat::References => (
                         store::references::open(name, m, ttl, (&caches.raw, &cache_id, freshness)),
                         "references",
+                    ),
+                    crate::config::MountFormat::Icechunk => (
+                        store::icechunk::open(name, m, ttl, (&caches.raw, &cache_id, freshness)).map(
+                            |(store, opened)| {
+                                repository = Some(opened);
+                                store
+                            },
+                        ),
+                        "icechunk",
                     ),
                     _ => {
                         let source = m.source(name)?;
@@ -423,6 +494,7 @@ fn open_mounts(
             cache_control,
             cache_id,
             store_settings: Some(settings),
+            repository,
         });
     }
     Ok(mounts)

@@ -36,6 +36,32 @@ pub async fn mounts(
     Ok(([(header::VARY, "authorization")], Json(json!({ "mounts": list }))))
 }
 
+/// `GET /api/v1/versions/{mount}`: an Icechunk mount's branches and tags with the snapshots
+/// they point to, and the recent snapshots of each branch (id, time, message, parent), newest
+/// first. Branches move: the answer is `no-cache` whatever the mount's `cache_control`.
+pub async fn versions(State(state): State<AppState>, uri: axum::http::Uri) -> Result<Response, ApiError> {
+    let [] = super::query(&uri, [])?;
+    let segment = uri.path().strip_prefix("/api/v1/versions/").unwrap_or("");
+    let segment = segment.strip_suffix('/').unwrap_or(segment);
+    if segment.contains('/') {
+        return Err(ApiError::NotFound("no such route".into()));
+    }
+    let (mount, version) = state.mount_and_version(segment)?;
+    let Some(repository) = &mount.repository else {
+        return Err(ApiError::UnknownVersion(format!(
+            "mount '{}' has no versions (only Icechunk mounts do)",
+            mount.name
+        )));
+    };
+    if version.is_some() {
+        return Err(ApiError::NotFound("no such route".into()));
+    }
+    let versions = repository.versions().await?;
+    let mut body = serde_json::to_value(&versions).map_err(|_| ApiError::Internal)?;
+    body["mount"] = json!(mount.name);
+    Ok(([(header::CACHE_CONTROL, "no-cache")], Json(body)).into_response())
+}
+
 /// `GET /metrics`: OpenMetrics text when the `Accept` header asks for it (Prometheus does),
 /// else the Prometheus text format 0.0.4 (curl, older scrapers).
 pub async fn metrics(State(state): State<AppState>, headers: axum::http::HeaderMap) -> impl IntoResponse {

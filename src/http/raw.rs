@@ -322,7 +322,8 @@ async fn serve(
     headers: &HeaderMap,
 ) -> Result<Option<Response>, ApiError> {
     let (mount_name, rest) = split_path(path);
-    let mount = state.mount(mount_name)?;
+    let mount = state.mount_at(mount_name).await?;
+    let mount = &*mount;
     let (key, names_directory) = StoreKey::from_url_path(rest)?;
     let missing = || ApiError::NotFound(format!("no key '{key}' in mount '{}'", mount.name));
     if names_directory || key.is_root() {

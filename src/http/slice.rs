@@ -186,7 +186,8 @@ async fn answer(state: AppState, method: Method, uri: Uri, headers: HeaderMap) -
     };
     let tail = uri.path().strip_prefix("/api/v1/slice/").unwrap_or("");
     let (mount_name, rest) = tail.split_once('/').unwrap_or((tail, ""));
-    let mount = state.mount(mount_name)?;
+    let mount = state.mount_at(mount_name).await?;
+    let mount = &*mount;
     let (path, _) = StoreKey::from_url_path(rest)?;
     let meta = state.array(mount, &path).await?;
     let sel = Selection::parse(query.select.as_deref().unwrap_or(""), &meta.shape)?;

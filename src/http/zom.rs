@@ -333,10 +333,14 @@ pub async fn synthesized_zarr_json(
 }
 
 /// Splits `/api/v1/{route}/{mount}[/{path}]` into the mount and the decoded key.
-fn mount_and_path<'a>(state: &'a AppState, uri: &Uri, route: &str) -> Result<(&'a Mount, StoreKey), ApiError> {
+async fn mount_and_path<'a>(
+    state: &'a AppState,
+    uri: &Uri,
+    route: &str,
+) -> Result<(std::borrow::Cow<'a, Mount>, StoreKey), ApiError> {
     let tail = uri.path().strip_prefix(route).unwrap_or("");
     let (name, rest) = tail.split_once('/').unwrap_or((tail, ""));
-    let mount = state.mount(name)?;
+    let mount = state.mount_at(name).await?;
     let (key, _) = StoreKey::from_url_path(rest)?;
     Ok((mount, key))
 }
@@ -391,12 +395,12 @@ pub async fn zom(State(state): State<AppState>, uri: Uri) -> Result<Response, Ap
         ),
     };
     own_task(async move {
-        let (mount, path) = mount_and_path(&state, &uri, "/api/v1/zom/")?;
+        let (mount, path) = mount_and_path(&state, &uri, "/api/v1/zom/").await?;
         // A whole hierarchy's ZOM is rendered once per walked tree and shared, as consolidated
         // documents are: each request for 20,000 nodes built its own 85 MB of JSON values.
-        let tree = zom_tree(&state, mount, &path, depth).await?;
+        let tree = zom_tree(&state, &mount, &path, depth).await?;
         if depth.is_none() {
-            let bytes = rendered_as(&state, mount, &path, tree, None, Document::Zom).await?;
+            let bytes = rendered_as(&state, &mount, &path, tree, None, Document::Zom).await?;
             return Ok(([(header::CONTENT_TYPE, "application/json")], bytes).into_response());
         }
         let large = tree.node_count() > TRIM_AFTER_NODES;
@@ -450,7 +454,7 @@ pub async fn list(State(state): State<AppState>, uri: Uri) -> Result<Json<Value>
 }
 
 async fn listing(state: AppState, uri: Uri) -> Result<Json<Value>, ApiError> {
-    let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/")?;
+    let (mount, path) = mount_and_path(&state, &uri, "/api/v1/list/").await?;
     // A listing reads up to thousands of documents: a few at once (not behind the whole
     // walks, which may run long), and within the walks' memory budget.
     let _permit = LISTINGS.acquire().await.map_err(|_| ApiError::Internal)?;
@@ -714,7 +718,7 @@ pub async fn validate(
             "the schema holds {patterns} regular expressions (pattern, patternProperties); at most {MAX_SCHEMA_PATTERNS} are compiled"
         )));
     }
-    let (mount, path) = mount_and_path(&state, &uri, "/api/v1/validate/")?;
+    let (mount, path) = mount_and_path(&state, &uri, "/api/v1/validate/").await?;
     // Compiling a schema (its regular expressions above all) and validating are CPU work of
     // any length: both run on the blocking pool, one validation's at a time, and never on the
     // async workers that serve everything else. The permit goes with the work: a request that
@@ -728,7 +732,7 @@ pub async fn validate(
         .await,
     )?
     .map_err(|e| ApiError::BadRequest(format!("malformed schema: {e}")))?;
-    let zom = zom_of(&*zom_tree(&state, mount, &path, None).await?);
+    let zom = zom_of(&*zom_tree(&state, &mount, &path, None).await?);
     let values = value_count(&zom);
     if fanout.saturating_mul(values) > MAX_VALIDATION_STEPS {
         return Err(ApiError::TooLarge(format!(

@@ -86,6 +86,7 @@ pub(super) fn mount_and_rest(path: &str) -> Option<(&str, &str)> {
         "/api/v1/zom/",
         "/api/v1/list/",
         "/api/v1/validate/",
+        "/api/v1/versions/",
     ]
     .iter()
     .find_map(|prefix| path.strip_prefix(prefix))
@@ -137,7 +138,8 @@ pub(super) struct Front {
     /// The health listener's front ([`serve_health`]): every path but `/healthz` and `/metrics`
     /// is 404 before anything else is looked at (a protected mount's 401 would name it).
     pub(super) health_only: bool,
-    /// Whether a mount sets its own `Cache-Control` (`mounts.NAME.cache_control`).
+    /// Whether a mount sets its own `Cache-Control` (`mounts.NAME.cache_control`), or may
+    /// answer immutable ones (an Icechunk mount's snapshots).
     pub(super) mount_cache_control: bool,
     /// Where its routes come from, so that a reload can make them over the new state.
     pub(super) route_source: RouteSource,
@@ -170,6 +172,7 @@ pub fn routes(state: AppState) -> Router {
     health_routes()
         .route("/", get(api::index))
         .route("/api/v1/mounts", get(api::mounts))
+        .route("/api/v1/versions/{mount}", get(api::versions))
         .route("/api/v1/slice/{mount}", get(slice::slice))
         .route("/api/v1/slice/{mount}/", get(slice::slice))
         .route("/api/v1/slice/{mount}/{*path}", get(slice::slice))
@@ -233,7 +236,10 @@ fn make_front(
         timeout: Duration::from_secs_f64(limits.request_timeout_s),
         direct,
         health_only,
-        mount_cache_control: state.mounts.values().any(|m| m.cache_control.is_some()),
+        mount_cache_control: state
+            .mounts
+            .values()
+            .any(|m| m.cache_control.is_some() || m.repository.is_some()),
         route_source,
         routes,
         state,
@@ -424,9 +430,7 @@ impl Front {
         // Not for a signed URL's answers: a shared cache would keep them past the URL's expiry.
         let signed = request.extensions().get::<SignedRequest>().is_some();
         let mount_cache_control = match self.mount_cache_control && !signed {
-            true => mount_of(request.uri().path())
-                .and_then(|segment| self.state.mount(segment).ok())
-                .and_then(|mount| mount.cache_control.clone()),
+            true => mount_of(request.uri().path()).and_then(|segment| self.state.cache_control_of(segment)),
             false => None,
         };
         futures::future::Either::Left(self.guarded(request).map(move |mut response| {

@@ -8,6 +8,7 @@
 //! - bodies are streams, so a large object never has to sit in memory.
 
 pub mod cached;
+pub mod icechunk;
 mod key;
 mod local;
 mod nonblocking;
@@ -61,6 +62,10 @@ pub enum StoreError {
     /// `virtual_prefixes`. The message names the URL's origin, not its path.
     #[error("{0}")]
     NotAllowed(String),
+    /// A version of an Icechunk mount that the repository does not hold (or that is no
+    /// version: `branch.NAME`, `tag.NAME`, `snapshot.ID`).
+    #[error("{0}")]
+    UnknownVersion(String),
     /// The stored bytes are not what their container format says (a zip archive whose
     /// directory or entry is broken). `key` is the key that was asked for.
     #[error("'{key}' is corrupt: {message}")]

@@ -9,6 +9,7 @@ mod cli;
 mod clouds;
 mod compression;
 mod hardening;
+mod icechunk;
 mod raw_keys;
 mod references;
 mod remote;

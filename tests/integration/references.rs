@@ -186,7 +186,9 @@ fn reference_mount_settings_are_checked() {
     assert!(e.contains("virtual_prefixes"), "{e}");
     config.mounts.get_mut("r").unwrap().virtual_prefixes.clear();
     config.mounts.get_mut("r").unwrap().format = MountFormat::Icechunk;
-    assert!(config.validate().unwrap_err().to_string().contains("icechunk"));
+    config.mounts.get_mut("r").unwrap().url = dir.path().join("repo.zip").display().to_string();
+    let e = config.validate().unwrap_err().to_string();
+    assert!(e.contains("Icechunk") && e.contains("zip"), "{e}");
     let mut zarr = config_with(&[("z", dir.path())]);
     zarr.mounts.get_mut("z").unwrap().virtual_prefixes = vec!["s3://b/".into()];
     assert!(zarr.validate().unwrap_err().to_string().contains("references"));

@@ -90,21 +90,16 @@ impl Targets {
     }
 }
 
-/// The keys of a reference file, and its directories for listings.
-#[derive(Debug)]
-struct Table {
-    entries: BTreeMap<String, Reference>,
-    /// Child prefixes and objects of each directory ("" is the root).
-    directories: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>,
-    /// Names this state of the reference file in the versions of its keys.
-    tag: u32,
-}
+/// The child prefixes and objects of each directory of a set of keys ("" is the root), for
+/// listings of stores whose keys are a table.
+#[derive(Debug, Default)]
+pub(crate) struct Directories(BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)>);
 
-impl Table {
-    fn new(entries: BTreeMap<String, Reference>, meta: &ObjectMeta) -> Self {
+impl Directories {
+    pub(crate) fn new<'a>(keys: impl Iterator<Item = &'a str>) -> Self {
         let mut directories: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
         directories.entry(String::new()).or_default();
-        for key in entries.keys() {
+        for key in keys {
             let mut dir = String::new();
             let mut segments = key.split('/').peekable();
             while let Some(segment) = segments.next() {
@@ -120,6 +115,33 @@ impl Table {
                 }
             }
         }
+        Self(directories)
+    }
+
+    /// The listing of the directory `prefix` (empty when there is none).
+    pub(crate) fn list(&self, prefix: &StoreKey) -> Listing {
+        self.0
+            .get(prefix.as_str())
+            .map(|(prefixes, objects)| Listing {
+                prefixes: prefixes.iter().cloned().collect(),
+                objects: objects.iter().cloned().collect(),
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The keys of a reference file, and its directories for listings.
+#[derive(Debug)]
+struct Table {
+    entries: BTreeMap<String, Reference>,
+    directories: Directories,
+    /// Names this state of the reference file in the versions of its keys.
+    tag: u32,
+}
+
+impl Table {
+    fn new(entries: BTreeMap<String, Reference>, meta: &ObjectMeta) -> Self {
+        let directories = Directories::new(entries.keys().map(String::as_str));
         let tag = crc32c::crc32c(format!("{:?}/{}", meta.version, meta.size).as_bytes());
         Self {
             entries,
@@ -237,39 +259,38 @@ impl ReferenceBackend {
             .map_err(|e| self.corrupt(e))?;
         Ok((Arc::new(table), meta))
     }
+}
 
-    /// The metadata a key shows: its size, and a version naming the reference file's state,
-    /// the reference, and the state of the object it reads.
-    fn meta(table: &Table, reference: &Reference, size: u64, source: Option<&ObjectMeta>) -> ObjectMeta {
-        let (what, offset, length) = match reference {
-            Reference::Inline(bytes) => (format!("{:08x}", crc32c::crc32c(bytes)), 0, 0),
-            Reference::Whole { url } => (url.to_string(), 0, 0),
-            Reference::Range { url, offset, length } => (url.to_string(), *offset, *length),
+/// The metadata a key read through `reference` shows: its size, and a version naming `state`
+/// (the reference file's, or the snapshot's), the reference, and the state of the object it
+/// reads.
+fn reference_meta(state: u32, reference: &Reference, size: u64, source: Option<&ObjectMeta>) -> ObjectMeta {
+    let (what, offset, length) = match reference {
+        Reference::Inline(bytes) => (format!("{:08x}", crc32c::crc32c(bytes)), 0, 0),
+        Reference::Whole { url } => (url.to_string(), 0, 0),
+        Reference::Range { url, offset, length } => (url.to_string(), *offset, *length),
+    };
+    let reference = crc32c::crc32c(format!("{what}/{offset}/{length}").as_bytes());
+    // The source's ETag, or else its size and time (an origin may send no ETag).
+    let source = source.map(|m| {
+        let source_state = match &m.version {
+            Some(v) => v.clone(),
+            None => format!("{}/{:?}", m.size, m.last_modified),
         };
-        let reference = crc32c::crc32c(format!("{what}/{offset}/{length}").as_bytes());
-        // The source's ETag, or else its size and time (an origin may send no ETag).
-        let source = source.map(|m| {
-            let state = match &m.version {
-                Some(v) => v.clone(),
-                None => format!("{}/{:?}", m.size, m.last_modified),
-            };
-            format!("-{:08x}", crc32c::crc32c(state.as_bytes()))
-        });
-        ObjectMeta {
-            size,
-            last_modified: None,
-            version: Some(format!(
-                "{:08x}{reference:08x}{}",
-                table.tag,
-                source.unwrap_or_default()
-            )),
-        }
+        format!("-{:08x}", crc32c::crc32c(source_state.as_bytes()))
+    });
+    ObjectMeta {
+        size,
+        last_modified: None,
+        version: Some(format!("{state:08x}{reference:08x}{}", source.unwrap_or_default())),
     }
+}
 
+impl Targets {
     /// The object a reference reads: its store's metadata of it, or a corrupt-data error
     /// naming the key when it is missing or shorter than the reference says.
     async fn source_meta(&self, key: &StoreKey, url: &str, end: Option<u64>) -> Result<ObjectMeta, StoreError> {
-        let (store, target) = self.targets.resolve(url)?;
+        let (store, target) = self.resolve(url)?;
         let meta = store.head(&target).await?.ok_or_else(|| StoreError::Corrupt {
             key: key.as_str().to_owned(),
             message: format!("its reference names '{url}', which does not exist"),
@@ -280,6 +301,83 @@ impl ReferenceBackend {
             return Err(past_end(key, url, end, meta.size));
         }
         Ok(meta)
+    }
+
+    /// The metadata of `key`, read through `reference` in the store state `state` names.
+    pub(crate) async fn head(
+        &self,
+        key: &StoreKey,
+        reference: &Reference,
+        state: u32,
+    ) -> Result<ObjectMeta, StoreError> {
+        Ok(match reference {
+            Reference::Inline(bytes) => reference_meta(state, reference, bytes.len() as u64, None),
+            Reference::Whole { url } => {
+                let source = self.source_meta(key, url, None).await?;
+                reference_meta(state, reference, source.size, Some(&source))
+            }
+            Reference::Range { url, offset, length } => {
+                let source = self.source_meta(key, url, Some(offset + length)).await?;
+                reference_meta(state, reference, *length, Some(&source))
+            }
+        })
+    }
+
+    /// `range` (or all) of `key`, read through `reference` in the store state `state` names.
+    pub(crate) async fn get(
+        &self,
+        key: &StoreKey,
+        reference: &Reference,
+        state: u32,
+        range: Option<ByteRange>,
+    ) -> Result<GetObject, StoreError> {
+        let (url, offset, length) = match reference {
+            Reference::Inline(bytes) => {
+                let r = resolve_range(range, bytes.len() as u64)?;
+                let part: Bytes = bytes.slice(r.start as usize..r.end as usize);
+                return Ok(GetObject {
+                    meta: reference_meta(state, reference, bytes.len() as u64, None),
+                    range: r,
+                    body: super::one_piece(part),
+                });
+            }
+            Reference::Whole { url } => (url, 0, None),
+            Reference::Range { url, offset, length } => (url, *offset, Some(*length)),
+        };
+        let (store, target) = self.resolve(url)?;
+        let missing = || StoreError::Corrupt {
+            key: key.as_str().to_owned(),
+            message: format!("its reference names '{url}', which does not exist"),
+        };
+        let Some(length) = length else {
+            // The whole object, as its store reads it.
+            let got = store.get(&target, range).await?.ok_or_else(missing)?;
+            let meta = reference_meta(state, reference, got.meta.size, Some(&got.meta));
+            return Ok(GetObject { meta, ..got });
+        };
+        let r = resolve_range(range, length)?;
+        if r.is_empty() {
+            let source = self.source_meta(key, url, Some(offset + length)).await?;
+            return Ok(GetObject {
+                meta: reference_meta(state, reference, length, Some(&source)),
+                range: r,
+                body: Box::pin(stream::empty()),
+            });
+        }
+        let wanted = ByteRange::Bounded(offset + r.start, offset + r.end);
+        let got = match store.get(&target, Some(wanted)).await {
+            Ok(got) => got.ok_or_else(missing)?,
+            Err(StoreError::Range { size, .. }) => return Err(past_end(key, url, offset + length, size)),
+            Err(e) => return Err(e),
+        };
+        if got.meta.size < offset + length {
+            return Err(past_end(key, url, offset + length, got.meta.size));
+        }
+        Ok(GetObject {
+            meta: reference_meta(state, reference, length, Some(&got.meta)),
+            range: r,
+            body: got.body,
+        })
     }
 }
 
@@ -294,20 +392,10 @@ fn past_end(key: &StoreKey, url: &str, end: u64, size: u64) -> StoreError {
 impl Backend for ReferenceBackend {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
         let table = self.table().await?;
-        let Some(reference) = table.entries.get(key.as_str()) else {
-            return Ok(None);
-        };
-        Ok(Some(match reference {
-            Reference::Inline(bytes) => Self::meta(&table, reference, bytes.len() as u64, None),
-            Reference::Whole { url } => {
-                let source = self.source_meta(key, url, None).await?;
-                Self::meta(&table, reference, source.size, Some(&source))
-            }
-            Reference::Range { url, offset, length } => {
-                let source = self.source_meta(key, url, Some(offset + length)).await?;
-                Self::meta(&table, reference, *length, Some(&source))
-            }
-        }))
+        match table.entries.get(key.as_str()) {
+            Some(reference) => self.targets.head(key, reference, table.tag).await.map(Some),
+            None => Ok(None),
+        }
     }
 
     fn resolves_ranges(&self) -> bool {
@@ -316,70 +404,66 @@ impl Backend for ReferenceBackend {
 
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         let table = self.table().await?;
-        let Some(reference) = table.entries.get(key.as_str()) else {
-            return Ok(None);
-        };
-        let (url, offset, length) = match reference {
-            Reference::Inline(bytes) => {
-                let r = resolve_range(range, bytes.len() as u64)?;
-                let part: Bytes = bytes.slice(r.start as usize..r.end as usize);
-                return Ok(Some(GetObject {
-                    meta: Self::meta(&table, reference, bytes.len() as u64, None),
-                    range: r,
-                    body: super::one_piece(part),
-                }));
-            }
-            Reference::Whole { url } => (url, 0, None),
-            Reference::Range { url, offset, length } => (url, *offset, Some(*length)),
-        };
-        let (store, target) = self.targets.resolve(url)?;
-        let missing = || StoreError::Corrupt {
-            key: key.as_str().to_owned(),
-            message: format!("its reference names '{url}', which does not exist"),
-        };
-        let Some(length) = length else {
-            // The whole object, as its store reads it.
-            let got = store.get(&target, range).await?.ok_or_else(missing)?;
-            let meta = Self::meta(&table, reference, got.meta.size, Some(&got.meta));
-            return Ok(Some(GetObject { meta, ..got }));
-        };
-        let r = resolve_range(range, length)?;
-        if r.is_empty() {
-            let source = self.source_meta(key, url, Some(offset + length)).await?;
-            return Ok(Some(GetObject {
-                meta: Self::meta(&table, reference, length, Some(&source)),
-                range: r,
-                body: Box::pin(stream::empty()),
-            }));
+        match table.entries.get(key.as_str()) {
+            Some(reference) => self.targets.get(key, reference, table.tag, range).await.map(Some),
+            None => Ok(None),
         }
-        let wanted = ByteRange::Bounded(offset + r.start, offset + r.end);
-        let got = match store.get(&target, Some(wanted)).await {
-            Ok(got) => got.ok_or_else(missing)?,
-            Err(StoreError::Range { size, .. }) => return Err(past_end(key, url, offset + length, size)),
-            Err(e) => return Err(e),
-        };
-        if got.meta.size < offset + length {
-            return Err(past_end(key, url, offset + length, got.meta.size));
-        }
-        let meta = Self::meta(&table, reference, length, Some(&got.meta));
-        Ok(Some(GetObject {
-            meta,
-            range: r,
-            body: got.body,
-        }))
     }
 
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
-        let table = self.table().await?;
-        Ok(table
-            .directories
-            .get(prefix.as_str())
-            .map(|(prefixes, objects)| Listing {
-                prefixes: prefixes.iter().cloned().collect(),
-                objects: objects.iter().cloned().collect(),
-            })
-            .unwrap_or_default())
+        Ok(self.table().await?.directories.list(prefix))
     }
+}
+
+/// The store of `url` (a directory, not an archive), with the mount's other settings.
+fn opened_at(
+    name: &str,
+    config: &MountConfig,
+    url: &str,
+    check_every: Duration,
+    (raw, cache_id, freshness): (&Arc<RawCache>, &Arc<str>, Freshness),
+) -> Result<Store, String> {
+    let at = MountConfig {
+        url: url.to_owned(),
+        ..config.clone()
+    };
+    let source = at.source(name).map_err(|e| e.to_string())?;
+    if matches!(source, MountSource::Zip(..)) {
+        return Err(format!(
+            "{} is a zip archive, not a directory",
+            crate::config::redact(url)
+        ));
+    }
+    super::open::open_cached(&source, &at, check_every, (raw, name, cache_id, freshness))
+}
+
+/// The stores of a mount's `virtual_prefixes` (each read where its URL says) and
+/// `virtual_locations` (each read from its location), each keyed in the raw cache under a
+/// cache id of its own.
+pub(crate) fn prefix_stores(
+    name: &str,
+    config: &MountConfig,
+    check_every: Duration,
+    (raw, cache_id, freshness): (&Arc<RawCache>, &Arc<str>, Freshness),
+) -> Result<Vec<(String, Store)>, String> {
+    let read_at = config
+        .virtual_prefixes
+        .iter()
+        .map(|p| (p, p))
+        .chain(config.virtual_locations.iter());
+    let mut prefixes = Vec::new();
+    for (n, (prefix, location)) in read_at.enumerate() {
+        let normalized = format!("{}/", prefix.trim_end_matches('/'));
+        let id: Arc<str> = format!("{cache_id}~{n}").into();
+        let location = match location == prefix {
+            true => normalized.as_str(),
+            false => location.as_str(),
+        };
+        let store = opened_at(name, config, location, check_every, (raw, &id, freshness))
+            .map_err(|e| format!("virtual prefix {}: {e}", crate::config::redact(prefix)))?;
+        prefixes.push((normalized, store));
+    }
+    Ok(prefixes)
 }
 
 /// Opens a reference mount: `config.url` is the reference file; its directory and each of
@@ -393,28 +477,8 @@ pub fn open(
 ) -> Result<Store, String> {
     let (directory, file) = config.reference_file()?;
     let file = StoreKey::new(&file).map_err(|e| format!("reference file '{file}': {e}"))?;
-    let opened = |url: &str, id: Arc<str>| -> Result<Store, String> {
-        let at = MountConfig {
-            url: url.to_owned(),
-            ..config.clone()
-        };
-        let source = at.source(name).map_err(|e| e.to_string())?;
-        if matches!(source, MountSource::Zip(..)) {
-            return Err(format!(
-                "{} is a zip archive, not a directory",
-                crate::config::redact(url)
-            ));
-        }
-        super::open::open_cached(&source, &at, check_every, (raw, name, &id, freshness))
-    };
-    let own = opened(&directory.url, cache_id.clone())?;
-    let mut prefixes = Vec::new();
-    for (n, prefix) in config.virtual_prefixes.iter().enumerate() {
-        let normalized = format!("{}/", prefix.trim_end_matches('/'));
-        let store =
-            opened(&normalized, format!("{cache_id}~{n}").into()).map_err(|e| format!("virtual_prefixes: {e}"))?;
-        prefixes.push((normalized, store));
-    }
+    let own = opened_at(name, config, &directory.url, check_every, (raw, cache_id, freshness))?;
+    let prefixes = prefix_stores(name, config, check_every, (raw, cache_id, freshness))?;
     let targets = Targets { own, prefixes };
     Ok(Store::new(ReferenceBackend::new(file, targets, check_every)))
 }

@@ -1,0 +1,301 @@
+//! Icechunk mounts: each version of a repository served as plain Zarr v3, compared with what
+//! icechunk-python and zarr-python read from the same repository (tests/fixtures/icechunk,
+//! made by its script).
+
+use crate::common::*;
+use zarrgate::config::{Config, MountConfig, MountFormat};
+
+fn fixture() -> std::path::PathBuf {
+    repo().join("tests/fixtures/icechunk")
+}
+
+fn expected() -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(fixture().join("expected.json")).unwrap()).unwrap()
+}
+
+/// A mount `ice` of the repository at `dir`, its virtual chunks' prefix read from the
+/// fixtures directory when `relocated`.
+fn icechunk_config(dir: &std::path::Path, relocated: bool) -> Config {
+    let mut mount = MountConfig::new(dir.display().to_string(), dir);
+    mount.format = MountFormat::Icechunk;
+    if relocated {
+        let prefix = expected()["virtual"]["prefix"].as_str().unwrap().to_owned();
+        mount
+            .virtual_locations
+            .insert(prefix, repo().join("tests/fixtures").display().to_string());
+    }
+    let mut config = Config::default();
+    config.mounts.insert("ice".into(), mount);
+    config.validate().unwrap();
+    config
+}
+
+fn app_of(config: Config) -> zarrgate::App {
+    zarrgate::app(zarrgate::AppState::from_config(config).unwrap())
+}
+
+/// Numbers and the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, flattened.
+fn flat(v: &serde_json::Value, out: &mut Vec<f64>) {
+    match v {
+        serde_json::Value::Array(items) => items.iter().for_each(|i| flat(i, out)),
+        serde_json::Value::String(s) => out.push(s.parse::<f64>().unwrap_or_else(|_| panic!("not a number: {s}"))),
+        other => out.push(other.as_f64().unwrap_or_else(|| panic!("not a number: {other}"))),
+    }
+}
+
+fn same(got: f64, want: f64, float32: bool) -> bool {
+    match float32 {
+        true => (got as f32).to_bits() == (want as f32).to_bits() || (got.is_nan() && want.is_nan()),
+        false => got == want || (got.is_nan() && want.is_nan()),
+    }
+}
+
+/// Every array of every version (branches, the tag, each snapshot, and the default) reads
+/// as icechunk-python + zarr-python read it: values, shape, stored metadata.
+#[tokio::test]
+async fn every_version_reads_as_icechunk_python_reads_it() {
+    let expected = expected();
+    let app = app_of(icechunk_config(&fixture().join("repo"), true));
+    let mut versions: Vec<(String, String)> = expected["versions"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(v, id)| (format!("@{v}"), id.as_str().unwrap().to_owned()))
+        .collect();
+    versions.push((String::new(), expected["branches"]["main"].as_str().unwrap().to_owned()));
+    let mut checked = 0;
+    for (version, snapshot) in &versions {
+        let at = &expected["snapshots"][snapshot];
+        for (path, array) in at["arrays"].as_object().unwrap() {
+            let url = format!("/api/v1/slice/ice{version}{path}?format=json");
+            let r = get(&app, &url, &[]).await;
+            assert_eq!(r.status, 200, "{url}: {}", String::from_utf8_lossy(&r.body));
+            assert_eq!(r.json()["shape"], array["shape"], "{url}");
+            let (mut got, mut want) = (Vec::new(), Vec::new());
+            flat(&r.json()["data"], &mut got);
+            flat(&array["values"], &mut want);
+            assert_eq!(got.len(), want.len(), "{url}");
+            let float32 = array["dtype"] == "float32";
+            for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(same(*g, *w, float32), "{url}[{n}]: {g} != {w}");
+            }
+            // The stored document, with consolidated metadata only added to groups.
+            let doc = get(&app, &format!("/zarr/ice{version}{path}/zarr.json"), &[]).await;
+            assert_eq!(doc.status, 200, "{url}");
+            assert_eq!(doc.json(), array["zarr_json"], "{url}");
+            checked += 1;
+        }
+        for (path, group) in at["groups"].as_object().unwrap() {
+            let path = path.trim_end_matches('/');
+            let doc = get(&app, &format!("/zarr/ice{version}{path}/zarr.json"), &[]).await;
+            assert_eq!(doc.status, 200, "{version}{path}");
+            assert_eq!(doc.json()["attributes"], group["attributes"], "{version}{path}");
+        }
+        // Every key icechunk lists is served; a missing chunk is a 404.
+        for key in at["keys"].as_array().unwrap() {
+            let r = get(&app, &format!("/zarr/ice{version}/{}", key.as_str().unwrap()), &[]).await;
+            assert_eq!(r.status, 200, "{version}/{key}");
+        }
+    }
+    // Six versions' arrays and the default's (main's).
+    assert!(checked >= 20, "{checked}");
+    let missing = get(&app, "/zarr/ice@tag.v1/temperature/c/1/1/1", &[]).await;
+    assert_eq!(missing.status, 404);
+}
+
+/// A snapshot's answers never change: strong ETags, `immutable` for caches downstream,
+/// 304 on revalidation. A branch's follow its tip: `no-cache`.
+#[tokio::test]
+async fn snapshot_urls_are_immutable_and_branch_urls_are_not() {
+    let expected = expected();
+    let app = app_of(icechunk_config(&fixture().join("repo"), true));
+    let tag = expected["tags"]["v1"].as_str().unwrap();
+    for route in [
+        "/zarr/ice@snapshot.{id}/temperature/c/0/0/0",
+        "/api/v1/slice/ice@snapshot.{id}/temperature?select=0",
+    ] {
+        let url = route.replace("{id}", tag);
+        let r = get(&app, &url, &[]).await;
+        assert_eq!(r.status, 200, "{url}");
+        assert_eq!(r.header("cache-control"), Some(zarrgate::state::IMMUTABLE), "{url}");
+        if let Some(etag) = r.header("etag") {
+            assert!(!etag.starts_with("W/"), "{url}: {etag}");
+            let again = get(&app, &url, &[("if-none-match", etag)]).await;
+            assert_eq!(again.status, 304, "{url}");
+        }
+    }
+    let branch = get(&app, "/zarr/ice@branch.main/temperature/c/0/0/0", &[]).await;
+    assert_eq!(branch.header("cache-control"), Some("no-cache"));
+    // The same chunk of two versions that wrote it differently: two ETags.
+    let old = get(&app, &format!("/zarr/ice@snapshot.{tag}/temperature/c/0/0/0"), &[]).await;
+    assert_ne!(old.header("etag"), branch.header("etag"));
+    assert_ne!(old.body, branch.body);
+}
+
+/// Unknown versions, and versions of mounts that have none, are 404 `unknown_version`
+/// naming them; the versions route lists what icechunk-python lists.
+#[tokio::test]
+async fn versions_are_listed_and_unknown_ones_are_named() {
+    let expected = expected();
+    let app = app_of(icechunk_config(&fixture().join("repo"), true));
+    for (url, names) in [
+        ("/zarr/ice@branch.nope/zarr.json", "branch.nope"),
+        ("/api/v1/slice/ice@tag.v9/small", "tag.v9"),
+        (
+            "/api/v1/zom/ice@snapshot.AAAAAAAAAAAAAAAAAAAA",
+            "snapshot.AAAAAAAAAAAAAAAAAAAA",
+        ),
+        ("/api/v1/list/ice@snapshot.not-an-id", "snapshot.not-an-id"),
+        ("/zarr/ice@main/zarr.json", "main"),
+    ] {
+        let r = get(&app, url, &[]).await;
+        assert_eq!(r.status, 404, "{url}");
+        assert_eq!(r.error_code(), "unknown_version", "{url}");
+        assert!(
+            r.json()["error"]["message"].as_str().unwrap().contains(names),
+            "{url}: {:?}",
+            r.body
+        );
+    }
+    let r = get(&app, "/api/v1/versions/ice", &[]).await;
+    assert_eq!(r.status, 200);
+    let versions = r.json();
+    assert_eq!(versions["default"], "branch.main");
+    for (kind, list) in [("branches", "branches"), ("tags", "tags")] {
+        let got: serde_json::Map<String, serde_json::Value> = versions[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["name"].as_str().unwrap().to_owned(), b["snapshot"].clone()))
+            .collect();
+        assert_eq!(serde_json::Value::Object(got), expected[kind], "{kind}");
+    }
+    // Every commit, with its message and parent, newest first.
+    let snapshots = versions["snapshots"].as_array().unwrap();
+    assert_eq!(snapshots.len(), expected["snapshots"].as_object().unwrap().len());
+    for s in snapshots {
+        let want = &expected["snapshots"][s["id"].as_str().unwrap()];
+        assert_eq!(s["message"], want["message"]);
+        assert_eq!(s["parent"], want["parent_id"]);
+    }
+    assert_eq!(snapshots[0]["id"], expected["branches"]["main"]);
+    // The ZOM and the listing of one version: dev deleted nested/counts and added extra.
+    let zom = get(&app, "/api/v1/zom/ice@branch.dev", &[]).await.json();
+    let members = zom["members"].as_object().unwrap();
+    assert!(members.contains_key("extra"), "{zom}");
+    assert!(
+        zom["members"]["nested"]["members"].as_object().unwrap().is_empty(),
+        "{zom}"
+    );
+    let zom_v1 = get(&app, "/api/v1/zom/ice@tag.v1", &[]).await.json();
+    assert!(!zom_v1["members"].as_object().unwrap().contains_key("extra"));
+    let zarr_mount = {
+        let mut config = Config::default();
+        config.mounts.insert(
+            "z".into(),
+            MountConfig::new(repo().join("tests/fixtures/data").display().to_string(), "/"),
+        );
+        app_of(config)
+    };
+    for url in ["/zarr/z@branch.main/zarr.json", "/api/v1/versions/z"] {
+        let r = get(&zarr_mount, url, &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code()),
+            (404, "unknown_version".into()),
+            "{url}"
+        );
+    }
+}
+
+/// Virtual chunks are read below the mount's virtual prefixes only: else a 502 naming the
+/// prefix, and the native chunks of the same version still read.
+#[tokio::test]
+async fn virtual_chunks_outside_the_mount_s_prefixes_are_refused() {
+    let app = app_of(icechunk_config(&fixture().join("repo"), false));
+    let r = get(&app, "/api/v1/slice/ice/virtual/temperature", &[]).await;
+    assert_eq!(r.status, 502, "{:?}", r.body);
+    assert_eq!(r.error_code(), "reference_not_allowed");
+    assert!(
+        r.json()["error"]["message"].as_str().unwrap().contains("file:///"),
+        "{:?}",
+        r.body
+    );
+    assert_eq!(get(&app, "/api/v1/slice/ice/small", &[]).await.status, 200);
+}
+
+/// A branch moved under a running server is seen within `cache.ttl_seconds`, and no answer
+/// mixes the old tip with the new: each is one snapshot's, cached apart.
+#[tokio::test]
+async fn a_moved_branch_is_followed_within_the_ttl() {
+    let expected = expected();
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&fixture().join("repo"), dir.path());
+    let mut config = icechunk_config(dir.path(), true);
+    config.cache.ttl_seconds = 1;
+    let app = app_of(config);
+    let values = |snapshot: &str| {
+        let mut want = Vec::new();
+        flat(
+            &expected["snapshots"][snapshot]["arrays"]["/temperature"]["values"],
+            &mut want,
+        );
+        want
+    };
+    let read = || async {
+        let r = get(&app, "/api/v1/slice/ice/temperature?format=json", &[]).await;
+        assert_eq!(r.status, 200);
+        let mut got = Vec::new();
+        flat(&r.json()["data"], &mut got);
+        got
+    };
+    let main = expected["branches"]["main"].as_str().unwrap();
+    let v1 = expected["tags"]["v1"].as_str().unwrap();
+    let matches =
+        |got: &[f64], want: &[f64]| got.len() == want.len() && got.iter().zip(want).all(|(g, w)| same(*g, *w, true));
+    assert!(matches(&read().await, &values(main)));
+    // Move main back to the tag's snapshot, as `repo.reset_branch` does.
+    let storage = ::icechunk::new_local_filesystem_storage(dir.path()).await.unwrap();
+    let writer = ::icechunk::Repository::open(storage).execute().await.unwrap();
+    let to = ::icechunk::format::SnapshotId::try_from(v1).unwrap();
+    writer.reset_branch("main", &to, None).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    assert!(matches(&read().await, &values(v1)));
+    assert_eq!(
+        get(&app, "/api/v1/versions/ice", &[]).await.json()["branches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == "main")
+            .unwrap()["snapshot"],
+        v1
+    );
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn icechunk_mount_settings_are_checked() {
+    let mut mount = MountConfig::new("/tmp", "/");
+    mount.format = MountFormat::Icechunk;
+    mount.version = Some("main".into());
+    let mut config = Config::default();
+    config.mounts.insert("ice".into(), mount.clone());
+    let e = config.validate().unwrap_err().to_string();
+    assert!(e.contains("branch.NAME"), "{e}");
+    mount.format = MountFormat::Zarr;
+    mount.version = Some("branch.main".into());
+    config.mounts.insert("ice".into(), mount);
+    let e = config.validate().unwrap_err().to_string();
+    assert!(e.contains("icechunk"), "{e}");
+}
