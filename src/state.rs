@@ -94,6 +94,9 @@ impl Lifecycle {
 /// the mount sets its own: such an answer never changes.
 pub const IMMUTABLE: &str = "public, max-age=31536000, immutable";
 
+/// [`IMMUTABLE`], for a mount that needs credentials.
+pub const IMMUTABLE_PRIVATE: &str = "private, max-age=31536000, immutable";
+
 /// Numbers the mounts reloads open (their [`Mount::cache_id`]).
 static MOUNT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
@@ -313,36 +316,43 @@ impl AppState {
     /// not UTF-8) is a 400, as it is there: no mount has such a name, and the message does not
     /// repeat it.
     pub fn mount(&self, segment: &str) -> Result<&Mount, ApiError> {
-        Ok(self.mount_and_version(segment)?.0)
+        let (name, _) = self.mount_name(segment)?;
+        if let Some(mount) = self.mounts.get(name.as_str()) {
+            return Ok(mount);
+        }
+        StoreKey::new(&name)?;
+        Err(ApiError::UnknownMount(name))
     }
 
-    /// The mount a mount segment names, and the version it names after `@` (percent-decoded
-    /// as [`AppState::mount`] does), checked only for being a version of a versioned mount.
-    pub fn mount_and_version(&self, segment: &str) -> Result<(&Mount, Option<store::icechunk::Version>), ApiError> {
-        let name = match segment.contains('%') {
+    /// A mount segment's mount name and the version after its `@`, percent-decoded once.
+    fn mount_name(&self, segment: &str) -> Result<(String, Option<String>), ApiError> {
+        let decoded = match segment.contains('%') {
             true => percent_encoding::percent_decode_str(segment)
                 .decode_utf8()
                 .map_err(|_| store::KeyError::NotUtf8)?,
             false => segment.into(),
         };
-        let (name, version) = match name.split_once('@') {
-            Some((name, version)) => (name, Some(version)),
-            None => (name.as_ref(), None),
+        Ok(match decoded.split_once('@') {
+            Some((name, version)) => (name.to_owned(), Some(version.to_owned())),
+            None => (decoded.into_owned(), None),
+        })
+    }
+
+    /// The mount a mount segment names, and the version it names after `@` (percent-decoded
+    /// as [`AppState::mount`] does), checked only for being a version of a versioned mount.
+    pub fn mount_and_version(&self, segment: &str) -> Result<(&Mount, Option<store::icechunk::Version>), ApiError> {
+        let mount = self.mount(segment)?;
+        let version = match (self.mount_name(segment)?.1, &mount.repository) {
+            (None, _) => None,
+            (Some(v), Some(_)) => Some(store::icechunk::Version::parse(&v).map_err(ApiError::UnknownVersion)?),
+            (Some(_), None) => {
+                return Err(ApiError::UnknownVersion(format!(
+                    "mount '{}' has no versions (only Icechunk mounts do)",
+                    mount.name
+                )));
+            }
         };
-        if let Some(mount) = self.mounts.get(name) {
-            let version = match (version, &mount.repository) {
-                (None, _) => None,
-                (Some(v), Some(_)) => Some(store::icechunk::Version::parse(v).map_err(ApiError::UnknownVersion)?),
-                (Some(_), None) => {
-                    return Err(ApiError::UnknownVersion(format!(
-                        "mount '{name}' has no versions (only Icechunk mounts do)"
-                    )));
-                }
-            };
-            return Ok((mount, version));
-        }
-        StoreKey::new(name)?;
-        Err(ApiError::UnknownMount(name.to_owned()))
+        Ok((mount, version))
     }
 
     /// The `Cache-Control` of successful answers read through a mount segment: the mount's,
@@ -350,7 +360,13 @@ impl AppState {
     pub fn cache_control_of(&self, segment: &str) -> Option<axum::http::HeaderValue> {
         let (mount, version) = self.mount_and_version(segment).ok()?;
         match (&mount.cache_control, version) {
-            (None, Some(v)) if v.is_immutable() => Some(axum::http::HeaderValue::from_static(IMMUTABLE)),
+            // A protected mount's answers are the reader's to keep, not a shared cache's.
+            (None, Some(v)) if v.is_immutable() => {
+                Some(axum::http::HeaderValue::from_static(match mount.access.is_public() {
+                    true => IMMUTABLE,
+                    false => IMMUTABLE_PRIVATE,
+                }))
+            }
             (cache_control, _) => cache_control.clone(),
         }
     }

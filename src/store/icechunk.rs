@@ -49,7 +49,10 @@ impl Version {
         match kind {
             "branch" => Ok(Version::Branch(name.to_owned())),
             "tag" => Ok(Version::Tag(name.to_owned())),
-            "snapshot" => Ok(Version::Snapshot(name.to_owned())),
+            "snapshot" => match SnapshotId::try_from(name) {
+                Ok(_) => Ok(Version::Snapshot(name.to_owned())),
+                Err(_) => Err(format!("'{name}' is not a snapshot id")),
+            },
             _ => Err(format!(
                 "'{text}' is not a version (branch.NAME, tag.NAME or snapshot.ID)"
             )),
@@ -372,10 +375,13 @@ fn snapshot_key(key: &StoreKey) -> Option<SnapshotKey> {
     let at = segments.iter().rposition(|s| *s == "c")?;
     let coords = segments[at + 1..]
         .iter()
-        .map(|s| match s.bytes().all(|b| b.is_ascii_digit()) {
-            true => s.parse::<u32>().ok(),
-            false => None,
-        })
+        // One spelling per chunk: digits, without leading zeros.
+        .map(
+            |s| match s.bytes().all(|b| b.is_ascii_digit()) && (s.len() == 1 || !s.starts_with('0')) {
+                true => s.parse::<u32>().ok(),
+                false => None,
+            },
+        )
         .collect::<Option<Vec<u32>>>()?;
     Some(SnapshotKey::Chunk(node_path(&segments[..at])?, ChunkIndices(coords)))
 }
@@ -643,10 +649,10 @@ mod tests {
             assert_eq!(Version::parse(text).unwrap().to_string(), text);
         }
         assert_eq!(Version::parse("tag.v1.2").unwrap(), Version::Tag("v1.2".into()));
-        for bad in ["main", "branch.", "head.main", "", "snapshot"] {
+        for bad in ["main", "branch.", "head.main", "", "snapshot", "snapshot.not-an-id"] {
             assert!(Version::parse(bad).is_err(), "{bad}");
         }
-        assert!(Version::parse("snapshot.x").unwrap().is_immutable());
+        assert!(Version::parse("snapshot.PP1VE9WPQCY0KNH9GXZ0").unwrap().is_immutable());
         assert!(!Version::parse("tag.x").unwrap().is_immutable());
     }
 
@@ -673,7 +679,16 @@ mod tests {
             key("c/0"),
             Some(SnapshotKey::Chunk(Path::root(), ChunkIndices(vec![0])))
         );
-        for none in ["a/.zarray", "a/c/x", "a/c/-1", "a/c/+1", "a/b", "a/c/99999999999"] {
+        for none in [
+            "a/.zarray",
+            "a/c/x",
+            "a/c/-1",
+            "a/c/+1",
+            "a/b",
+            "a/c/99999999999",
+            "a/c/07",
+            "a/c/1/00",
+        ] {
             assert_eq!(key(none), None, "{none}");
         }
     }

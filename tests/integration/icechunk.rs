@@ -118,12 +118,29 @@ async fn snapshot_urls_are_immutable_and_branch_urls_are_not() {
         let r = get(&app, &url, &[]).await;
         assert_eq!(r.status, 200, "{url}");
         assert_eq!(r.header("cache-control"), Some(zarrgate::state::IMMUTABLE), "{url}");
-        if let Some(etag) = r.header("etag") {
+        if url.starts_with("/zarr/") {
+            let etag = r.header("etag").unwrap_or_else(|| panic!("{url}: no ETag"));
             assert!(!etag.starts_with("W/"), "{url}: {etag}");
             let again = get(&app, &url, &[("if-none-match", etag)]).await;
             assert_eq!(again.status, 304, "{url}");
+            let head = request(&app, "HEAD", &url, &[]).await;
+            assert_eq!((head.status.as_u16(), head.header("etag")), (200, Some(etag)), "{url}");
         }
     }
+    // A protected mount's snapshots are kept by their readers alone.
+    let mut protected = icechunk_config(&fixture().join("repo"), true);
+    // SAFETY: a variable unique to this test, set before the state reads it.
+    unsafe { std::env::set_var("ZG_TEST_ICECHUNK_TOKEN", "ice-token") };
+    protected.mounts.get_mut("ice").unwrap().tokens = vec!["env:ZG_TEST_ICECHUNK_TOKEN".into()];
+    let protected = app_of(protected);
+    let url = format!("/zarr/ice@snapshot.{tag}/small/zarr.json");
+    let unauthorized = get(&protected, &url, &[]).await;
+    assert_eq!(unauthorized.status, 401);
+    // A version that is none is still behind the mount's credentials.
+    assert_eq!(get(&protected, "/zarr/ice@nonsense/zarr.json", &[]).await.status, 401);
+    let r = get(&protected, &url, &[("authorization", "Bearer ice-token")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("cache-control"), Some(zarrgate::state::IMMUTABLE_PRIVATE));
     let branch = get(&app, "/zarr/ice@branch.main/temperature/c/0/0/0", &[]).await;
     assert_eq!(branch.header("cache-control"), Some("no-cache"));
     // The same chunk of two versions that wrote it differently: two ETags.
@@ -145,7 +162,7 @@ async fn versions_are_listed_and_unknown_ones_are_named() {
             "/api/v1/zom/ice@snapshot.AAAAAAAAAAAAAAAAAAAA",
             "snapshot.AAAAAAAAAAAAAAAAAAAA",
         ),
-        ("/api/v1/list/ice@snapshot.not-an-id", "snapshot.not-an-id"),
+        ("/api/v1/list/ice@snapshot.not-an-id", "not-an-id"),
         ("/zarr/ice@main/zarr.json", "main"),
     ] {
         let r = get(&app, url, &[]).await;
@@ -293,9 +310,53 @@ fn icechunk_mount_settings_are_checked() {
     config.mounts.insert("ice".into(), mount.clone());
     let e = config.validate().unwrap_err().to_string();
     assert!(e.contains("branch.NAME"), "{e}");
+    mount.version = Some("snapshot.garbage".into());
+    config.mounts.insert("ice".into(), mount.clone());
+    let e = config.validate().unwrap_err().to_string();
+    assert!(e.contains("snapshot id"), "{e}");
     mount.format = MountFormat::Zarr;
     mount.version = Some("branch.main".into());
     config.mounts.insert("ice".into(), mount);
     let e = config.validate().unwrap_err().to_string();
     assert!(e.contains("icechunk"), "{e}");
+}
+
+/// A snapshot or manifest that does not parse is 500 `corrupt_data`, for the versions that
+/// read it alone; the server keeps serving the others, and nothing broken is cached.
+#[tokio::test]
+async fn corrupt_snapshots_and_manifests_are_corrupt_data() {
+    let expected = expected();
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&fixture().join("repo"), dir.path());
+    let v1 = expected["tags"]["v1"].as_str().unwrap();
+    // Every manifest cut short: the native chunks of every version are unreadable.
+    for entry in std::fs::read_dir(dir.path().join("manifests")).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    }
+    // And the tag's snapshot overwritten with garbage.
+    std::fs::write(dir.path().join("snapshots").join(v1), b"not a snapshot").unwrap();
+    let app = app_of(icechunk_config(dir.path(), true));
+    let chunk = get(&app, "/zarr/ice/temperature/c/0/0/0", &[]).await;
+    assert_eq!(
+        (chunk.status.as_u16(), chunk.error_code()),
+        (500, "corrupt_data".into()),
+        "{:?}",
+        chunk.body
+    );
+    let tag = get(&app, "/zarr/ice@tag.v1/zarr.json", &[]).await;
+    assert_eq!(
+        (tag.status.as_u16(), tag.error_code()),
+        (500, "corrupt_data".into()),
+        "{:?}",
+        tag.body
+    );
+    // Metadata of other snapshots, in the snapshot files themselves, still reads.
+    let doc = get(&app, "/zarr/ice@branch.dev/extra/zarr.json", &[]).await;
+    assert_eq!(doc.status, 200);
+    assert_eq!(
+        doc.json(),
+        expected["snapshots"][expected["branches"]["dev"].as_str().unwrap()]["arrays"]["/extra"]["zarr_json"]
+    );
 }

@@ -60,6 +60,10 @@ for refs in refs_templates refs_h5_v0; do
   printf '\n[mounts.%s]\nurl = "%s"\nformat = "references"\n' \
     "$refs" "$repo/tests/fixtures/references/$refs.json" >>"$work/interop.toml"
 done
+# The Icechunk repository of tests/fixtures/icechunk (test_icechunk.py); its virtual chunks'
+# placeholder prefix file:///zarrgate-fixtures/ stands for tests/fixtures/.
+printf '\n[mounts.ice]\nurl = "%s"\nformat = "icechunk"\n[mounts.ice.virtual_locations]\n"file:///zarrgate-fixtures/" = "%s"\n' \
+  "$repo/tests/fixtures/icechunk/repo" "$repo/tests/fixtures/" >>"$work/interop.toml"
 ZARRGATE_LOG=info "$bin" serve --config "$work/interop.toml" --bind "127.0.0.1:$port" "${mounts[@]}" \
   >"$work/server.out" 2>"$work/access.log" &
 server_pid=$!
