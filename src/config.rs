@@ -979,7 +979,7 @@ impl Config {
             match mount.format {
                 MountFormat::Icechunk => {
                     if let Some(version) = &mount.version {
-                        crate::store::icechunk::Version::parse(version)
+                        crate::version::Version::parse(version)
                             .map_err(|e| ConfigError::Invalid(format!("mount '{name}': version: {e}")))?;
                     }
                     if let MountSource::Zip(..) = mount.source(name)? {

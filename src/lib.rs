@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod version;
 pub mod workers;
 pub mod zarr;
 

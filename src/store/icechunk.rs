@@ -29,61 +29,18 @@ const SESSIONS_HELD: u64 = 64;
 /// Snapshots listed per branch by [`Repository::versions`], newest first.
 pub const SNAPSHOTS_LISTED: usize = 100;
 
-/// A version of a repository, as URLs and the config name it: `branch.NAME`, `tag.NAME`,
-/// `snapshot.ID`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Version {
-    Branch(String),
-    Tag(String),
-    Snapshot(String),
-}
+pub use crate::version::Version;
 
-impl Version {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let (kind, name) = text.split_once('.').unwrap_or((text, ""));
-        if name.is_empty() {
-            return Err(format!(
-                "'{text}' is not a version (branch.NAME, tag.NAME or snapshot.ID)"
-            ));
-        }
-        match kind {
-            "branch" => Ok(Version::Branch(name.to_owned())),
-            "tag" => Ok(Version::Tag(name.to_owned())),
-            "snapshot" => match SnapshotId::try_from(name) {
-                Ok(_) => Ok(Version::Snapshot(name.to_owned())),
-                Err(_) => Err(format!("'{name}' is not a snapshot id")),
-            },
-            _ => Err(format!(
-                "'{text}' is not a version (branch.NAME, tag.NAME or snapshot.ID)"
-            )),
-        }
-    }
-
-    /// Whether what it names never changes: a snapshot (a tag may be deleted and made again).
-    pub fn is_immutable(&self) -> bool {
-        matches!(self, Version::Snapshot(_))
-    }
-
-    fn info(&self) -> Result<VersionInfo, StoreError> {
-        Ok(match self {
-            Version::Branch(b) => VersionInfo::BranchTipRef(b.clone()),
-            Version::Tag(t) => VersionInfo::TagRef(t.clone()),
-            Version::Snapshot(id) => VersionInfo::SnapshotId(
-                SnapshotId::try_from(id.as_str())
-                    .map_err(|_| StoreError::UnknownVersion(format!("no version {self}")))?,
-            ),
-        })
-    }
-}
-
-impl fmt::Display for Version {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Version::Branch(b) => write!(f, "branch.{b}"),
-            Version::Tag(t) => write!(f, "tag.{t}"),
-            Version::Snapshot(s) => write!(f, "snapshot.{s}"),
-        }
-    }
+/// What icechunk calls `version`; a snapshot id that does not parse names no version.
+fn version_info(version: &Version) -> Result<VersionInfo, StoreError> {
+    Ok(match version {
+        Version::Branch(b) => VersionInfo::BranchTipRef(b.clone()),
+        Version::Tag(t) => VersionInfo::TagRef(t.clone()),
+        Version::Snapshot(id) => VersionInfo::SnapshotId(
+            SnapshotId::try_from(id.as_str())
+                .map_err(|_| StoreError::UnknownVersion(format!("no version {version}")))?,
+        ),
+    })
 }
 
 /// The repository as opened, or why it could not be (answered until the next try).
@@ -217,7 +174,7 @@ impl Repository {
     /// The snapshot `version` names now (a branch or tag as looked up within `check_every`).
     async fn snapshot_of(&self, version: &Version) -> Result<SnapshotId, StoreError> {
         let repository = self.repository().await?;
-        let info = version.info()?;
+        let info = version_info(version)?;
         let lookup = async {
             repository
                 .resolve_version(&info)
