@@ -186,6 +186,7 @@ fn reference_mount_settings_are_checked() {
     assert!(e.contains("virtual_prefixes"), "{e}");
     config.mounts.get_mut("r").unwrap().virtual_prefixes.clear();
     config.mounts.get_mut("r").unwrap().format = MountFormat::Icechunk;
+    std::fs::write(dir.path().join("repo.zip"), b"").unwrap();
     config.mounts.get_mut("r").unwrap().url = dir.path().join("repo.zip").display().to_string();
     let e = config.validate().unwrap_err().to_string();
     assert!(e.contains("Icechunk") && e.contains("zip"), "{e}");
