@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::icechunk::format::manifest::ChunkPayload;
+use ::icechunk::format::manifest::{Checksum, ChunkPayload, SecondsSinceEpoch};
 use ::icechunk::format::{ChunkIndices, Path, SnapshotId};
 use ::icechunk::repository::VersionInfo;
 use ::icechunk::session::{Session, SessionError, SessionErrorKind};
@@ -19,7 +19,7 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use super::cached::{Freshness, RawCache};
-use super::references::{Directories, Reference, Targets};
+use super::references::{Directories, Expected, Reference, Targets};
 use super::{Backend, ByteRange, GetObject, Listing, ObjectMeta, Store, StoreError, StoreKey};
 use crate::config::{MountConfig, MountSource, Remote};
 
@@ -344,8 +344,9 @@ fn snapshot_key(key: &StoreKey) -> Option<SnapshotKey> {
 }
 
 impl SnapshotBackend {
-    /// What `key` reads: `None` when the snapshot holds no such key.
-    async fn reference(&self, key: &StoreKey) -> Result<Option<Reference>, StoreError> {
+    /// What `key` reads, and what a virtual chunk's source must still be: `None` when the
+    /// snapshot holds no such key.
+    async fn reference(&self, key: &StoreKey) -> Result<Option<(Reference, Option<Expected>)>, StoreError> {
         let missing = |e: &SessionError| {
             matches!(
                 e.kind,
@@ -355,18 +356,21 @@ impl SnapshotBackend {
         match snapshot_key(key) {
             None => Ok(None),
             Some(SnapshotKey::Metadata(path)) => match self.session.get_node(&path).await {
-                Ok(node) => Ok(Some(Reference::Inline(node.user_data))),
+                Ok(node) => Ok(Some((Reference::Inline(node.user_data), None))),
                 Err(e) if missing(&e) => Ok(None),
                 Err(e) => Err(session_error(key, e)),
             },
             Some(SnapshotKey::Chunk(path, coords)) => match self.session.get_chunk_ref(&path, &coords).await {
                 Ok(None) => Ok(None),
-                Ok(Some(ChunkPayload::Inline(bytes))) => Ok(Some(Reference::Inline(bytes))),
-                Ok(Some(ChunkPayload::Ref(chunk))) => Ok(Some(Reference::Range {
-                    url: format!("{}/{}", ::icechunk::format::CHUNKS_FILE_PATH, chunk.id).into(),
-                    offset: chunk.offset,
-                    length: chunk.length,
-                })),
+                Ok(Some(ChunkPayload::Inline(bytes))) => Ok(Some((Reference::Inline(bytes), None))),
+                Ok(Some(ChunkPayload::Ref(chunk))) => Ok(Some((
+                    Reference::Range {
+                        url: format!("{}/{}", ::icechunk::format::CHUNKS_FILE_PATH, chunk.id).into(),
+                        offset: chunk.offset,
+                        length: chunk.length,
+                    },
+                    None,
+                ))),
                 Ok(Some(ChunkPayload::Virtual(chunk))) => {
                     let url =
                         self.session
@@ -381,11 +385,20 @@ impl SnapshotBackend {
                             "a virtual chunk's location '{url}' is not a URL"
                         )));
                     }
-                    Ok(Some(Reference::Range {
-                        url: url.into(),
-                        offset: chunk.offset,
-                        length: chunk.length,
-                    }))
+                    let expected = chunk.checksum.map(|checksum| match checksum {
+                        Checksum::ETag(etag) => Expected::ETag(etag.0),
+                        Checksum::LastModified(SecondsSinceEpoch(seconds)) => {
+                            Expected::UnmodifiedSince(std::time::UNIX_EPOCH + Duration::from_secs(u64::from(seconds)))
+                        }
+                    });
+                    Ok(Some((
+                        Reference::Range {
+                            url: url.into(),
+                            offset: chunk.offset,
+                            length: chunk.length,
+                        },
+                        expected,
+                    )))
                 }
                 Ok(Some(other)) => Err(StoreError::Corrupt {
                     key: key.as_str().to_owned(),
@@ -427,7 +440,11 @@ impl SnapshotBackend {
 impl Backend for SnapshotBackend {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
         match self.reference(key).await? {
-            Some(reference) => self.targets.head(key, &reference, self.state).await.map(Some),
+            Some((reference, expected)) => self
+                .targets
+                .head(key, &reference, self.state, expected.as_ref())
+                .await
+                .map(Some),
             None => Ok(None),
         }
     }
@@ -438,7 +455,11 @@ impl Backend for SnapshotBackend {
 
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         match self.reference(key).await? {
-            Some(reference) => self.targets.get(key, &reference, self.state, range).await.map(Some),
+            Some((reference, expected)) => self
+                .targets
+                .get(key, &reference, self.state, expected.as_ref(), range)
+                .await
+                .map(Some),
             None => Ok(None),
         }
     }

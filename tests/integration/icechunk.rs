@@ -360,3 +360,68 @@ async fn corrupt_snapshots_and_manifests_are_corrupt_data() {
         expected["snapshots"][expected["branches"]["dev"].as_str().unwrap()]["arrays"]["/extra"]["zarr_json"]
     );
 }
+
+/// A virtual chunk whose manifest records its source's state (Icechunk's checksum: an ETag
+/// or a last-modified time) reads only while the source is still in that state: a source
+/// replaced since is 500 `corrupt_data`, never served as the snapshot's bytes.
+#[tokio::test]
+async fn virtual_chunks_whose_source_changed_are_corrupt_data() {
+    use ::icechunk::format::manifest::{
+        Checksum, ChunkPayload, SecondsSinceEpoch, VirtualChunkLocation, VirtualChunkRef,
+    };
+    use ::icechunk::format::{ChunkIndices, Path};
+    use ::icechunk::storage::ETag;
+    let expected = expected();
+    let dir = tempfile::tempdir().unwrap();
+    copy_dir(&fixture().join("repo"), dir.path());
+    let storage = ::icechunk::new_local_filesystem_storage(dir.path()).await.unwrap();
+    let writer = ::icechunk::Repository::open(storage).execute().await.unwrap();
+    let location = format!("{}references/data.nc", expected["virtual"]["prefix"].as_str().unwrap());
+    let refs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(repo().join("tests/fixtures/references/refs_v1.json")).unwrap()).unwrap();
+    let chunk = refs["refs"]["temperature/0.0.0"].as_array().unwrap().clone();
+    let (offset, length) = (chunk[1].as_u64().unwrap(), chunk[2].as_u64().unwrap());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as u32;
+    let mut session = writer.writable_session("main").await.unwrap();
+    let path = Path::new("/virtual/temperature").unwrap();
+    for (coords, checksum) in [
+        // Written long before the file was: the file changed since.
+        (vec![0, 0, 0], Some(Checksum::LastModified(SecondsSinceEpoch(1)))),
+        (vec![0, 0, 1], Some(Checksum::ETag(ETag("\"not-the-file-s\"".into())))),
+        // The file as it is now: read.
+        (
+            vec![0, 1, 0],
+            Some(Checksum::LastModified(SecondsSinceEpoch(now + 3600))),
+        ),
+    ] {
+        let payload = ChunkPayload::Virtual(VirtualChunkRef {
+            location: VirtualChunkLocation::from_url(&location).unwrap(),
+            offset,
+            length,
+            checksum,
+        });
+        session
+            .set_chunk_ref(path.clone(), ChunkIndices(coords), Some(payload))
+            .await
+            .unwrap();
+    }
+    session.commit("checksums").execute().await.unwrap();
+    let app = app_of(icechunk_config(dir.path(), true));
+    for key in ["c/0/0/0", "c/0/0/1"] {
+        let r = get(&app, &format!("/zarr/ice/virtual/temperature/{key}"), &[]).await;
+        assert_eq!(
+            (r.status.as_u16(), r.error_code()),
+            (500, "corrupt_data".into()),
+            "{key}"
+        );
+        let head = request(&app, "HEAD", &format!("/zarr/ice/virtual/temperature/{key}"), &[]).await;
+        assert_eq!(head.status, 500, "{key}");
+    }
+    let fresh = get(&app, "/zarr/ice/virtual/temperature/c/0/1/0", &[]).await;
+    assert_eq!(fresh.status, 200);
+    let source = std::fs::read(repo().join("tests/fixtures/references/data.nc")).unwrap();
+    assert_eq!(&fresh.body[..], &source[offset as usize..(offset + length) as usize]);
+}

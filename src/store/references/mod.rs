@@ -286,10 +286,48 @@ fn reference_meta(state: u32, reference: &Reference, size: u64, source: Option<&
     }
 }
 
+/// What the object a reference reads must still be, as its writer saw it (an Icechunk virtual
+/// chunk's checksum): else the bytes are not those the reference describes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Expected {
+    /// The object's ETag (unquoted).
+    ETag(String),
+    /// Not modified after this time.
+    UnmodifiedSince(std::time::SystemTime),
+}
+
+impl Expected {
+    /// A corrupt-data error naming `key` when `source` is not what was expected; a source
+    /// whose store tells neither its ETag nor its time is taken as it is.
+    fn check(&self, key: &StoreKey, url: &str, source: &ObjectMeta) -> Result<(), StoreError> {
+        let changed = match self {
+            Expected::ETag(etag) => source
+                .version
+                .as_deref()
+                .is_some_and(|v| v.trim_matches('"') != etag.trim_matches('"')),
+            Expected::UnmodifiedSince(at) => source.last_modified.is_some_and(|m| m > *at),
+        };
+        match changed {
+            true => Err(StoreError::Corrupt {
+                key: key.as_str().to_owned(),
+                message: format!("'{url}' changed after its reference was written"),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
 impl Targets {
     /// The object a reference reads: its store's metadata of it, or a corrupt-data error
-    /// naming the key when it is missing or shorter than the reference says.
-    async fn source_meta(&self, key: &StoreKey, url: &str, end: Option<u64>) -> Result<ObjectMeta, StoreError> {
+    /// naming the key when it is missing, shorter than the reference says, or not what it
+    /// is `expected` to be.
+    async fn source_meta(
+        &self,
+        key: &StoreKey,
+        url: &str,
+        end: Option<u64>,
+        expected: Option<&Expected>,
+    ) -> Result<ObjectMeta, StoreError> {
         let (store, target) = self.resolve(url)?;
         let meta = store.head(&target).await?.ok_or_else(|| StoreError::Corrupt {
             key: key.as_str().to_owned(),
@@ -300,35 +338,42 @@ impl Targets {
         {
             return Err(past_end(key, url, end, meta.size));
         }
+        if let Some(expected) = expected {
+            expected.check(key, url, &meta)?;
+        }
         Ok(meta)
     }
 
-    /// The metadata of `key`, read through `reference` in the store state `state` names.
+    /// The metadata of `key`, read through `reference` in the store state `state` names, its
+    /// source checked against what it is `expected` to be.
     pub(crate) async fn head(
         &self,
         key: &StoreKey,
         reference: &Reference,
         state: u32,
+        expected: Option<&Expected>,
     ) -> Result<ObjectMeta, StoreError> {
         Ok(match reference {
             Reference::Inline(bytes) => reference_meta(state, reference, bytes.len() as u64, None),
             Reference::Whole { url } => {
-                let source = self.source_meta(key, url, None).await?;
+                let source = self.source_meta(key, url, None, expected).await?;
                 reference_meta(state, reference, source.size, Some(&source))
             }
             Reference::Range { url, offset, length } => {
-                let source = self.source_meta(key, url, Some(offset + length)).await?;
+                let source = self.source_meta(key, url, Some(offset + length), expected).await?;
                 reference_meta(state, reference, *length, Some(&source))
             }
         })
     }
 
-    /// `range` (or all) of `key`, read through `reference` in the store state `state` names.
+    /// `range` (or all) of `key`, read through `reference` in the store state `state` names,
+    /// its source checked against what it is `expected` to be.
     pub(crate) async fn get(
         &self,
         key: &StoreKey,
         reference: &Reference,
         state: u32,
+        expected: Option<&Expected>,
         range: Option<ByteRange>,
     ) -> Result<GetObject, StoreError> {
         let (url, offset, length) = match reference {
@@ -352,12 +397,15 @@ impl Targets {
         let Some(length) = length else {
             // The whole object, as its store reads it.
             let got = store.get(&target, range).await?.ok_or_else(missing)?;
+            if let Some(expected) = expected {
+                expected.check(key, url, &got.meta)?;
+            }
             let meta = reference_meta(state, reference, got.meta.size, Some(&got.meta));
             return Ok(GetObject { meta, ..got });
         };
         let r = resolve_range(range, length)?;
         if r.is_empty() {
-            let source = self.source_meta(key, url, Some(offset + length)).await?;
+            let source = self.source_meta(key, url, Some(offset + length), expected).await?;
             return Ok(GetObject {
                 meta: reference_meta(state, reference, length, Some(&source)),
                 range: r,
@@ -372,6 +420,9 @@ impl Targets {
         };
         if got.meta.size < offset + length {
             return Err(past_end(key, url, offset + length, got.meta.size));
+        }
+        if let Some(expected) = expected {
+            expected.check(key, url, &got.meta)?;
         }
         Ok(GetObject {
             meta: reference_meta(state, reference, length, Some(&got.meta)),
@@ -393,7 +444,7 @@ impl Backend for ReferenceBackend {
     async fn head(&self, key: &StoreKey) -> Result<Option<ObjectMeta>, StoreError> {
         let table = self.table().await?;
         match table.entries.get(key.as_str()) {
-            Some(reference) => self.targets.head(key, reference, table.tag).await.map(Some),
+            Some(reference) => self.targets.head(key, reference, table.tag, None).await.map(Some),
             None => Ok(None),
         }
     }
@@ -405,7 +456,7 @@ impl Backend for ReferenceBackend {
     async fn get(&self, key: &StoreKey, range: Option<ByteRange>) -> Result<Option<GetObject>, StoreError> {
         let table = self.table().await?;
         match table.entries.get(key.as_str()) {
-            Some(reference) => self.targets.get(key, reference, table.tag, range).await.map(Some),
+            Some(reference) => self.targets.get(key, reference, table.tag, None, range).await.map(Some),
             None => Ok(None),
         }
     }
