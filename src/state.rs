@@ -480,12 +480,16 @@ fn open_mounts(
                         "references",
                     ),
                     crate::config::MountFormat::Icechunk => (
-                        store::icechunk::open(name, m, ttl, (&caches.raw, &cache_id, freshness)).map(
-                            |(store, opened)| {
-                                repository = Some(opened);
-                                store
-                            },
-                        ),
+                        store::icechunk::open(
+                            name,
+                            m,
+                            (ttl, config.cache.hierarchy_bytes),
+                            (&caches.raw, &cache_id, freshness),
+                        )
+                        .map(|(store, opened)| {
+                            repository = Some(opened);
+                            store
+                        }),
                         "icechunk",
                     ),
                     _ => {

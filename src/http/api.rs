@@ -57,7 +57,7 @@ pub async fn versions(State(state): State<AppState>, uri: axum::http::Uri) -> Re
         return Err(ApiError::NotFound("no such route".into()));
     }
     let versions = repository.versions().await?;
-    let mut body = serde_json::to_value(&versions).map_err(|_| ApiError::Internal)?;
+    let mut body = serde_json::to_value(&*versions).map_err(|_| ApiError::Internal)?;
     body["mount"] = json!(mount.name);
     Ok(([(header::CACHE_CONTROL, "no-cache")], Json(body)).into_response())
 }

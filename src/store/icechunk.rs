@@ -29,6 +29,17 @@ const SESSIONS_HELD: u64 = 64;
 /// Snapshots listed per branch by [`Repository::versions`], newest first.
 pub const SNAPSHOTS_LISTED: usize = 100;
 
+/// Branches, and tags, listed by [`Repository::versions`].
+pub const REFS_LISTED: usize = 1000;
+
+/// Nodes of a snapshot listed ([`Backend::list`]); a larger snapshot's listing is refused.
+pub const NODES_LISTED: usize = 1_000_000;
+
+/// What icechunk's own caches may hold per repository, in its units: snapshot nodes and
+/// manifest chunk references, sized from `cache.hierarchy_bytes` at these estimates of each.
+const NODE_BYTES: u64 = 2048;
+const CHUNK_REF_BYTES: u64 = 64;
+
 pub use crate::version::Version;
 
 /// What icechunk calls `version`; a snapshot id that does not parse names no version.
@@ -66,6 +77,9 @@ pub struct Repository {
     /// Snapshots of branches and tags, as last looked up.
     tips: moka::future::Cache<Version, SnapshotId>,
     sessions: moka::future::Cache<SnapshotId, Arc<SnapshotBackend>>,
+    versions: moka::future::Cache<(), Arc<Versions>>,
+    /// Bounds icechunk's caches of snapshots and manifests (`cache.hierarchy_bytes`).
+    metadata_bytes: u64,
 }
 
 impl fmt::Debug for Repository {
@@ -152,6 +166,7 @@ impl Repository {
         }
         let result = match storage_of(&self.source, &self.config).await {
             Ok(storage) => ::icechunk::Repository::open(storage)
+                .config(repository_config(self.metadata_bytes))
                 .execute()
                 .await
                 .map(Arc::new)
@@ -216,13 +231,31 @@ impl Repository {
         })
     }
 
-    /// Branches, tags and the recent snapshots of each branch, for `/api/v1/versions/`.
-    pub async fn versions(&self) -> Result<Versions, StoreError> {
+    /// Branches, tags and the recent snapshots of each branch, for `/api/v1/versions/`: read
+    /// at most once per `check_every` (requests meanwhile share one reading).
+    pub async fn versions(&self) -> Result<Arc<Versions>, StoreError> {
+        self.versions
+            .try_get_with((), async { self.read_versions().await.map(Arc::new) })
+            .await
+            .map_err(|e: Arc<StoreError>| (*e).clone())
+    }
+
+    /// At most [`REFS_LISTED`] branches and tags each, and [`SNAPSHOTS_LISTED`] ancestors of
+    /// each branch.
+    async fn read_versions(&self) -> Result<Versions, StoreError> {
         let repository = self.repository().await?;
         let error = |e| repository_error(None, e);
+        let mut truncated = false;
+        let mut listed = |names: std::collections::BTreeSet<String>| {
+            truncated |= names.len() > REFS_LISTED;
+            names.into_iter().take(REFS_LISTED).collect::<Vec<_>>()
+        };
+        let branch_names = listed(repository.list_branches().await.map_err(error)?);
+        let tag_names = listed(repository.list_tags().await.map_err(error)?);
         let mut branches = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut snapshots = Vec::<SnapshotEntry>::new();
-        for name in repository.list_branches().await.map_err(error)? {
+        for name in branch_names {
             let snapshot = repository.lookup_branch(&name).await.map_err(error)?;
             let ancestry = repository
                 .ancestry(&VersionInfo::SnapshotId(snapshot.clone()))
@@ -233,7 +266,8 @@ impl Repository {
             while let Some(info) = ancestry.next().await {
                 let info = info.map_err(error)?;
                 let id = info.id.to_string();
-                if snapshots.iter().any(|s| s.id == id) {
+                // The rest of this branch's history is another's, listed already.
+                if !seen.insert(id.clone()) {
                     break;
                 }
                 snapshots.push(SnapshotEntry {
@@ -249,7 +283,7 @@ impl Repository {
             });
         }
         let mut tags = Vec::new();
-        for name in repository.list_tags().await.map_err(error)? {
+        for name in tag_names {
             let snapshot = repository.lookup_tag(&name).await.map_err(error)?;
             tags.push(Named {
                 name,
@@ -262,6 +296,7 @@ impl Repository {
             branches,
             tags,
             snapshots,
+            truncated,
         })
     }
 }
@@ -274,6 +309,8 @@ pub struct Versions {
     pub tags: Vec<Named>,
     /// The last [`SNAPSHOTS_LISTED`] snapshots of each branch, newest first.
     pub snapshots: Vec<SnapshotEntry>,
+    /// Whether more than [`REFS_LISTED`] branches or tags were left out.
+    pub truncated: bool,
 }
 
 /// A branch or tag, and the snapshot it points to.
@@ -421,6 +458,12 @@ impl SnapshotBackend {
                     .map_err(|e| session_error(&StoreKey::root(), e))?;
                 let mut keys = Vec::new();
                 for node in nodes {
+                    if keys.len() == NODES_LISTED {
+                        return Err(StoreError::NotSupported(format!(
+                            "listing snapshot {}, of more than {NODES_LISTED} nodes",
+                            self.snapshot
+                        )));
+                    }
                     let node = node.map_err(|e| session_error(&StoreKey::root(), e))?;
                     let path = node.path.to_string();
                     let path = path.trim_start_matches('/');
@@ -490,6 +533,30 @@ impl Backend for DefaultVersion {
 
     async fn list(&self, prefix: &StoreKey) -> Result<Listing, StoreError> {
         self.0.at(None).await?.store.list(prefix).await
+    }
+}
+
+/// What zarrgate asks of icechunk beyond the repository's own config: its caches sized from
+/// `metadata_bytes`, and no manifests preloaded (work no request asked for, not bounded by one).
+fn repository_config(metadata_bytes: u64) -> ::icechunk::RepositoryConfig {
+    use ::icechunk::config::{CachingConfig, ManifestConfig, ManifestPreloadConfig};
+    let caching = CachingConfig {
+        num_snapshot_nodes: Some((metadata_bytes / NODE_BYTES).max(1)),
+        num_chunk_refs: Some((metadata_bytes / CHUNK_REF_BYTES).max(1)),
+        ..Default::default()
+    };
+    let preload = ManifestPreloadConfig {
+        max_total_refs: Some(0),
+        ..Default::default()
+    };
+    let manifest = ManifestConfig {
+        preload: Some(preload),
+        ..Default::default()
+    };
+    ::icechunk::RepositoryConfig {
+        caching: Some(caching),
+        manifest: Some(manifest),
+        ..Default::default()
     }
 }
 
@@ -590,7 +657,7 @@ async fn storage_of(
 pub fn open(
     name: &str,
     config: &MountConfig,
-    check_every: Duration,
+    (check_every, metadata_bytes): (Duration, u64),
     (raw, cache_id, freshness): (&Arc<RawCache>, &Arc<str>, Freshness),
 ) -> Result<(Store, Arc<Repository>), String> {
     let default_version = Version::parse(config.version.as_deref().unwrap_or("branch.main"))?;
@@ -613,6 +680,11 @@ pub fn open(
             .max_capacity(1024)
             .build(),
         sessions: moka::future::Cache::builder().max_capacity(SESSIONS_HELD).build(),
+        versions: moka::future::Cache::builder()
+            .time_to_live(check_every)
+            .max_capacity(1)
+            .build(),
+        metadata_bytes,
     });
     Ok((Store::new(DefaultVersion(repository.clone())), repository))
 }

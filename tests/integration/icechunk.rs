@@ -177,7 +177,7 @@ async fn versions_are_listed_and_unknown_ones_are_named() {
     let r = get(&app, "/api/v1/versions/ice", &[]).await;
     assert_eq!(r.status, 200);
     let versions = r.json();
-    assert_eq!(versions["default"], "branch.main");
+    assert_eq!((&versions["default"], &versions["truncated"]), (&"branch.main".into(), &false.into()));
     for (kind, list) in [("branches", "branches"), ("tags", "tags")] {
         let got: serde_json::Map<String, serde_json::Value> = versions[list]
             .as_array()
