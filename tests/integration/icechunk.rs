@@ -9,7 +9,7 @@ fn fixture() -> std::path::PathBuf {
     repo().join("tests/fixtures/icechunk")
 }
 
-fn expected() -> serde_json::Value {
+pub fn expected() -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(fixture().join("expected.json")).unwrap()).unwrap()
 }
 
@@ -35,7 +35,7 @@ fn app_of(config: Config) -> zarrgate::App {
 }
 
 /// Numbers and the strings `"NaN"`, `"Infinity"`, `"-Infinity"`, flattened.
-fn flat(v: &serde_json::Value, out: &mut Vec<f64>) {
+pub fn flat(v: &serde_json::Value, out: &mut Vec<f64>) {
     match v {
         serde_json::Value::Array(items) => items.iter().for_each(|i| flat(i, out)),
         serde_json::Value::String(s) => out.push(s.parse::<f64>().unwrap_or_else(|_| panic!("not a number: {s}"))),
@@ -43,7 +43,7 @@ fn flat(v: &serde_json::Value, out: &mut Vec<f64>) {
     }
 }
 
-fn same(got: f64, want: f64, float32: bool) -> bool {
+pub fn same(got: f64, want: f64, float32: bool) -> bool {
     match float32 {
         true => (got as f32).to_bits() == (want as f32).to_bits() || (got.is_nan() && want.is_nan()),
         false => got == want || (got.is_nan() && want.is_nan()),
@@ -65,42 +65,52 @@ async fn every_version_reads_as_icechunk_python_reads_it() {
     versions.push((String::new(), expected["branches"]["main"].as_str().unwrap().to_owned()));
     let mut checked = 0;
     for (version, snapshot) in &versions {
-        let at = &expected["snapshots"][snapshot];
-        for (path, array) in at["arrays"].as_object().unwrap() {
-            let url = format!("/api/v1/slice/ice{version}{path}?format=json");
-            let r = get(&app, &url, &[]).await;
-            assert_eq!(r.status, 200, "{url}: {}", String::from_utf8_lossy(&r.body));
-            assert_eq!(r.json()["shape"], array["shape"], "{url}");
-            let (mut got, mut want) = (Vec::new(), Vec::new());
-            flat(&r.json()["data"], &mut got);
-            flat(&array["values"], &mut want);
-            assert_eq!(got.len(), want.len(), "{url}");
-            let float32 = array["dtype"] == "float32";
-            for (n, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(same(*g, *w, float32), "{url}[{n}]: {g} != {w}");
-            }
-            // The stored document, with consolidated metadata only added to groups.
-            let doc = get(&app, &format!("/zarr/ice{version}{path}/zarr.json"), &[]).await;
-            assert_eq!(doc.status, 200, "{url}");
-            assert_eq!(doc.json(), array["zarr_json"], "{url}");
-            checked += 1;
-        }
-        for (path, group) in at["groups"].as_object().unwrap() {
-            let path = path.trim_end_matches('/');
-            let doc = get(&app, &format!("/zarr/ice{version}{path}/zarr.json"), &[]).await;
-            assert_eq!(doc.status, 200, "{version}{path}");
-            assert_eq!(doc.json()["attributes"], group["attributes"], "{version}{path}");
-        }
-        // Every key icechunk lists is served; a missing chunk is a 404.
-        for key in at["keys"].as_array().unwrap() {
-            let r = get(&app, &format!("/zarr/ice{version}/{}", key.as_str().unwrap()), &[]).await;
-            assert_eq!(r.status, 200, "{version}/{key}");
-        }
+        checked += reads_as_expected(&app, version, snapshot).await;
     }
     // Six versions' arrays and the default's (main's).
     assert!(checked >= 20, "{checked}");
     let missing = get(&app, "/zarr/ice@tag.v1/temperature/c/1/1/1", &[]).await;
     assert_eq!(missing.status, 404);
+}
+
+/// Checks every array and group of the snapshot `snapshot` of expected.json read through
+/// mount `ice` with `version` (`@branch.main`, or "" for the default): values, shape, stored
+/// documents, and every key icechunk lists. Answers how many arrays it checked.
+pub async fn reads_as_expected(app: &zarrgate::App, version: &str, snapshot: &str) -> usize {
+    let expected = expected();
+    let at = &expected["snapshots"][snapshot];
+    let mut checked = 0;
+    for (path, array) in at["arrays"].as_object().unwrap() {
+        let url = format!("/api/v1/slice/ice{version}{path}?format=json");
+        let r = get(app, &url, &[]).await;
+        assert_eq!(r.status, 200, "{url}: {}", String::from_utf8_lossy(&r.body));
+        assert_eq!(r.json()["shape"], array["shape"], "{url}");
+        let (mut got, mut want) = (Vec::new(), Vec::new());
+        flat(&r.json()["data"], &mut got);
+        flat(&array["values"], &mut want);
+        assert_eq!(got.len(), want.len(), "{url}");
+        let float32 = array["dtype"] == "float32";
+        for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(same(*g, *w, float32), "{url}[{n}]: {g} != {w}");
+        }
+        // The stored document, with consolidated metadata only added to groups.
+        let doc = get(app, &format!("/zarr/ice{version}{path}/zarr.json"), &[]).await;
+        assert_eq!(doc.status, 200, "{url}");
+        assert_eq!(doc.json(), array["zarr_json"], "{url}");
+        checked += 1;
+    }
+    for (path, group) in at["groups"].as_object().unwrap() {
+        let path = path.trim_end_matches('/');
+        let doc = get(app, &format!("/zarr/ice{version}{path}/zarr.json"), &[]).await;
+        assert_eq!(doc.status, 200, "{version}{path}");
+        assert_eq!(doc.json()["attributes"], group["attributes"], "{version}{path}");
+    }
+    // Every key icechunk lists is served.
+    for key in at["keys"].as_array().unwrap() {
+        let r = get(app, &format!("/zarr/ice{version}/{}", key.as_str().unwrap()), &[]).await;
+        assert_eq!(r.status, 200, "{version}/{key}");
+    }
+    checked
 }
 
 /// A snapshot's answers never change: strong ETags, `immutable` for caches downstream,
@@ -177,7 +187,10 @@ async fn versions_are_listed_and_unknown_ones_are_named() {
     let r = get(&app, "/api/v1/versions/ice", &[]).await;
     assert_eq!(r.status, 200);
     let versions = r.json();
-    assert_eq!((&versions["default"], &versions["truncated"]), (&"branch.main".into(), &false.into()));
+    assert_eq!(
+        (&versions["default"], &versions["truncated"]),
+        (&"branch.main".into(), &false.into())
+    );
     for (kind, list) in [("branches", "branches"), ("tags", "tags")] {
         let got: serde_json::Map<String, serde_json::Value> = versions[list]
             .as_array()
