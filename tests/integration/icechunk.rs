@@ -438,3 +438,45 @@ async fn virtual_chunks_whose_source_changed_are_corrupt_data() {
     let source = std::fs::read(repo().join("tests/fixtures/references/data.nc")).unwrap();
     assert_eq!(&fresh.body[..], &source[offset as usize..(offset + length) as usize]);
 }
+
+/// A reload that changes an Icechunk mount's default version reads the new one at once; one
+/// that changes nothing of the mount keeps it (and what its repository has read).
+#[tokio::test]
+async fn a_reload_changes_the_default_version() {
+    let expected = expected();
+    let config = icechunk_config(&fixture().join("repo"), true);
+    let app = app_of(config.clone());
+    let health = zarrgate::server::health_app(app.state());
+    let first = |app: &zarrgate::App| {
+        let app = app.clone();
+        async move {
+            let r = get(&app, "/api/v1/slice/ice/temperature?select=0,0,0&format=json", &[]).await;
+            assert_eq!(r.status, 200);
+            r.json()["data"].as_f64().unwrap()
+        }
+    };
+    let value_at = |snapshot: &str| {
+        expected["snapshots"][snapshot]["arrays"]["/temperature"]["values"][0]
+            .as_f64()
+            .unwrap()
+    };
+    let (main, v1) = (
+        expected["branches"]["main"].as_str().unwrap(),
+        expected["tags"]["v1"].as_str().unwrap(),
+    );
+    assert_ne!(value_at(main), value_at(v1));
+    assert_eq!(first(&app).await, value_at(main));
+    let mut tagged = config.clone();
+    tagged.mounts.get_mut("ice").unwrap().version = Some("tag.v1".into());
+    zarrgate::server::reload(&[&app, &health], tagged.clone())
+        .await
+        .unwrap();
+    assert_eq!(first(&app).await, value_at(v1));
+    let before = app.state().mounts["ice"].repository.clone().unwrap();
+    zarrgate::server::reload(&[&app, &health], tagged).await.unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        &before,
+        app.state().mounts["ice"].repository.as_ref().unwrap()
+    ));
+    assert_eq!(first(&app).await, value_at(v1));
+}
