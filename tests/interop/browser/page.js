@@ -94,6 +94,37 @@ async function readConsolidated({ base, mount, path, format, suffix, read }) {
   return { contents, result };
 }
 
+/**
+ * A viewer's path into an Icechunk mount: open the root group at `url` (`.../zarr/ice@VERSION/`)
+ * through the consolidated metadata in its zarr.json, list it, and, with `read`, open that member
+ * array and read `selection` (null = all; a list of numbers (an integer index), nulls (the whole
+ * axis) and [start, stop] pairs (zarr.slice)). An array naming a codec zarrita's registry lacks
+ * is returned as {skip: reason} instead of failing.
+ */
+async function openVersionedGroup({ url, read, selection }) {
+  const s = await zarr.withConsolidatedMetadata(store(url, { suffix: true }), { format: "v3" });
+  const group = await zarr.open(zarr.root(s), { kind: "group" });
+  const contents = s.contents().map((c) => ({ path: c.path, kind: c.kind }));
+  const out = { contents, attrs: group.attrs };
+  if (!read) return out;
+  const loc = zarr.root(s).resolve(read);
+  const arr = await zarr.open(loc, { kind: "array" });
+  const codecs = (JSON.parse(new TextDecoder().decode(await s.get(`${loc.path}/zarr.json`))).codecs || []).map((c) => c.name);
+  const missing = codecs.filter((n) => !zarr.registry.has(n));
+  out.array = {
+    dtype: arr.dtype, shape: arr.shape, chunks: arr.chunks, attrs: arr.attrs, codecs,
+    fillValue: jsonSafe(arr.fillValue),
+  };
+  if (missing.length) {
+    out.skip = `codec ${missing.map((n) => `'${n}'`).join(", ")} not in zarrita's codec registry (zarrita.registry)`;
+    return out;
+  }
+  const sel = selection ? selection.map((x) => (Array.isArray(x) ? zarr.slice(x[0], x[1]) : x)) : null;
+  const r = await zarr.get(arr, sel);
+  out.result = encodeResult(arr.dtype, r.shape, r.data, r.stride);
+  return out;
+}
+
 /** A raw cross-origin fetch; a CORS failure shows as {error: "TypeError: Failed to fetch"}. */
 async function probe({ url, method = "GET", headers = {} }) {
   try {
@@ -127,6 +158,7 @@ async function wrap(fn, arg) {
 window.zarrgateTest = {
   readArray: (a) => wrap(readArray, a),
   readConsolidated: (a) => wrap(readConsolidated, a),
+  openVersionedGroup: (a) => wrap(openVersionedGroup, a),
   probe,
   features: () => ({ float16: typeof globalThis.Float16Array === "function", userAgent: navigator.userAgent }),
 };

@@ -9,6 +9,10 @@
 //   zarrita:<path>  cases of tests/fixtures/zarrita_expected/cases.json from the mount `zarrita`
 //   demo:<path>     the demo arrays, compared with zarrgate's own slice API (.npy)
 //   consolidated:*  groups opened through consolidated metadata
+//   ice:*           the Icechunk mount `ice` at tag.v1, branch.dev, snapshot.<main> and bare:
+//                   the root group through its consolidated metadata, three arrays (native,
+//                   inline and virtual chunks) and a region, compared with
+//                   tests/fixtures/icechunk/expected.json (icechunk-python's reading)
 //   http:*          raw cross-origin fetches: 404s, HEAD, Range (suffix too), 416, ETag/304
 //   neuroglancer:*  ZARRGATE_NEUROGLANCER=1 (run.sh's default): neuroglancer.Viewer and its bundled
 //                   client open zarr2:// and zarr3:// (sharded) layers and read the arrays back
@@ -103,6 +107,7 @@ async function main() {
     await runFixtureCases(ctx);
     await runDemoCases(ctx);
     await runConsolidated(ctx);
+    await runIcechunk(ctx);
     await runHttpProbes(ctx);
     await runGlobalNetworkChecks(ctx, site);
     await runNeuroglancer({
@@ -326,6 +331,173 @@ async function runConsolidated(ctx) {
     errors.push(...(await networkErrors(ctx, g.mount, g.path, { sharded: false })));
     record(name, errors.length ? "fail" : "pass", errors.slice(0, 6).join("\n    "));
   }
+}
+
+// --- Icechunk mount: versions addressed in the mount segment ----------------------------------
+
+const ICE_DIR = path.join(FIXTURES, "icechunk");
+// Arrays read at every version: native chunks with a missing one (NaN fill), an inline chunk,
+// virtual chunks (bytes + numcodecs.shuffle + numcodecs.zlib, -9999 fill for the missing one).
+const ICE_ARRAYS = ["temperature", "small", "virtual/temperature"];
+// zarr.get(arr, [1, null, zarr.slice(2, 6)]) of temperature: [start, stop] pairs are slices.
+const ICE_REGION = { path: "temperature", selection: [1, null, [2, 6]], label: "[1, :, 2:6]" };
+
+/** Is the mount `ice` served? Only its absence skips the ice: cases. */
+async function iceMounted(base) {
+  try {
+    const r = await fetch(`${base}/api/v1/mounts`);
+    if (r.ok) {
+      const doc = await r.json();
+      if (Array.isArray(doc.mounts)) return doc.mounts.some((m) => m.name === "ice");
+    }
+  } catch {
+    // fall through to the raw key
+  }
+  const r = await fetch(`${base}/zarr/ice/zarr.json`).catch(() => null);
+  if (!r) return true; // unreachable: let the cases fail and say why
+  if (r.status !== 404) return true;
+  const body = await r.text().catch(() => "");
+  return !/unknown_mount/.test(body);
+}
+
+const ICE_KINDS = {
+  bool: ["b", 1], int8: ["i", 1], int16: ["i", 2], int32: ["i", 4], int64: ["i", 8],
+  uint8: ["u", 1], uint16: ["u", 2], uint32: ["u", 4], uint64: ["u", 8],
+  float32: ["f", 4], float64: ["f", 8],
+};
+
+function iceNumber(v, dtype) {
+  if (v === "NaN") return NaN;
+  if (v === "Infinity") return Infinity;
+  if (v === "-Infinity") return -Infinity;
+  if (typeof v !== "number") throw new Error(`expected.json value ${JSON.stringify(v)} is not a number`);
+  // float32: the value as a float32 (expected.json prints it in float32's shortest form)
+  return dtype === "float32" ? Math.fround(v) : v;
+}
+
+/** expected.json's array -> the shape compare() takes (flat C-order values, NaN as NaN). */
+function iceExpected(a) {
+  const k = ICE_KINDS[a.dtype];
+  if (!k) throw new Error(`no comparator for expected.json dtype ${a.dtype}`);
+  const [kind, size] = k;
+  const values = a.values.map((v) => (kind === "b" ? !!v : kind === "f" ? iceNumber(v, a.dtype) : BigInt(v)));
+  return { shape: a.shape, values, family: kind === "b" ? "bool" : kind === "f" ? "float" : "int", descr: a.dtype, kind, size };
+}
+
+/** The expected values of a zarr.get selection (integers drop their axis, as zarrita's do). */
+function iceSelect(expected, selection) {
+  const region = selection.map((x, d) => (x === null ? [0, expected.shape[d]] : Array.isArray(x) ? x : [x, x + 1]));
+  const sub = subRegion(expected.values, expected.shape, region);
+  return { ...expected, shape: sub.shape.filter((_, d) => typeof selection[d] !== "number"), values: sub.values };
+}
+
+function sameJson(a, b) {
+  const norm = (x) => JSON.stringify(x, (_k, v) => (v && typeof v === "object" && !Array.isArray(v) ? Object.fromEntries(Object.entries(v).sort()) : v));
+  return norm(a) === norm(b);
+}
+
+/** zarrita's view of the array's metadata against expected.json's. */
+function iceMetadataErrors(got, want) {
+  const errors = [];
+  if (got.dtype !== want.dtype) errors.push(`dtype: zarrita ${got.dtype}, expected ${want.dtype}`);
+  if (!sameJson(got.shape, want.shape)) errors.push(`shape: zarrita [${got.shape}], expected [${want.shape}]`);
+  if (!sameJson(got.chunks, want.chunks)) errors.push(`chunks: zarrita [${got.chunks}], expected [${want.chunks}]`);
+  if (!sameJson(got.attrs, want.attributes)) errors.push(`attributes: zarrita ${JSON.stringify(got.attrs)}, expected ${JSON.stringify(want.attributes)}`);
+  const fill = JSON.parse(got.fillValue);
+  const wantFill = typeof want.fill_value === "number" ? String(want.fill_value) : want.fill_value;
+  if (String(fill) !== String(wantFill) && Number(fill) !== Number(wantFill)) {
+    errors.push(`fill_value: zarrita ${got.fillValue}, expected ${JSON.stringify(want.fill_value)}`);
+  }
+  return errors;
+}
+
+async function runIcechunk(ctx) {
+  const mounted = await iceMounted(ctx.base);
+  let exp = null;
+  let expError = null;
+  try {
+    exp = readJson(path.join(ICE_DIR, "expected.json"));
+  } catch (e) {
+    expError = `tests/fixtures/icechunk/expected.json: ${e.message}`;
+  }
+  const main = exp && exp.branches && exp.branches.main;
+  // [mount segment, the snapshot id whose arrays it must show]
+  const versions = exp
+    ? [
+        ["ice@tag.v1", exp.tags && exp.tags.v1],
+        ["ice@branch.dev", exp.branches && exp.branches.dev],
+        [`ice@snapshot.${main}`, main],
+        ["ice", main],
+      ]
+    : [["ice@tag.v1"], ["ice@branch.dev"], ["ice@snapshot.<main>"], ["ice"]];
+  for (const [segment, snapId] of versions) {
+    const prefix = `${ctx.base}/zarr/${segment}/`;
+    const cases = [
+      { name: `ice:${segment}/ (root group, consolidated)`, read: null },
+      ...ICE_ARRAYS.map((p) => ({ name: `ice:${segment}/${p}`, read: p, selection: null })),
+      { name: `ice:${segment}/${ICE_REGION.path}${ICE_REGION.label}`, read: ICE_REGION.path, selection: ICE_REGION.selection },
+    ];
+    for (const c of cases) {
+      if (!mounted) { record(c.name, "skip", "mount 'ice' not served"); continue; }
+      if (expError) { record(c.name, "fail", expError); continue; }
+      const snap = exp.snapshots && exp.snapshots[snapId];
+      if (!snap) { record(c.name, "fail", `expected.json has no snapshot ${snapId} for ${segment}`); continue; }
+      if (Date.now() > ctx.deadline) { record(c.name, "fail", "not run: time budget exceeded"); continue; }
+      const before = new Set(ctx.net.requests.keys());
+      const errors = [];
+      let skip = null;
+      try {
+        const r = await call(ctx, "openVersionedGroup", { url: prefix, read: c.read, selection: c.selection });
+        if (!r.ok) errors.push(`zarrita: ${r.error}`);
+        else if (!c.read) errors.push(...iceGroupErrors(r.value, snap));
+        else {
+          const want = snap.arrays[`/${c.read}`];
+          if (!want) errors.push(`expected.json has no array /${c.read} in snapshot ${snapId}`);
+          else {
+            errors.push(...iceMetadataErrors(r.value.array, want));
+            if (r.value.skip) skip = r.value.skip;
+            else {
+              let expected = iceExpected(want);
+              if (c.selection) expected = iceSelect(expected, c.selection);
+              const diff = compare(expected, actualFromPage(r.value.result));
+              if (diff) errors.push(diff);
+            }
+          }
+        }
+      } catch (e) {
+        errors.push(e.message);
+        await ctx.page.reload().catch(() => {});
+        await ctx.page.waitForFunction(() => window.zarrgateReady === true, null, { timeout: 30000 }).catch(() => {});
+      }
+      const mine = () => [...ctx.net.requests.entries()].filter(([id, r]) => !before.has(id) && r.url && r.url.startsWith(prefix)).map(([, r]) => r);
+      for (let i = 0; i < 100 && mine().some((r) => !r.finished && !r.failed); i++) await sleep(20);
+      const reqs = mine();
+      errors.push(...requestErrors(ctx, reqs));
+      if (!reqs.some((r) => r.url === `${prefix}zarr.json` && r.status === 200)) errors.push(`no 200 for ${prefix.slice(ctx.base.length)}zarr.json was seen`);
+      if (c.read && !skip && !reqs.some((r) => r.url.startsWith(`${prefix}${c.read}/c/`) && r.status === 200)) {
+        errors.push(`no chunk of ${c.read} was fetched with 200 under ${prefix.slice(ctx.base.length)}`);
+      }
+      if (errors.length) record(c.name, "fail", errors.slice(0, 6).join("\n    "));
+      else record(c.name, skip ? "skip" : "pass", skip || "");
+    }
+  }
+}
+
+/** The root group: its attributes and the nodes its consolidated metadata lists. */
+function iceGroupErrors(got, snap) {
+  const errors = [];
+  const root = snap.groups && snap.groups["/"];
+  if (root && !sameJson(got.attrs, root.attributes)) errors.push(`root attributes: zarrita ${JSON.stringify(got.attrs)}, expected ${JSON.stringify(root.attributes)}`);
+  const want = new Map([
+    ...Object.keys(snap.arrays || {}).map((p) => [p, "array"]),
+    ...Object.keys(snap.groups || {}).filter((p) => p !== "/").map((p) => [p, "group"]),
+  ]);
+  const listed = new Map(got.contents.filter((c) => c.path !== "/").map((c) => [c.path, c.kind]));
+  const missing = [...want].filter(([p, k]) => listed.get(p) !== k).map(([p, k]) => `${p} (${k})`);
+  const extra = [...listed.keys()].filter((p) => !want.has(p));
+  if (missing.length) errors.push(`consolidated contents lack ${missing.join(", ")}`);
+  if (extra.length) errors.push(`consolidated contents list nodes not in this version: ${extra.join(", ")}`);
+  return errors;
 }
 
 // --- raw HTTP behaviour seen from a cross-origin page ----------------------------------------
