@@ -13,7 +13,7 @@
 // cursor, checked against GET /api/v1/slice), a 1-D plot, string tables, readable API errors, the
 // layout at 1280x800 and 390x844 (no horizontal overflow), and the fixes listed in README.md.
 // Screenshots go to target/webpage-screenshots/. The LAST line of output is
-// `webpage: N passed, N failed`; the exit code is non-zero on any failure.
+// `webpage: N passed, N failed, N skipped`; the exit code is non-zero on any failure.
 
 const fs = require("fs");
 const http = require("http");
@@ -37,6 +37,8 @@ let base = null;
 let target = null;
 let abortReason = null;
 
+/** Thrown by a check that the server cannot run (a mount it lacks): counted as skipped. */
+class Skip extends Error {}
 /** Run one named check. A failed `fatal` check (the page did not load) skips the rest. */
 async function check(name, fn, { fatal = false } = {}) {
   if (ONLY && !fatal && !ONLY.test(name)) return;
@@ -51,6 +53,11 @@ async function check(name, fn, { fatal = false } = {}) {
     results.push({ name, ok: true });
     console.log(`ok   ${name} (${Date.now() - t0} ms)`);
   } catch (e) {
+    if (e instanceof Skip) {
+      results.push({ name, ok: true, skipped: true });
+      console.log(`skip ${name}: ${e.message}`);
+      return;
+    }
     results.push({ name, ok: false });
     console.log(`FAIL ${name}: ${e && e.message ? e.message.split("\n")[0] : e}`);
     if (fatal) abortReason = `'${name}' failed`;
@@ -87,6 +94,51 @@ function pyBytes(b64) {
 async function needFx() {
   const mounts = (await api("/api/v1/mounts")).body.mounts.map((m) => m.name);
   assert(mounts.includes("fx"), `the server has no fx mount (tests/fixtures/data, as tests/interop/run.sh mounts it): ${mounts}`);
+}
+
+/** The fixture Icechunk repository's expected.json (tests/fixtures/icechunk), when the server
+    mounts the repository as `ice` (kind icechunk), as tests/interop/run.sh does; the check is
+    skipped on a server without an `ice` mount. */
+let iceFixture = null;
+async function needIce() {
+  const m = (await api("/api/v1/mounts")).body.mounts.find((x) => x.name === "ice");
+  if (!m) throw new Skip("the server has no ice mount (tests/fixtures/icechunk/repo, as tests/interop/run.sh mounts it)");
+  assertEq(m.kind, "icechunk", "kind of the ice mount");
+  iceFixture ||= JSON.parse(fs.readFileSync(path.join(REPO, "tests", "fixtures", "icechunk", "expected.json"), "utf8"));
+  return iceFixture;
+}
+/** The snapshot of `version` (branch.dev, tag.v1, ...; "" the mount's default) in expected.json. */
+async function iceSnapshot(x, version) {
+  const v = version || (await api("/api/v1/versions/ice")).body.default;
+  assert(x.versions[v], `expected.json has no version ${v}`);
+  return x.snapshots[x.versions[v]];
+}
+/** The members of `group` ("" the root) in a snapshot of expected.json, sorted. */
+function iceMembers(snap, group) {
+  const prefix = "/" + (group ? group + "/" : "");
+  const names = Object.keys(snap.arrays).concat(Object.keys(snap.groups))
+    .filter((k) => k.startsWith(prefix) && k.length > prefix.length).map((k) => k.slice(prefix.length).split("/")[0]);
+  return [...new Set(names)].sort();
+}
+/** The version picker, once it lists the versions. */
+async function versionPicker() {
+  await waitUntil(() => document.querySelector("[data-testid=version]")?.dataset.state === "ready", null, "the version picker", "[data-testid=version]");
+  return page.getByLabel("version", { exact: true });
+}
+/** Wait for the view of mount segment `ref` at `p` (its crumbs name ref, its title the node) and
+    return its member rows (empty for an array or an error). */
+async function viewOf(ref, p) {
+  await waitUntil(([r, t]) => {
+    const a = document.querySelectorAll("main .crumbs a");
+    return a[1]?.textContent === r && document.querySelector("main h2")?.textContent === t &&
+      document.querySelector("main .titlebar .badge, main .error");
+  }, [ref, p ? p.split("/").pop() : ref], `the view of ${ref}/${p}`, "main h2");
+  return page.$$eval("main table.list tbody tr", (trs) => trs.map((tr) => tr.children[0].textContent));
+}
+/** The cells of the table view shown for `key` (mount segment/path). */
+async function tableCells(key) {
+  await waitUntil((k) => document.querySelector(`[data-testid=table][data-path="${k}"]`)?.dataset.state === "ready", key, `the table of ${key}`, "[data-testid=table]");
+  return page.$$eval("[data-testid=table] tbody tr td", (tds) => tds.map((td) => td.textContent));
 }
 
 /** Pixels of the viewer's <img> (drawn at natural size) vs. the PNG the API returns for `select`. */
@@ -1049,6 +1101,105 @@ async function main() {
         ["-9.223e18", "247.138", "1e-5"], "colour bar labels");
     });
 
+    await check("Icechunk mount: a version picker lists the default, branches, tags and snapshots (ice)", async () => {
+      const x = await needIce();
+      const served = (await api("/api/v1/versions/ice")).body;
+      await page.goto(base + "/#/ice");
+      await viewOf("ice", "");
+      const picker = await versionPicker();
+      assertEq(await picker.count(), 1, "controls labelled 'version'");
+      assertEq(await picker.inputValue(), "", "the version shown (the default)");
+      const opts = await page.$$eval("[data-testid=version] option", (os) => os.map((o) => ({ value: o.value, text: o.textContent, group: o.parentElement.label || "" })));
+      assertEq([opts[0].value, opts[0].text], ["", `default (${served.default})`], "first option");
+      // Every version of the fixture: branch.main, branch.dev, tag.v1 and each snapshot.
+      assertEq(opts.slice(1).map((o) => o.value).sort(), Object.keys(x.versions).sort(), "versions listed");
+      for (const o of opts.slice(1)) {
+        const [kind, id] = [o.value.split(".")[0], o.value.slice(o.value.indexOf(".") + 1)];
+        assertEq(o.group, { branch: "branches", tag: "tags", snapshot: "snapshots" }[kind], `group of ${o.value}`);
+        if (kind !== "snapshot") { assertEq(o.text, o.value, `label of ${o.value}`); continue; }
+        const snap = x.snapshots[id];
+        assertEq(o.text, `${id.slice(0, 8)} · ${snap.written_at.slice(0, 16).replace("T", " ")} · ${snap.message}`, `label of ${o.value}`);
+      }
+      // The mount root offers the versions route; a mount of another kind has no picker.
+      await page.locator('main .tabs [data-tab="curl"]').click();
+      assert((await page.locator("main .snippet pre", { hasText: "/api/v1/versions/ice" }).count()) === 1, "the versions curl snippet");
+      await shot("desktop-ice-versions");
+      await page.setViewportSize({ width: 390, height: 844 });
+      await noOverflow("ice at 390");
+      await page.setViewportSize({ width: 1280, height: 800 });
+      await page.goto(base + "/#/demo/v3.zarr");
+      await viewOf("demo", "v3.zarr");
+      assertEq(await page.locator("[data-testid=version]").count(), 0, "version pickers on demo");
+    });
+
+    await check("Icechunk mount: a picked version's hierarchy shows (ice: extra on branch.dev only, nested/counts not there)", async () => {
+      const x = await needIce();
+      const [main, dev, v1] = await Promise.all(["", "branch.dev", "tag.v1"].map((v) => iceSnapshot(x, v)));
+      assert(iceMembers(dev, "").includes("extra") && !iceMembers(v1, "").includes("extra") && !iceMembers(dev, "nested").includes("counts"), "the fixture's versions");
+      await page.goto("about:blank");
+      await page.goto(base + "/#/ice");
+      assertEq(await viewOf("ice", ""), iceMembers(main, ""), "members of ice (default)");
+      assertEq(await expandTreeItem("ice"), iceMembers(main, "").map((n) => "ice/" + n), "tree of ice (default)");
+      await (await versionPicker()).selectOption("branch.dev");
+      await page.waitForFunction(() => location.hash === "#/ice@branch.dev");
+      assertEq(await viewOf("ice@branch.dev", ""), iceMembers(dev, ""), "members of ice@branch.dev");
+      assertEq(await expandTreeItem("ice@branch.dev"), iceMembers(dev, "").map((n) => "ice@branch.dev/" + n), "tree of ice@branch.dev");
+      await shot("desktop-ice-dev");
+      // Every API request of the page names the version picked.
+      const asked = [];
+      const onRequest = (r) => asked.push(new URL(r.url()).pathname);
+      page.on("request", onRequest);
+      try {
+        await (await versionPicker()).selectOption("tag.v1");
+        await page.waitForFunction(() => location.hash === "#/ice@tag.v1");
+        assertEq(await viewOf("ice@tag.v1", ""), iceMembers(v1, ""), "members of ice@tag.v1");
+        assertEq(await expandTreeItem("ice@tag.v1"), iceMembers(v1, "").map((n) => "ice@tag.v1/" + n), "tree of ice@tag.v1");
+      } finally {
+        page.off("request", onRequest);
+      }
+      const ice = asked.filter((u) => /^\/(api\/v1\/(list|zom|slice)|zarr)\/ice([@/]|%40|$)/.test(u));
+      assert(ice.length && ice.every((u) => /^\/[a-z/0-9]+\/ice@tag\.v1(\/|$)/.test(u)), `requests for ice: ${ice.join(" ")}`);
+      assertEq(await page.$$eval("#tree > li[role=treeitem]", (ls) => ls.map((l) => l.dataset.key).filter((k) => k.startsWith("ice"))), ["ice@tag.v1"], "ice in the tree");
+      // A group of one version, then of another: the path stays, its members are the version's.
+      await page.goto(base + "/#/ice@branch.dev/nested");
+      assertEq(await viewOf("ice@branch.dev", "nested"), iceMembers(dev, "nested"), "members of nested on branch.dev");
+      await (await versionPicker()).selectOption("tag.v1");
+      await page.waitForFunction(() => location.hash === "#/ice@tag.v1/nested");
+      assertEq(await viewOf("ice@tag.v1", "nested"), iceMembers(v1, "nested"), "members of nested on tag.v1");
+      assertEq(await expandTreeItem("ice@tag.v1/nested"), iceMembers(v1, "nested").map((n) => "ice@tag.v1/nested/" + n), "tree of nested on tag.v1");
+    });
+
+    await check("Icechunk mount: the version is in the URL, a reload keeps it, the table shows its values (ice@tag.v1)", async () => {
+      const x = await needIce();
+      const [main, v1] = await Promise.all(["", "tag.v1"].map((v) => iceSnapshot(x, v)));
+      const small = v1.arrays["/small"].values.map(String);
+      await page.goto("about:blank");
+      await page.goto(base + "/#/ice@tag.v1/small?view=table");
+      assertEq(await tableCells("ice@tag.v1/small"), small, "small at tag.v1");
+      assertEq(await (await versionPicker()).inputValue(), "tag.v1", "the version shown");
+      assertEq(await page.locator("[data-testid=raw-url]").first().innerText(), base + "/zarr/ice@tag.v1/small", "raw-key URL");
+      await page.locator('#access .tabs [data-tab="curl"]').click();
+      assert((await page.locator("[data-testid=curl]").innerText()).includes(`${base}/api/v1/slice/ice@tag.v1/small?select=[0:5]&format=json`), "curl command of the slice");
+      await page.reload();
+      assertEq(await tableCells("ice@tag.v1/small"), small, "small at tag.v1 after a reload");
+      assertEq(await (await versionPicker()).inputValue(), "tag.v1", "the version shown after a reload");
+      await page.locator('#tree li[data-key="ice@tag.v1/small"] > .row.selected').waitFor();
+      // Values that differ between versions (commit 2 added 100 to temperature[0]); the view stays.
+      const plane = (snap) => snap.arrays["/temperature"].values.slice(0, 48).map(String);
+      assert(plane(v1).join() !== plane(main).join(), "the fixture's temperature[0] differs between tag.v1 and the default");
+      await page.goto(base + "/#/ice@tag.v1/temperature?view=table&at=0,0,0");
+      assertEq(await tableCells("ice@tag.v1/temperature"), plane(v1), "temperature[0] at tag.v1");
+      await shot("desktop-ice-v1-table");
+      await (await versionPicker()).selectOption({ index: 0 });
+      await page.waitForFunction(() => location.hash === "#/ice/temperature?view=table&at=0,0,0");
+      assertEq(await tableCells("ice/temperature"), plane(main), "temperature[0] at the default version");
+      // A link with the "@" percent-encoded opens the same version.
+      await page.goto("about:blank");
+      await page.goto(base + "/#/ice%40tag.v1/small?view=table");
+      assertEq(await tableCells("ice@tag.v1/small"), small, "small at ice%40tag.v1");
+      assertEq(await (await versionPicker()).inputValue(), "tag.v1", "the version shown for ice%40tag.v1");
+    });
+
     await check("no script errors", async () => {
       const errs = browser.pageErrors;
       const consoleErrs = browser.consoleMessages.filter((m) => m.type === "error" && !/Failed to load resource: the server responded with a status of (400|404)/.test(m.text));
@@ -1066,9 +1217,10 @@ main()
     results.push({ name: "setup", ok: false });
   })
   .finally(() => {
-    const passed = results.filter((r) => r.ok).length;
-    const failed = results.length - passed;
+    const passed = results.filter((r) => r.ok && !r.skipped).length;
+    const skipped = results.filter((r) => r.skipped).length;
+    const failed = results.length - passed - skipped;
     console.log(`screenshots: ${SHOTS}`);
-    console.log(`webpage: ${passed} passed, ${failed} failed`);
+    console.log(`webpage: ${passed} passed, ${failed} failed, ${skipped} skipped`);
     process.exit(failed || !passed ? 1 : 0);
   });
