@@ -6,6 +6,7 @@
 //! The file is read at the first request and read again when it has changed, checked at most
 //! once per `cache.ttl_seconds`. Spec: <https://fsspec.github.io/kerchunk/spec.html>
 
+mod parquet;
 mod parse;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -156,7 +157,9 @@ impl Table {
 enum Loaded {
     Table {
         table: Arc<Table>,
+        /// The state of `watched`: the reference file, or the `.zmetadata` of a parquet set.
         meta: ObjectMeta,
+        watched: StoreKey,
         checked: Instant,
     },
     /// Answered until the next check, rather than read again by every request.
@@ -198,11 +201,16 @@ impl ReferenceBackend {
         let mut loaded = self.loaded.lock().await;
         let store = &self.targets.own;
         match loaded.as_mut() {
-            Some(Loaded::Table { table, meta, checked }) => {
+            Some(Loaded::Table {
+                table,
+                meta,
+                watched,
+                checked,
+            }) => {
                 if checked.elapsed() < self.check_every {
                     return Ok(table.clone());
                 }
-                match store.head(&self.file).await {
+                match store.head(watched).await {
                     Ok(Some(now)) if now.same_object(meta) => {
                         *checked = Instant::now();
                         return Ok(table.clone());
@@ -220,9 +228,10 @@ impl ReferenceBackend {
         }
         let read = self.read_table().await;
         *loaded = Some(match &read {
-            Ok((table, meta)) => Loaded::Table {
+            Ok((table, meta, watched)) => Loaded::Table {
                 table: table.clone(),
                 meta: meta.clone(),
+                watched: watched.clone(),
                 checked: Instant::now(),
             },
             Err(error) => Loaded::Failed {
@@ -230,34 +239,97 @@ impl ReferenceBackend {
                 at: Instant::now(),
             },
         });
-        read.map(|(table, _)| table)
+        read.map(|(table, _, _)| table)
     }
 
-    /// Reads and parses the reference file (at most [`MAX_REFERENCE_BYTES`] of it).
-    async fn read_table(&self) -> Result<(Arc<Table>, ObjectMeta), StoreError> {
+    /// Reads and parses the reference file (at most [`MAX_REFERENCE_BYTES`] of it), or, where
+    /// `file` is a directory holding `.zmetadata`, the parquet reference set there (at most
+    /// [`MAX_REFERENCE_BYTES`] of files together). Answers the table, and the key whose state
+    /// tells when to read it again, with that state.
+    async fn read_table(&self) -> Result<(Arc<Table>, ObjectMeta, StoreKey), StoreError> {
         let store = &self.targets.own;
-        let missing = || self.corrupt("the reference file does not exist".into());
-        let too_large = |size: u64| {
-            self.corrupt(format!(
-                "the reference file is {size} bytes; at most {MAX_REFERENCE_BYTES} are read"
-            ))
+        let Some(meta) = store.head(&self.file).await? else {
+            let layout_key = self
+                .file
+                .join(parquet::ZMETADATA)
+                .map_err(|e| self.corrupt(e.to_string()))?;
+            if store.head(&layout_key).await?.is_none() {
+                return Err(self.corrupt("the reference file does not exist".into()));
+            }
+            return self.read_parquet(layout_key).await;
         };
-        let meta = store.head(&self.file).await?.ok_or_else(missing)?;
-        if meta.size > MAX_REFERENCE_BYTES {
-            return Err(too_large(meta.size));
-        }
-        let got = store.get(&self.file, None).await?.ok_or_else(missing)?;
-        if got.meta.size > MAX_REFERENCE_BYTES {
-            return Err(too_large(got.meta.size));
-        }
-        let meta = got.meta.clone();
-        let text = got.bytes().await?;
+        let mut budget = MAX_REFERENCE_BYTES;
+        let (text, meta) = self.read_whole(&self.file, meta, &mut budget).await?;
         let table_meta = meta.clone();
         let table = tokio::task::spawn_blocking(move || parse(&text).map(|entries| Table::new(entries, &table_meta)))
             .await
             .map_err(|_| StoreError::Io("reading a reference file failed".into()))?
             .map_err(|e| self.corrupt(e))?;
-        Ok((Arc::new(table), meta))
+        Ok((Arc::new(table), meta, self.file.clone()))
+    }
+
+    /// All of `key` (its size `meta` says, checked again as read), within `budget` bytes,
+    /// which it takes from.
+    async fn read_whole(
+        &self,
+        key: &StoreKey,
+        meta: ObjectMeta,
+        budget: &mut u64,
+    ) -> Result<(Bytes, ObjectMeta), StoreError> {
+        let store = &self.targets.own;
+        let too_large = || {
+            self.corrupt(format!(
+                "the reference set is over {MAX_REFERENCE_BYTES} bytes, at most which are read ('{key}')"
+            ))
+        };
+        if meta.size > *budget {
+            return Err(too_large());
+        }
+        let missing = || self.corrupt(format!("'{key}' of the reference set does not exist"));
+        let got = store.get(key, None).await?.ok_or_else(missing)?;
+        if got.meta.size > *budget {
+            return Err(too_large());
+        }
+        *budget -= got.meta.size;
+        let meta = got.meta.clone();
+        Ok((got.bytes().await?, meta))
+    }
+
+    /// Reads the parquet reference set whose `.zmetadata` is `layout_key`: its record files
+    /// one by one, their rows parsed off the async workers.
+    async fn read_parquet(&self, layout_key: StoreKey) -> Result<(Arc<Table>, ObjectMeta, StoreKey), StoreError> {
+        let store = &self.targets.own;
+        let mut budget = MAX_REFERENCE_BYTES;
+        let meta = store
+            .head(&layout_key)
+            .await?
+            .ok_or_else(|| self.corrupt("the reference file does not exist".into()))?;
+        let (text, meta) = self.read_whole(&layout_key, meta, &mut budget).await?;
+        let layout = parquet::layout(&text).map_err(|e| self.corrupt(e))?;
+        let mut entries = layout.metadata;
+        for array in &layout.arrays {
+            for n in 0..array.files(layout.record_size) {
+                let key = self
+                    .file
+                    .join(&array.file(n))
+                    .map_err(|e| self.corrupt(format!("record file of '{}': {e}", array.path)))?;
+                let file_meta = store
+                    .head(&key)
+                    .await?
+                    .ok_or_else(|| self.corrupt(format!("its record file '{key}' does not exist")))?;
+                let (bytes, _) = self.read_whole(&key, file_meta, &mut budget).await?;
+                let (array, record_size) = (array.clone(), layout.record_size);
+                let mut taken = std::mem::take(&mut entries);
+                entries = tokio::task::spawn_blocking(move || {
+                    parquet::read_records(bytes, &array, n, record_size, &mut taken).map(|()| taken)
+                })
+                .await
+                .map_err(|_| StoreError::Io("reading a reference file failed".into()))?
+                .map_err(|e| self.corrupt(e))?;
+            }
+        }
+        let table = Table::new(entries, &meta);
+        Ok((Arc::new(table), meta, layout_key))
     }
 }
 

@@ -122,6 +122,11 @@ fn reference(key: &str, value: Value, templates: Option<&BTreeMap<&str, Var>>) -
     })
 }
 
+/// A reference written without templates (version 0's, or a parquet set's documents).
+pub(super) fn untemplated(key: &str, value: Value) -> Result<Reference, String> {
+    reference(key, value, None)
+}
+
 /// A value a template expression may name: a dimension's index, or a template's text.
 #[derive(Debug, Clone, Copy)]
 enum Var<'a> {
