@@ -39,6 +39,9 @@ pub const NODES_LISTED: usize = 1_000_000;
 /// manifest chunk references, sized from `cache.hierarchy_bytes` at these estimates of each.
 const NODE_BYTES: u64 = 2048;
 const CHUNK_REF_BYTES: u64 = 64;
+/// icechunk's own defaults of those caches.
+const ICECHUNK_SNAPSHOT_NODES: u64 = 500_000;
+const ICECHUNK_CHUNK_REFS: u64 = 15_000_000;
 
 pub use crate::version::Version;
 
@@ -541,8 +544,10 @@ impl Backend for DefaultVersion {
 fn repository_config(metadata_bytes: u64) -> ::icechunk::RepositoryConfig {
     use ::icechunk::config::{CachingConfig, ManifestConfig, ManifestPreloadConfig};
     let caching = CachingConfig {
-        num_snapshot_nodes: Some((metadata_bytes / NODE_BYTES).max(1)),
-        num_chunk_refs: Some((metadata_bytes / CHUNK_REF_BYTES).max(1)),
+        // icechunk keeps no snapshot or manifest larger than its cache: never below its own
+        // defaults, else a large one is fetched and decoded again for every key.
+        num_snapshot_nodes: Some((metadata_bytes / NODE_BYTES).max(ICECHUNK_SNAPSHOT_NODES)),
+        num_chunk_refs: Some((metadata_bytes / CHUNK_REF_BYTES).max(ICECHUNK_CHUNK_REFS)),
         ..Default::default()
     };
     let preload = ManifestPreloadConfig {

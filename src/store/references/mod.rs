@@ -307,25 +307,40 @@ impl ReferenceBackend {
         let (text, meta) = self.read_whole(&layout_key, meta, &mut budget).await?;
         let layout = parquet::layout(&text).map_err(|e| self.corrupt(e))?;
         let mut entries = layout.metadata;
+        // What the rows may take decoded (keys, URLs, inline bytes): compressed record files
+        // are bounded by `budget`, their contents by this.
+        let mut decoded_budget = 4 * MAX_REFERENCE_BYTES;
         for array in &layout.arrays {
             for n in 0..array.files(layout.record_size) {
                 let key = self
                     .file
                     .join(&array.file(n))
                     .map_err(|e| self.corrupt(format!("record file of '{}': {e}", array.path)))?;
-                let file_meta = store
-                    .head(&key)
-                    .await?
-                    .ok_or_else(|| self.corrupt(format!("its record file '{key}' does not exist")))?;
-                let (bytes, _) = self.read_whole(&key, file_meta, &mut budget).await?;
+                // A record file of chunks none of which were set is not written (fsspec):
+                // those chunks are missing.
+                let Some(got) = store.get(&key, None).await? else {
+                    continue;
+                };
+                if got.meta.size > budget {
+                    return Err(self.corrupt(format!(
+                        "the reference set is over {MAX_REFERENCE_BYTES} bytes, at most which are read ('{key}')"
+                    )));
+                }
+                budget -= got.meta.size;
+                let bytes = got.bytes().await?;
                 let (array, record_size) = (array.clone(), layout.record_size);
                 let mut taken = std::mem::take(&mut entries);
-                entries = tokio::task::spawn_blocking(move || {
-                    parquet::read_records(bytes, &array, n, record_size, &mut taken).map(|()| taken)
+                let mut decoded = decoded_budget;
+                let parsed = tokio::task::spawn_blocking(move || {
+                    parquet::read_records(bytes, &array, n, record_size, &mut taken, &mut decoded)
+                        .map(|()| (taken, decoded))
                 })
-                .await
-                .map_err(|_| StoreError::Io("reading a reference file failed".into()))?
-                .map_err(|e| self.corrupt(e))?;
+                .await;
+                (entries, decoded_budget) = match parsed {
+                    Ok(parsed) => parsed.map_err(|e| self.corrupt(e))?,
+                    // A panic of the parquet reader on bytes it cannot read.
+                    Err(_) => return Err(self.corrupt(format!("'{key}' is not readable as parquet"))),
+                };
             }
         }
         let table = Table::new(entries, &meta);
@@ -370,14 +385,18 @@ pub(crate) enum Expected {
 
 impl Expected {
     /// A corrupt-data error naming `key` when `source` is not what was expected; a source
-    /// whose store tells neither its ETag nor its time is taken as it is.
-    fn check(&self, key: &StoreKey, url: &str, source: &ObjectMeta) -> Result<(), StoreError> {
+    /// whose store tells neither its ETag nor its time is taken as it is, and so is the ETag
+    /// of a local file (whose version here is no ETag a writer saw). Times in whole seconds,
+    /// as checksums hold them.
+    fn check(&self, key: &StoreKey, url: &str, source: &ObjectMeta, local: bool) -> Result<(), StoreError> {
+        let seconds = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let changed = match self {
+            Expected::ETag(_) if local => false,
             Expected::ETag(etag) => source
                 .version
                 .as_deref()
                 .is_some_and(|v| v.trim_matches('"') != etag.trim_matches('"')),
-            Expected::UnmodifiedSince(at) => source.last_modified.is_some_and(|m| m > *at),
+            Expected::UnmodifiedSince(at) => source.last_modified.is_some_and(|m| seconds(m) > seconds(*at)),
         };
         match changed {
             true => Err(StoreError::Corrupt {
@@ -411,7 +430,7 @@ impl Targets {
             return Err(past_end(key, url, end, meta.size));
         }
         if let Some(expected) = expected {
-            expected.check(key, url, &meta)?;
+            expected.check(key, url, &meta, store.reads_locally())?;
         }
         Ok(meta)
     }
@@ -470,7 +489,7 @@ impl Targets {
             // The whole object, as its store reads it.
             let got = store.get(&target, range).await?.ok_or_else(missing)?;
             if let Some(expected) = expected {
-                expected.check(key, url, &got.meta)?;
+                expected.check(key, url, &got.meta, store.reads_locally())?;
             }
             let meta = reference_meta(state, reference, got.meta.size, Some(&got.meta));
             return Ok(GetObject { meta, ..got });
@@ -494,7 +513,7 @@ impl Targets {
             return Err(past_end(key, url, offset + length, got.meta.size));
         }
         if let Some(expected) = expected {
-            expected.check(key, url, &got.meta)?;
+            expected.check(key, url, &got.meta, store.reads_locally())?;
         }
         Ok(GetObject {
             meta: reference_meta(state, reference, length, Some(&got.meta)),

@@ -87,13 +87,17 @@ pub fn layout(text: &[u8]) -> Result<Layout, String> {
     };
     let mut metadata = BTreeMap::new();
     let mut arrays = Vec::new();
-    let mut total = 0u64;
+    let (mut total, mut files) = (0u64, 0u64);
     for (key, value) in documents {
         if key == ".zarray" || key.ends_with("/.zarray") {
             let array = array_records(key, value)?;
             total = total.saturating_add(array.chunks);
             if total > MAX_GENERATED {
                 return Err(format!("more than {MAX_GENERATED} chunks"));
+            }
+            files = files.saturating_add(array.files(record_size));
+            if files > MAX_RECORD_FILES {
+                return Err(format!("more than {MAX_RECORD_FILES} record files"));
             }
             arrays.push(array);
         }
@@ -153,17 +157,30 @@ fn array_records(key: &str, value: &Value) -> Result<ArrayRecords, String> {
     })
 }
 
-/// Adds the chunks record file `file` of `array` holds to `entries`.
+/// The most record files a set may have.
+pub const MAX_RECORD_FILES: u64 = 100_000;
+
+/// Adds the chunks record file `file` of `array` holds to `entries`, taking what their keys,
+/// URLs and inline bytes take from `budget`.
 pub fn read_records(
     bytes: Bytes,
     array: &ArrayRecords,
     file: u64,
     record_size: u64,
     entries: &mut BTreeMap<String, Reference>,
+    budget: &mut u64,
 ) -> Result<(), String> {
     let name = array.file(file);
     let bad = |why: String| format!("'{name}': {why}");
     let reader = SerializedFileReader::new(bytes).map_err(|e| bad(e.to_string()))?;
+    let rows_declared = reader.metadata().file_metadata().num_rows();
+    if u64::try_from(rows_declared).map_or(true, |n| n > record_size) {
+        return Err(bad(format!(
+            "{rows_declared} rows, more than record_size ({record_size})"
+        )));
+    }
+    // Rows of one file name few URLs: one shared copy of each.
+    let mut last_url: Option<std::sync::Arc<str>> = None;
     let rows = reader.get_row_iter(None).map_err(|e| bad(e.to_string()))?;
     for (row_number, row) in rows.enumerate() {
         let row_number = row_number as u64;
@@ -182,7 +199,6 @@ pub fn read_records(
                 Field::Int(v) => u64::try_from(*v).ok(),
                 Field::ULong(v) => Some(*v),
                 Field::UInt(v) => Some(u64::from(*v)),
-                Field::Null => Some(0),
                 _ => None,
             };
             match (column.as_str(), field) {
@@ -199,16 +215,28 @@ pub fn read_records(
                 _ => {}
             }
         }
-        let reference = match (raw, path) {
+        let taken = (raw.as_ref().map_or(0, Bytes::len) + path.as_ref().map_or(0, String::len) + 64) as u64;
+        *budget = budget
+            .checked_sub(taken)
+            .ok_or_else(|| bad("the reference set takes too much memory decoded".into()))?;
+        let url = path.map(|p| match &last_url {
+            Some(last) if **last == *p => last.clone(),
+            _ => {
+                let url: std::sync::Arc<str> = p.into();
+                last_url = Some(url.clone());
+                url
+            }
+        });
+        let reference = match (raw, url) {
             (Some(bytes), _) => Reference::Inline(bytes),
             (None, None) => continue,
-            (None, Some(url)) if offset == 0 && size == 0 => Reference::Whole { url: url.into() },
+            (None, Some(url)) if offset == 0 && size == 0 => Reference::Whole { url },
             (None, Some(url)) => {
                 offset
                     .checked_add(size)
                     .ok_or_else(|| bad(format!("row {row_number}: offset + size overflows")))?;
                 Reference::Range {
-                    url: url.into(),
+                    url,
                     offset,
                     length: size,
                 }
