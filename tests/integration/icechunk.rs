@@ -301,19 +301,6 @@ async fn a_moved_branch_is_followed_within_the_ttl() {
     );
 }
 
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            std::fs::create_dir_all(&target).unwrap();
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 #[test]
 fn icechunk_mount_settings_are_checked() {
     let mut mount = MountConfig::new("/tmp", "/");

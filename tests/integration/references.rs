@@ -301,11 +301,7 @@ async fn broken_parquet_references_are_corrupt_data() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::copy(source.join("data.nc"), dir.path().join("data.nc")).unwrap();
     let set = dir.path().join("refs_parquet");
-    for entry in walk(&source.join("refs_parquet")) {
-        let target = set.join(entry.strip_prefix(source.join("refs_parquet")).unwrap());
-        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-        std::fs::copy(&entry, &target).unwrap();
-    }
+    copy_dir(&source.join("refs_parquet"), &set);
     let good = std::fs::read(set.join("temperature/refs.1.parq")).unwrap();
     std::fs::write(set.join("temperature/refs.1.parq"), b"not parquet").unwrap();
     let mut mount = MountConfig::new(set.display().to_string(), dir.path());
@@ -337,16 +333,4 @@ async fn broken_parquet_references_are_corrupt_data() {
     // not kept past it.
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     assert_eq!(get(&app, "/api/v1/slice/r/temperature", &[]).await.status, 200);
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        match path.is_dir() {
-            true => files.extend(walk(&path)),
-            false => files.push(path),
-        }
-    }
-    files
 }
