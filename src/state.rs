@@ -316,33 +316,25 @@ impl AppState {
     /// not UTF-8) is a 400, as it is there: no mount has such a name, and the message does not
     /// repeat it.
     pub fn mount(&self, segment: &str) -> Result<&Mount, ApiError> {
-        let (name, _) = self.mount_name(segment)?;
-        if let Some(mount) = self.mounts.get(name.as_str()) {
-            return Ok(mount);
-        }
-        StoreKey::new(&name)?;
-        Err(ApiError::UnknownMount(name))
+        let (name, _) = mount_name(segment)?;
+        self.mount_named(&name)
     }
 
-    /// A mount segment's mount name and the version after its `@`, percent-decoded once.
-    fn mount_name(&self, segment: &str) -> Result<(String, Option<String>), ApiError> {
-        let decoded = match segment.contains('%') {
-            true => percent_encoding::percent_decode_str(segment)
-                .decode_utf8()
-                .map_err(|_| store::KeyError::NotUtf8)?,
-            false => segment.into(),
-        };
-        Ok(match decoded.split_once('@') {
-            Some((name, version)) => (name.to_owned(), Some(version.to_owned())),
-            None => (decoded.into_owned(), None),
-        })
+    /// The mount `name` names, or a 404 (a 400 for a name no key could have).
+    fn mount_named(&self, name: &str) -> Result<&Mount, ApiError> {
+        if let Some(mount) = self.mounts.get(name) {
+            return Ok(mount);
+        }
+        StoreKey::new(name)?;
+        Err(ApiError::UnknownMount(name.to_owned()))
     }
 
     /// The mount a mount segment names, and the version it names after `@` (percent-decoded
     /// as [`AppState::mount`] does), checked only for being a version of a versioned mount.
     pub fn mount_and_version(&self, segment: &str) -> Result<(&Mount, Option<store::icechunk::Version>), ApiError> {
-        let mount = self.mount(segment)?;
-        let version = match (self.mount_name(segment)?.1, &mount.repository) {
+        let (name, version) = mount_name(segment)?;
+        let mount = self.mount_named(&name)?;
+        let version = match (version, &mount.repository) {
             (None, _) => None,
             (Some(v), Some(_)) => Some(store::icechunk::Version::parse(&v).map_err(ApiError::UnknownVersion)?),
             (Some(_), None) => {
@@ -359,16 +351,7 @@ impl AppState {
     /// or for an Icechunk snapshot named outright, [`IMMUTABLE`]; `None`: the default.
     pub fn cache_control_of(&self, segment: &str) -> Option<axum::http::HeaderValue> {
         let (mount, version) = self.mount_and_version(segment).ok()?;
-        match (&mount.cache_control, version) {
-            // A protected mount's answers are the reader's to keep, not a shared cache's.
-            (None, Some(v)) if v.is_immutable() => {
-                Some(axum::http::HeaderValue::from_static(match mount.access.is_public() {
-                    true => IMMUTABLE,
-                    false => IMMUTABLE_PRIVATE,
-                }))
-            }
-            (cache_control, _) => cache_control.clone(),
-        }
+        cache_control_at(mount, version.as_ref())
     }
 
     /// The mount a mount segment names, as the version it names (or its default) is now: for
@@ -381,6 +364,7 @@ impl AppState {
             return Ok(std::borrow::Cow::Borrowed(mount));
         };
         let at = repository.at(version.as_ref()).await?;
+        let cache_control = cache_control_at(mount, version.as_ref());
         Ok(std::borrow::Cow::Owned(Mount {
             name: mount.name.clone(),
             kind: mount.kind,
@@ -388,11 +372,40 @@ impl AppState {
             consolidated: mount.consolidated,
             store: at.store,
             access: mount.access.clone(),
-            cache_control: self.cache_control_of(segment),
+            cache_control,
             cache_id: format!("{}@{}", mount.cache_id, at.snapshot).into(),
             store_settings: None,
             repository: mount.repository.clone(),
         }))
+    }
+}
+
+/// A mount segment's mount name and the version after its `@`, percent-decoded once.
+fn mount_name(segment: &str) -> Result<(String, Option<String>), ApiError> {
+    let decoded = match segment.contains('%') {
+        true => percent_encoding::percent_decode_str(segment)
+            .decode_utf8()
+            .map_err(|_| store::KeyError::NotUtf8)?,
+        false => segment.into(),
+    };
+    Ok(match decoded.split_once('@') {
+        Some((name, version)) => (name.to_owned(), Some(version.to_owned())),
+        None => (decoded.into_owned(), None),
+    })
+}
+
+/// The `Cache-Control` of `mount`'s successful answers read at `version`: its own, or for a
+/// snapshot named outright, [`IMMUTABLE`] (private on a protected mount: its answers are the
+/// reader's to keep, not a shared cache's).
+fn cache_control_at(mount: &Mount, version: Option<&store::icechunk::Version>) -> Option<axum::http::HeaderValue> {
+    match (&mount.cache_control, version) {
+        (None, Some(v)) if v.is_immutable() => {
+            Some(axum::http::HeaderValue::from_static(match mount.access.is_public() {
+                true => IMMUTABLE,
+                false => IMMUTABLE_PRIVATE,
+            }))
+        }
+        (cache_control, _) => cache_control.clone(),
     }
 }
 
