@@ -576,8 +576,7 @@ async fn storage_of(
         MountSource::Remote(_, url) => url.as_str(),
         _ => "",
     };
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    let (bucket, prefix) = super::open::bucket_and_prefix(url);
     let prefix = prefix.trim_matches('/');
     let (bucket, prefix) = (bucket.to_owned(), (!prefix.is_empty()).then(|| prefix.to_owned()));
     let failed = |e: ::icechunk::StorageError| e.to_string();
@@ -621,13 +620,12 @@ async fn storage_of(
                 .map_err(failed)
         }
         MountSource::Remote(Remote::Azure, _) => {
-            let (container, account) = match bucket.split_once('@') {
-                Some((c, host)) => (c.to_owned(), host.split('.').next().unwrap_or("").to_owned()),
-                None => (
-                    bucket.clone(),
-                    std::env::var("AZURE_STORAGE_ACCOUNT_NAME").unwrap_or_default(),
-                ),
-            };
+            // As the mount's own store names them (`container@account.host`, else the environment).
+            let (container, account) = super::open::azure_container(&bucket);
+            let account = account
+                .map(str::to_owned)
+                .unwrap_or_else(|| std::env::var("AZURE_STORAGE_ACCOUNT_NAME").unwrap_or_default());
+            let container = container.to_owned();
             let credentials = match config.anonymous {
                 true => ::icechunk::storage::AzureCredentials::Anonymous,
                 false => ::icechunk::storage::AzureCredentials::FromEnv,

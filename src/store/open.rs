@@ -54,13 +54,13 @@ fn retry(config: &MountConfig) -> RetryConfig {
 }
 
 /// `bucket` and `prefix` of `scheme://bucket/prefix`.
-fn bucket_and_prefix(url: &str) -> (&str, &str) {
+pub(super) fn bucket_and_prefix(url: &str) -> (&str, &str) {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     rest.split_once('/').unwrap_or((rest, ""))
 }
 
 /// The container, and the account where the authority names one (`container@account.host`).
-fn azure_container(authority: &str) -> (&str, Option<&str>) {
+pub(super) fn azure_container(authority: &str) -> (&str, Option<&str>) {
     match authority.split_once('@') {
         Some((container, host)) => (container, host.split('.').next().filter(|a| !a.is_empty())),
         None => (authority, None),
