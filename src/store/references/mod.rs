@@ -247,19 +247,17 @@ impl ReferenceBackend {
     /// [`MAX_REFERENCE_BYTES`] of files together). Answers the table, and the key whose state
     /// tells when to read it again, with that state.
     async fn read_table(&self) -> Result<(Arc<Table>, ObjectMeta, StoreKey), StoreError> {
-        let store = &self.targets.own;
-        let Some(meta) = store.head(&self.file).await? else {
+        let mut budget = MAX_REFERENCE_BYTES;
+        let Some((text, meta)) = self.read_within(&self.file, &mut budget).await? else {
             let layout_key = self
                 .file
                 .join(parquet::ZMETADATA)
                 .map_err(|e| self.corrupt(e.to_string()))?;
-            if store.head(&layout_key).await?.is_none() {
+            let Some((text, meta)) = self.read_within(&layout_key, &mut budget).await? else {
                 return Err(self.corrupt("the reference file does not exist".into()));
-            }
-            return self.read_parquet(layout_key).await;
+            };
+            return self.read_parquet(layout_key, (text, meta), budget).await;
         };
-        let mut budget = MAX_REFERENCE_BYTES;
-        let (text, meta) = self.read_whole(&self.file, meta, &mut budget).await?;
         let table_meta = meta.clone();
         let table = tokio::task::spawn_blocking(move || parse(&text).map(|entries| Table::new(entries, &table_meta)))
             .await
@@ -268,43 +266,31 @@ impl ReferenceBackend {
         Ok((Arc::new(table), meta, self.file.clone()))
     }
 
-    /// All of `key` (its size `meta` says, checked again as read), within `budget` bytes,
-    /// which it takes from.
-    async fn read_whole(
-        &self,
-        key: &StoreKey,
-        meta: ObjectMeta,
-        budget: &mut u64,
-    ) -> Result<(Bytes, ObjectMeta), StoreError> {
-        let store = &self.targets.own;
-        let too_large = || {
-            self.corrupt(format!(
-                "the reference set is over {MAX_REFERENCE_BYTES} bytes, at most which are read ('{key}')"
-            ))
+    /// All of `key`, if it exists, within `budget` bytes (checked on the size its answer
+    /// states, before its body is read), which it takes from.
+    async fn read_within(&self, key: &StoreKey, budget: &mut u64) -> Result<Option<(Bytes, ObjectMeta)>, StoreError> {
+        let Some(got) = self.targets.own.get(key, None).await? else {
+            return Ok(None);
         };
-        if meta.size > *budget {
-            return Err(too_large());
-        }
-        let missing = || self.corrupt(format!("'{key}' of the reference set does not exist"));
-        let got = store.get(key, None).await?.ok_or_else(missing)?;
         if got.meta.size > *budget {
-            return Err(too_large());
+            return Err(self.corrupt(format!(
+                "the reference set is over {MAX_REFERENCE_BYTES} bytes, at most which are read ('{key}')"
+            )));
         }
         *budget -= got.meta.size;
         let meta = got.meta.clone();
-        Ok((got.bytes().await?, meta))
+        Ok(Some((got.bytes().await?, meta)))
     }
 
-    /// Reads the parquet reference set whose `.zmetadata` is `layout_key`: its record files
-    /// one by one, their rows parsed off the async workers.
-    async fn read_parquet(&self, layout_key: StoreKey) -> Result<(Arc<Table>, ObjectMeta, StoreKey), StoreError> {
-        let store = &self.targets.own;
-        let mut budget = MAX_REFERENCE_BYTES;
-        let meta = store
-            .head(&layout_key)
-            .await?
-            .ok_or_else(|| self.corrupt("the reference file does not exist".into()))?;
-        let (text, meta) = self.read_whole(&layout_key, meta, &mut budget).await?;
+    /// Reads the parquet reference set whose `.zmetadata` is `layout_key` (read: `text`, in the
+    /// state `meta`): its record files one by one, within `budget` bytes, their rows parsed
+    /// off the async workers.
+    async fn read_parquet(
+        &self,
+        layout_key: StoreKey,
+        (text, meta): (Bytes, ObjectMeta),
+        mut budget: u64,
+    ) -> Result<(Arc<Table>, ObjectMeta, StoreKey), StoreError> {
         let layout = parquet::layout(&text).map_err(|e| self.corrupt(e))?;
         let mut entries = layout.metadata;
         // What the rows may take decoded (keys, URLs, inline bytes): compressed record files
@@ -318,16 +304,9 @@ impl ReferenceBackend {
                     .map_err(|e| self.corrupt(format!("record file of '{}': {e}", array.path)))?;
                 // A record file of chunks none of which were set is not written (fsspec):
                 // those chunks are missing.
-                let Some(got) = store.get(&key, None).await? else {
+                let Some((bytes, _)) = self.read_within(&key, &mut budget).await? else {
                     continue;
                 };
-                if got.meta.size > budget {
-                    return Err(self.corrupt(format!(
-                        "the reference set is over {MAX_REFERENCE_BYTES} bytes, at most which are read ('{key}')"
-                    )));
-                }
-                budget -= got.meta.size;
-                let bytes = got.bytes().await?;
                 let (array, record_size) = (array.clone(), layout.record_size);
                 let mut taken = std::mem::take(&mut entries);
                 let mut decoded = decoded_budget;
