@@ -203,41 +203,50 @@ fn flat_numbers(v: &serde_json::Value, out: &mut Vec<f64>) {
     }
 }
 
+/// Mounts the reference set `set` of tests/fixtures/references (a file, or a parquet
+/// directory) as `r`, and checks that `array` (an entry of its expected*.json) decodes to the
+/// values and shape its original readers read; answers the app.
+async fn decodes_as_expected(set: &str, array: &serde_json::Value) -> zarrgate::App {
+    let dir = repo().join("tests/fixtures/references");
+    let mut mount = MountConfig::new(dir.join(set).display().to_string(), &dir);
+    mount.format = MountFormat::References;
+    let mut config = Config::default();
+    config.mounts.insert("r".into(), mount);
+    config.validate().unwrap();
+    let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
+    let path = array["path"].as_str().unwrap();
+    let r = get(&app, &format!("/api/v1/slice/r/{path}?format=json"), &[]).await;
+    assert_eq!(r.status, 200, "{set} {path}: {}", String::from_utf8_lossy(&r.body));
+    let (mut got, mut want) = (Vec::new(), Vec::new());
+    flat_numbers(&r.json()["data"], &mut got);
+    flat_numbers(&array["values"], &mut want);
+    let float32 = array["dtype"] == "<f4";
+    assert_eq!(got.len(), want.len(), "{set} {path}");
+    for (n, (g, w)) in got.iter().zip(&want).enumerate() {
+        let same = match float32 {
+            true => (*g as f32) == (*w as f32),
+            false => g == w,
+        };
+        assert!(same, "{set} {path}[{n}]: {g} != {w}");
+    }
+    assert_eq!(r.json()["shape"], array["shape"], "{set} {path}");
+    app
+}
+
+fn expected_of(file: &str) -> serde_json::Value {
+    let path = repo().join("tests/fixtures/references").join(file);
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
 /// The reference sets kerchunk wrote of NetCDF4 and HDF5 files (tests/fixtures/references,
 /// made by its script) decode to what xarray, h5py and numpy read from the original files.
 #[tokio::test]
 async fn kerchunk_references_decode_to_what_the_original_readers_read() {
-    let dir = repo().join("tests/fixtures/references");
-    let expected: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("expected.json")).unwrap()).unwrap();
+    let expected = expected_of("expected.json");
     let mut checked = 0;
     for array in expected["arrays"].as_array().unwrap() {
         for refs in array["refs"].as_array().unwrap() {
-            let refs = refs.as_str().unwrap();
-            let mut mount = MountConfig::new(dir.join(refs).display().to_string(), &dir);
-            mount.format = MountFormat::References;
-            let mut config = Config::default();
-            config.mounts.insert("r".into(), mount);
-            config.validate().unwrap();
-            let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
-            let path = array["path"].as_str().unwrap();
-            let r = get(&app, &format!("/api/v1/slice/r/{path}?format=json"), &[]).await;
-            assert_eq!(r.status, 200, "{refs} {path}: {}", String::from_utf8_lossy(&r.body));
-            let mut got = Vec::new();
-            flat_numbers(&r.json()["data"], &mut got);
-            let mut want = Vec::new();
-            flat_numbers(&array["values"], &mut want);
-            let float32 = array["dtype"] == "<f4";
-            assert_eq!(got.len(), want.len(), "{refs} {path}");
-            for (n, (g, w)) in got.iter().zip(&want).enumerate() {
-                let same = match float32 {
-                    true => (*g as f32) == (*w as f32),
-                    false => g == w,
-                };
-                assert!(same, "{refs} {path}[{n}]: {g} != {w}");
-            }
-            let shape = r.json()["shape"].clone();
-            assert_eq!(shape, array["shape"], "{refs} {path}");
+            decodes_as_expected(refs.as_str().unwrap(), array).await;
             checked += 1;
         }
     }
@@ -251,42 +260,16 @@ async fn kerchunk_references_decode_to_what_the_original_readers_read() {
 /// `record_size` rows, dictionary-encoded paths.
 #[tokio::test]
 async fn parquet_references_decode_to_what_the_original_readers_read() {
-    let dir = repo().join("tests/fixtures/references");
-    let expected: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("expected_parquet.json")).unwrap()).unwrap();
+    let expected = expected_of("expected_parquet.json");
     let mut checked = 0;
     for array in expected["arrays"].as_array().unwrap() {
         let set = array["refs"][0].as_str().unwrap();
-        let mut mount = MountConfig::new(dir.join(set).display().to_string(), &dir);
-        mount.format = MountFormat::References;
-        let mut config = Config::default();
-        config.mounts.insert("r".into(), mount);
-        config.validate().unwrap();
-        let app = zarrgate::app(zarrgate::AppState::from_config(config).unwrap());
-        let path = array["path"].as_str().unwrap();
-        let r = get(&app, &format!("/api/v1/slice/r/{path}?format=json"), &[]).await;
-        assert_eq!(r.status, 200, "{set} {path}: {}", String::from_utf8_lossy(&r.body));
-        let (mut got, mut want) = (Vec::new(), Vec::new());
-        flat_numbers(&r.json()["data"], &mut got);
-        flat_numbers(&array["values"], &mut want);
-        assert_eq!(got.len(), want.len(), "{set} {path}");
-        for (n, (g, w)) in got.iter().zip(&want).enumerate() {
-            let same = match array["dtype"] == "<f4" {
-                true => (*g as f32) == (*w as f32),
-                false => g == w,
-            };
-            assert!(same, "{set} {path}[{n}]: {g} != {w}");
-        }
-        assert_eq!(r.json()["shape"], array["shape"], "{set} {path}");
+        let app = decodes_as_expected(set, array).await;
         checked += 1;
-        // Listed as if stored; the record files themselves are not keys of the store.
-        let listed = get(&app, "/api/v1/list/r", &[]).await;
-        assert_eq!(listed.status, 200);
-        assert!(
-            !String::from_utf8_lossy(&listed.body).contains("refs."),
-            "{:?}",
-            listed.body
-        );
+        // The record files themselves are not keys of the store.
+        let path = array["path"].as_str().unwrap();
+        let record = get(&app, &format!("/zarr/r/{path}/refs.0.parq"), &[]).await;
+        assert_eq!(record.status, 404, "{set} {path}");
     }
     assert_eq!(checked, expected["arrays"].as_array().unwrap().len());
     assert!(checked >= 7, "{checked}");
